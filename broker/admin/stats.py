@@ -1,0 +1,79 @@
+"""Pulsar-shaped topic stats and internal stats, computed from the core's state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.core.topic import Topic
+from broker.subscriptions.base import Subscription
+
+
+def _position(topic: Topic, index: int) -> str:
+    """Index → "ledger:entry" as Pulsar prints positions."""
+    if index < topic.log.first_index:
+        return f"{index}:-1" if index < 0 else f"0:{index}"
+    entries = topic.log.read(index, 1)
+    return f"{entries[0].ledger_id}:{entries[0].entry_id}" if entries else f"0:{index}"
+
+
+def _ranges(topic: Topic, acked: set[int]) -> str:
+    """Individually acked indexes as Pulsar's `[(5:1226..5:1280]]` ranges (open, closed]."""
+    if not acked:
+        return "[]"
+    runs: list[tuple[int, int]] = []
+    for i in sorted(acked):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    parts = [f"({_position(topic, a - 1)}..{_position(topic, b)}]" for a, b in runs]
+    return "[" + ", ".join(parts) + "]"
+
+
+def subscription_stats(sub: Subscription) -> dict[str, Any]:
+    return {
+        "type": sub.mode,
+        "msgBacklog": sub.backlog(),
+        "msgOutCounter": sub.messages_out,
+        "consumers": [
+            {
+                "consumerName": c.name,
+                "availablePermits": c.permits,
+                "unackedMessages": sum(c.unacked.values()),
+                "msgOutCounter": c.messages_out,
+                "bytesOutCounter": c.bytes_out,
+                "address": c.address,
+                "connectedSince": c.connected_since,
+            }
+            for c in sub.consumers
+        ],
+    }
+
+
+def topic_stats(topic: Topic) -> dict[str, Any]:
+    return {
+        "msgInCounter": topic.messages_in,
+        "bytesInCounter": topic.bytes_in,
+        "publishers": [
+            {"producerName": p.name, "msgInCounter": p.messages_in, "address": p.address}
+            for p in topic.producers.values()
+        ],
+        "subscriptions": {name: subscription_stats(s) for name, s in topic.subscriptions.items()},
+    }
+
+
+def internal_stats(topic: Topic) -> dict[str, Any]:
+    cursors = {}
+    for name, sub in topic.subscriptions.items():
+        cursors[name] = {
+            "markDeletePosition": _position(topic, sub.slowest_mark_delete),
+            "readPosition": _position(topic, sub.read_index),
+            "individuallyDeletedMessages": _ranges(topic, sub.acked),
+            "subscriptionMode": sub.mode,
+        }
+    return {
+        "entriesAddedCounter": topic.log.next_index,
+        "numberOfEntries": topic.log.next_index - topic.log.first_index,
+        "lastConfirmedEntry": _position(topic, topic.log.next_index - 1),
+        "cursors": cursors,
+    }

@@ -1,0 +1,67 @@
+"""A consumer attached to a subscription: its permits, its unacknowledged entries, its wire."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from broker.core.entry import Entry
+from broker.wire.commands import message_command_bytes
+from broker.wire.frames import encode_raw_frame
+
+if TYPE_CHECKING:
+    from broker.subscriptions.base import Subscription
+
+
+class ConsumerWire(Protocol):
+    """What a consumer needs of its connection: the server's connection implements it."""
+
+    writable: bool
+    sends_broker_entry_metadata: bool
+
+    def write_frames(self, frames: list[bytes]) -> None: ...
+
+    def send_active_consumer_change(self, consumer_id: int, active: bool) -> None: ...
+
+    def consumer_closed_by_broker(self, consumer_id: int) -> None: ...
+
+
+@dataclass(eq=False, slots=True)
+class Consumer:
+    consumer_id: int
+    name: str
+    wire: ConsumerWire
+    subscription: Subscription | None = None
+    priority: int = 0
+    address: str = ""
+    permits: int = 0
+    connected_since: float = field(default_factory=time.time)
+    unacked: dict[int, int] = field(default_factory=dict)
+    """index → messages in the entry, for entries sent and not yet acknowledged."""
+    # Broadcast virtual cursor: the next entry to send, and everything below mark_delete acked.
+    read_index: int = 0
+    mark_delete: int = -1
+    acked: set[int] = field(default_factory=set)
+    messages_out: int = 0
+    bytes_out: int = 0
+
+    def frames_for(
+        self, entries: list[Entry], dispatch_us: int, redelivery: dict[int, int] | None = None
+    ) -> list[bytes]:
+        """MESSAGE frames for entries, charging permits per message (not per entry)."""
+        frames = []
+        bem = self.wire.sends_broker_entry_metadata
+        for entry in entries:
+            count = redelivery.get(entry.index, 0) if redelivery else 0
+            frames.append(
+                encode_raw_frame(
+                    message_command_bytes(self.consumer_id, entry.ledger_id, entry.entry_id, count),
+                    entry.payload,
+                    entry.broker_entry_metadata(dispatch_us) if bem else None,
+                )
+            )
+            self.permits -= entry.num_messages
+            self.messages_out += entry.num_messages
+            self.bytes_out += len(entry.payload)
+        return frames

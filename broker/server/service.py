@@ -1,0 +1,160 @@
+"""The broker: topics by name, listening sockets, periodic stats, orderly shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+from broker.config import BrokerConfig
+from broker.core.entry_log import MemoryEntryLog
+from broker.core.topic import SUBSCRIPTION_CLASSES, Topic
+from broker.server.connection import ServerConnection
+from broker.wire import pulsar_api_pb2 as pb
+
+log = logging.getLogger("broker")
+
+_TOPIC = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/(.+)$")
+_PARTITION = re.compile(r"^(.*)-partition-(\d+)$")
+SUBSCRIPTION_MODE_PROPERTY = "subscriptionMode"
+_SUBTYPE_NAMES = {
+    pb.CommandSubscribe.Exclusive: "Exclusive",
+    pb.CommandSubscribe.Shared: "Shared",
+    pb.CommandSubscribe.Failover: "Failover",
+    pb.CommandSubscribe.Key_Shared: "Key_Shared",
+}
+_MODES_BY_LOWER = {m.lower(): m for m in SUBSCRIPTION_CLASSES}
+
+
+def parse_topic(name: str) -> tuple[bool, str]:
+    """(persistent, full name); short names are expanded as Pulsar's clients expand them."""
+    if "://" not in name:
+        name = f"persistent://public/default/{name}"
+    match = _TOPIC.match(name)
+    if not match:
+        raise ValueError(f"invalid topic name {name!r}")
+    return match.group(1) == "persistent", name
+
+
+class BrokerService:
+    def __init__(self, config: BrokerConfig, storage=None) -> None:
+        self.config = config
+        self.instance_id = uuid.uuid4().hex[:6]
+        self.topics: dict[str, Topic] = {}
+        self.partitioned: dict[str, int] = {}
+        self.preset_modes: dict[tuple[str, str], str] = {}
+        self.connections: set[ServerConnection] = set()
+        self.storage = storage
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._stats_task: asyncio.Task | None = None
+        self.started = time.time()
+
+    # -- topics ----------------------------------------------------------------------------
+    def topic(self, name: str) -> Topic:
+        persistent, full = parse_topic(name)
+        topic = self.topics.get(full)
+        if topic is None:
+            if persistent and self.storage is not None:
+                log_, cursors = self.storage.open_topic(full)
+                topic = Topic(full, log_, persistent=True, loop=self.loop,
+                              cursor_sink=self.storage, cursors=cursors)
+            else:
+                topic = Topic(full, MemoryEntryLog(), persistent=persistent, loop=self.loop)
+            self.topics[full] = topic
+        return topic
+
+    def partitions_of(self, name: str) -> int:
+        _, full = parse_topic(name)
+        return self.partitioned.get(full, 0)
+
+    def create_partitioned(self, name: str, partitions: int) -> None:
+        _, full = parse_topic(name)
+        self.partitioned[full] = partitions
+
+    def subscription_mode(self, req: pb.CommandSubscribe) -> str:
+        """Broadcast is chosen by the `subscriptionMode: broadcast` property (the Python client
+        cannot send a fifth subType), or by an admin-created subscription."""
+        for kv in list(req.metadata) + list(req.subscription_properties):
+            if kv.key == SUBSCRIPTION_MODE_PROPERTY and kv.value.lower() in _MODES_BY_LOWER:
+                return _MODES_BY_LOWER[kv.value.lower()]
+        _, full = parse_topic(req.topic)
+        base = _PARTITION.sub(r"\1", full)
+        preset = self.preset_modes.get((full, req.subscription)) or self.preset_modes.get(
+            (base, req.subscription)
+        )
+        return preset or _SUBTYPE_NAMES[req.subType]
+
+    def create_subscription(self, topic_name: str, subscription: str, mode: str) -> None:
+        canonical = _MODES_BY_LOWER.get(mode.lower())
+        if canonical is None:
+            raise ValueError(f"unknown subscription mode {mode!r}; one of {sorted(SUBSCRIPTION_CLASSES)}")
+        _, full = parse_topic(topic_name)
+        self.preset_modes[(full, subscription)] = canonical
+        partitions = self.partitioned.get(full, 0)
+        names = [f"{full}-partition-{i}" for i in range(partitions)] if partitions else [full]
+        for name in names:
+            topic = self.topic(name)
+            if subscription not in topic.subscriptions:
+                topic.subscription(subscription, canonical, initial_earliest=False)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        if self.storage is not None:
+            self.storage.attach(self.loop)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.config.bindAddress, self.config.brokerServicePort))
+        sock.listen(self.config.listenBacklog)
+        sock.setblocking(False)
+        self._server = await self.loop.create_server(
+            lambda: ServerConnection(self), sock=sock, backlog=self.config.listenBacklog
+        )
+        if self.config.statsDir:
+            self._stats_task = asyncio.ensure_future(self._write_stats())
+        log.info("broker listening on %s", self.config.advertised_url)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._stats_task is not None:
+            self._stats_task.cancel()
+        for topic in self.topics.values():
+            topic.close()
+        if self.storage is not None:
+            await self.storage.close()
+
+    async def _write_stats(self) -> None:
+        """Periodic broker/stats-<n>.json for the results contract (cpu, rss, topic stats)."""
+        from broker.admin.stats import topic_stats
+
+        directory = Path(self.config.statsDir)
+        directory.mkdir(parents=True, exist_ok=True)
+        proc = psutil.Process()
+        proc.cpu_percent()
+        n = 0
+        while True:
+            await asyncio.sleep(self.config.statsIntervalSeconds)
+            snapshot = {
+                "ts": time.time(),
+                "cpu": proc.cpu_percent(),
+                "rss": proc.memory_info().rss,
+                "connections": len(self.connections),
+                "consumers": sum(len(c.consumers) for c in self.connections),
+                "topics": {name: topic_stats(t) for name, t in self.topics.items()},
+            }
+            tmp = directory / f".stats-{n}.json.tmp"
+            tmp.write_text(json.dumps(snapshot))
+            os.replace(tmp, directory / f"stats-{n}.json")
+            n += 1

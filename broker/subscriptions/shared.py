@@ -1,0 +1,28 @@
+"""Shared: entries go round robin to consumers that have permits; acks are per message."""
+
+from __future__ import annotations
+
+from broker.subscriptions.base import READ_BATCH, Subscription
+
+
+class SharedSubscription(Subscription):
+    mode = "Shared"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._next = 0
+
+    def dispatch(self) -> None:
+        idle_rounds = 0
+        while self.consumers and idle_rounds < len(self.consumers):
+            consumer = self.consumers[self._next % len(self.consumers)]
+            self._next += 1
+            if consumer.permits <= 0 or not consumer.wire.writable:
+                idle_rounds += 1
+                continue
+            # One entry per turn keeps the spread even across consumers.
+            entries, _ = self.next_entries(1 if len(self.consumers) > 1 else READ_BATCH)
+            if not entries:
+                return
+            idle_rounds = 0
+            self.send(consumer, entries)

@@ -1,0 +1,93 @@
+"""Building BaseCommands, and the hand-built MESSAGE command of the dispatch fast path."""
+
+from __future__ import annotations
+
+from broker.wire import pulsar_api_pb2 as pb
+
+T = pb.BaseCommand
+
+# BaseCommand.Type → the name of the field that carries its body.
+FIELD_OF_TYPE: dict[int, str] = {
+    T.CONNECT: "connect",
+    T.CONNECTED: "connected",
+    T.SUBSCRIBE: "subscribe",
+    T.PRODUCER: "producer",
+    T.SEND: "send",
+    T.SEND_RECEIPT: "send_receipt",
+    T.SEND_ERROR: "send_error",
+    T.MESSAGE: "message",
+    T.ACK: "ack",
+    T.FLOW: "flow",
+    T.UNSUBSCRIBE: "unsubscribe",
+    T.SUCCESS: "success",
+    T.ERROR: "error",
+    T.CLOSE_PRODUCER: "close_producer",
+    T.CLOSE_CONSUMER: "close_consumer",
+    T.PRODUCER_SUCCESS: "producer_success",
+    T.PING: "ping",
+    T.PONG: "pong",
+    T.REDELIVER_UNACKNOWLEDGED_MESSAGES: "redeliverUnacknowledgedMessages",
+    T.PARTITIONED_METADATA: "partitionMetadata",
+    T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
+    T.LOOKUP: "lookupTopic",
+    T.LOOKUP_RESPONSE: "lookupTopicResponse",
+    T.REACHED_END_OF_TOPIC: "reachedEndOfTopic",
+    T.SEEK: "seek",
+    T.GET_LAST_MESSAGE_ID: "getLastMessageId",
+    T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
+    T.ACTIVE_CONSUMER_CHANGE: "active_consumer_change",
+    T.GET_SCHEMA: "getSchema",
+    T.GET_SCHEMA_RESPONSE: "getSchemaResponse",
+    T.ACK_RESPONSE: "ackResponse",
+}
+
+
+def command(type_: int, **fields) -> pb.BaseCommand:
+    """`command(T.FLOW, consumer_id=1, messagePermits=10)`; nested messages may be given as dicts."""
+    base = pb.BaseCommand(type=type_)
+    body = getattr(base, FIELD_OF_TYPE[type_])
+    body.SetInParent()
+    for name, value in fields.items():
+        if isinstance(value, dict):
+            getattr(body, name).CopyFrom(type(getattr(body, name))(**value))
+        elif isinstance(value, pb.MessageIdData | pb.KeySharedMeta | pb.FeatureFlags):
+            getattr(body, name).CopyFrom(value)
+        elif isinstance(value, list):
+            getattr(body, name).extend(value)
+        else:
+            setattr(body, name, value)
+    return base
+
+
+def body_of(cmd: pb.BaseCommand):
+    """The typed body of a command, or None for a type this codec does not know."""
+    name = FIELD_OF_TYPE.get(cmd.type)
+    return getattr(cmd, name) if name else None
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def message_command_bytes(
+    consumer_id: int, ledger_id: int, entry_id: int, redelivery_count: int = 0,
+    partition: int = -1,
+) -> bytes:
+    """Serialized `BaseCommand{type: MESSAGE, message: {...}}`, without protobuf objects.
+
+    A broadcast sends one MESSAGE per consumer per entry; building it from varints is several
+    times cheaper than filling a BaseCommand. A unit test checks it byte for byte against
+    protobuf's own encoding.
+    """
+    msg_id = b"\x08" + _varint(ledger_id) + b"\x10" + _varint(entry_id)
+    if partition >= 0:
+        msg_id += b"\x18" + _varint(partition)
+    body = b"\x08" + _varint(consumer_id) + b"\x12" + _varint(len(msg_id)) + msg_id
+    if redelivery_count:
+        body += b"\x18" + _varint(redelivery_count)
+    return b"\x08\x09" + b"\x4a" + _varint(len(body)) + body

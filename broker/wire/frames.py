@@ -1,0 +1,127 @@
+"""Pulsar frame layout: bytes in, frames out; frames in, bytes out. No sockets.
+
+A frame is `[u32 total][u32 cmd_size][BaseCommand]`, and for SEND and MESSAGE it goes on with
+an optional `[u16 0x0e02][u32 size][BrokerEntryMetadata]` and then the payload section
+`[u16 0x0e01][u32 crc32c][u32 metadata_size][MessageMetadata][payload]`. The broker keeps the
+payload section exactly as received and re-sends it, so the client's checksum stays valid.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from broker.wire import pulsar_api_pb2 as pb
+from broker.wire.errors import RemoteProtocolError
+
+# Pulsar's default maxMessageSize (5 MiB) plus the room it leaves for headers.
+MAX_FRAME_SIZE = 5 * 1024 * 1024 + 10 * 1024
+MAGIC_CRC32C = 0x0E01
+MAGIC_BROKER_ENTRY_METADATA = 0x0E02
+
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_HEADER = struct.Struct(">II")
+_BEM_HEADER = struct.Struct(">HI")
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded frame. `payload` is the raw section from the 0x0e01 magic on (or None)."""
+
+    command: pb.BaseCommand
+    payload: bytes | None = None
+    broker_entry_metadata: bytes | None = None
+
+
+class FrameDecoder:
+    """Buffers bytes and yields whole frames, committing only once a frame is complete.
+
+    The size prefix is checked as soon as it arrives, so an oversized frame is refused before
+    its body is buffered (Pulsar sizes are 32-bit; buffering first would let a peer ask for 4 GB).
+    """
+
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+        self._buffer = bytearray()
+        self._max = max_frame_size
+
+    def receive_data(self, data: bytes) -> None:
+        self._buffer += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def next_frame(self) -> Frame | None:
+        buf = self._buffer
+        if len(buf) < 4:
+            return None
+        (total,) = _U32.unpack_from(buf, 0)
+        if total > self._max:
+            raise RemoteProtocolError(f"frame of {total} bytes exceeds the limit of {self._max}")
+        if total < 4:
+            raise RemoteProtocolError(f"frame size {total} is too small")
+        if len(buf) < 4 + total:
+            return None
+        frame_bytes = bytes(buf[4 : 4 + total])
+        del buf[: 4 + total]
+        return parse_frame_body(frame_bytes)
+
+    def frames(self) -> list[Frame]:
+        """All complete frames buffered now."""
+        out = []
+        while (frame := self.next_frame()) is not None:
+            out.append(frame)
+        return out
+
+
+def parse_frame_body(body: bytes) -> Frame:
+    """Parse a frame without its 4-byte total-size prefix."""
+    (cmd_size,) = _U32.unpack_from(body, 0)
+    if cmd_size > len(body) - 4:
+        raise RemoteProtocolError(f"command size {cmd_size} exceeds frame size {len(body)}")
+    command = pb.BaseCommand()
+    try:
+        command.ParseFromString(body[4 : 4 + cmd_size])
+    except DecodeError as exc:
+        raise RemoteProtocolError(f"undecodable BaseCommand: {exc}") from exc
+    rest = body[4 + cmd_size :]
+    if not rest:
+        return Frame(command)
+    bem = None
+    if len(rest) >= 6 and _U16.unpack_from(rest, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
+        _, size = _BEM_HEADER.unpack_from(rest, 0)
+        if 6 + size > len(rest):
+            raise RemoteProtocolError("broker entry metadata runs past the frame")
+        bem = rest[6 : 6 + size]
+        rest = rest[6 + size :]
+    return Frame(command, rest, bem)
+
+
+def encode_frame(
+    command: pb.BaseCommand,
+    payload: bytes | None = None,
+    broker_entry_metadata: bytes | None = None,
+) -> bytes:
+    return encode_raw_frame(command.SerializeToString(), payload, broker_entry_metadata)
+
+
+def encode_raw_frame(
+    command_bytes: bytes,
+    payload: bytes | None = None,
+    broker_entry_metadata: bytes | None = None,
+) -> bytes:
+    """Frame an already serialized command (the dispatcher's fast path builds those by hand)."""
+    parts = [b"", _U32.pack(len(command_bytes)), command_bytes]
+    size = 4 + len(command_bytes)
+    if broker_entry_metadata is not None:
+        parts.append(_BEM_HEADER.pack(MAGIC_BROKER_ENTRY_METADATA, len(broker_entry_metadata)))
+        parts.append(broker_entry_metadata)
+        size += 6 + len(broker_entry_metadata)
+    if payload is not None:
+        parts.append(payload)
+        size += len(payload)
+    parts[0] = _U32.pack(size)
+    return b"".join(parts)
