@@ -46,7 +46,7 @@ class Topic:
         persistent: bool,
         loop: asyncio.AbstractEventLoop,
         cursor_sink: CursorSink | None = None,
-        cursors: dict[str, tuple[str, int]] | None = None,
+        cursors: dict[str, tuple[str, int, set[int]]] | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -59,8 +59,10 @@ class Topic:
         self.permits_freed_by_ack = False
         self.messages_in = 0
         self.bytes_in = 0
-        for sub_name, (mode, mark_delete) in (cursors or {}).items():
-            self.subscriptions[sub_name] = SUBSCRIPTION_CLASSES[mode](self, sub_name, mark_delete)
+        for sub_name, (mode, mark_delete, acked) in (cursors or {}).items():
+            sub = SUBSCRIPTION_CLASSES[mode](self, sub_name, mark_delete)
+            sub.acked = set(acked)
+            self.subscriptions[sub_name] = sub
 
     async def publish(self, payload: bytes, key: bytes, received_us: int, publish_ms: int) -> Entry:
         entry = await self.log.append(payload, key, received_us, publish_ms)
@@ -101,9 +103,7 @@ class Topic:
         self._trim()
 
     def _trim(self) -> None:
-        """Non-persistent entries go once every subscription is past them; ledgers stay on disk."""
-        if self.persistent:
-            return
+        """Entries every subscription is past go: from memory, or whole ledgers from disk."""
         if self.subscriptions:
             low = min(s.slowest_mark_delete for s in self.subscriptions.values())
             self.log.trim_before(low + 1)

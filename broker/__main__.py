@@ -1,0 +1,5 @@
+"""`python -m broker` runs the bundled broker (the same as `bench broker`)."""
+
+from broker.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,459 @@
+"""A persistent topic's entries: append-only ledger files plus a tailing-read cache.
+
+Layout: ``<directory>/ledger-<id>.log``, each a run of records
+``[u32 length][u32 crc32c(body)][body]`` with ``body = [u64 received_us][entry bytes]``
+(big-endian, like the Pulsar wire). An entry's id is its index in its file, so nothing but the
+files is stored: the offset index is rebuilt by scanning them at open. A crash can only tear
+what was written after the last sync, so recovery cuts each file at its first short or corrupt
+record. New writes after a restart always go to a new, higher ledger id (as Pulsar's managed
+ledger does), so message ids keep growing and never name two different entries.
+
+Threading: one writer at a time (the journal's worker thread) calls ``write``, ``sync``,
+``confirm``, ``discard_unconfirmed`` and ``close``; readers (``read``, the position queries,
+``delete_ledgers_before``) may run on other threads meanwhile. A lock guards what both share
+(segment list, offsets, cache, confirmed position) and is never held across a data write or
+fsync. Readers see confirmed entries only, so nothing is dispatched before it is durable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+from array import array
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+import crc32c
+
+from broker.storage.files import fsync_path
+from broker.storage.position import Position
+
+MiB = 1024 * 1024
+
+_HEADER = struct.Struct(">II")  # body length, crc32c of the body
+_RECEIVED_US = struct.Struct(">Q")
+_FILE_NAME = re.compile(r"ledger-(\d+)\.log")
+_FIRST_LEDGER_ID = 1
+_EARLIEST = Position(-1, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored entry: its bytes as received and when the broker received them (µs)."""
+
+    position: Position
+    data: bytes
+    received_us: int
+
+
+@dataclass(eq=False, slots=True)
+class _Segment:
+    """One ledger file and where each of its records starts, so reads seek instead of scan."""
+
+    ledger_id: int
+    path: Path
+    offsets: array[int] = field(default_factory=lambda: array("Q"))
+    size: int = 0
+    """End of the last whole record."""
+
+
+class ManagedLedger:
+    """One topic's ledgers. Use :meth:`open`; non-persistent topics do not use this class."""
+
+    def __init__(
+        self,
+        directory: Path,
+        segments: list[_Segment],
+        *,
+        max_entries_per_ledger: int,
+        cache_bytes: int,
+        truncated_bytes: int,
+        unsynced_dirs: set[Path],
+    ) -> None:
+        if max_entries_per_ledger < 1:
+            raise ValueError(f"max_entries_per_ledger must be >= 1, not {max_entries_per_ledger}")
+        self.directory = directory
+        self.truncated_bytes = truncated_bytes
+        """Bytes cut from torn tails when the ledger was opened (0 after a clean shutdown)."""
+        self._max_entries = max_entries_per_ledger
+        self._cache_limit = cache_bytes
+        self._lock = threading.Lock()
+        # Shared with readers, under the lock:
+        self._segments = segments
+        self._current: _Segment | None = None  # the ledger being written; always the last one
+        self._next_ledger_id = segments[-1].ledger_id + 1 if segments else _FIRST_LEDGER_ID
+        self._confirmed = _last_position(segments)
+        self._unconfirmed: list[Entry] = []
+        self._cache: deque[Entry] = deque()
+        self._cached_bytes = 0
+        self._unsynced: dict[int, _Segment] = {}
+        # The writer's own:
+        self._fd = -1  # append-only descriptor of self._current
+        self._unsynced_dirs = unsynced_dirs
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        max_entries_per_ledger: int = 50_000,
+        cache_bytes: int = 64 * MiB,
+    ) -> ManagedLedger:
+        """Load (or create) a topic's ledgers, cutting torn tails; see ``truncated_bytes``.
+
+        max_entries_per_ledger is Pulsar's managedLedgerMaxEntriesPerLedger; cache_bytes bounds
+        this topic's tailing-read cache (newest entries, counted at their record size).
+        """
+        path = Path(directory)
+        created = not path.is_dir()
+        path.mkdir(parents=True, exist_ok=True)
+        segments: list[_Segment] = []
+        truncated = 0
+        for ledger_id, file in sorted(_ledger_files(path)):
+            segment, file_size = _scan(ledger_id, file)
+            if segment.size < file_size:
+                os.truncate(file, segment.size)
+                truncated += file_size - segment.size
+            segments.append(segment)
+        return cls(
+            path,
+            segments,
+            max_entries_per_ledger=max_entries_per_ledger,
+            cache_bytes=cache_bytes,
+            truncated_bytes=truncated,
+            unsynced_dirs={path.parent} if created else set(),
+        )
+
+    # -- writer side ------------------------------------------------------------------------
+
+    def write(self, data: bytes, received_us: int) -> Position:
+        """Append one entry to the OS (no fsync); readers see it after :meth:`confirm`.
+
+        Rolls to a new ledger after max_entries_per_ledger entries.
+        """
+        if self._closed:
+            raise ValueError("write to a closed ledger")
+        segment = self._current
+        if segment is None or len(segment.offsets) >= self._max_entries:
+            segment = self._roll()
+        stamp = _RECEIVED_US.pack(received_us)
+        crc = crc32c.crc32c(data, crc32c.crc32c(stamp))
+        record = b"".join((_HEADER.pack(len(stamp) + len(data), crc), stamp, data))
+        _write_all(self._fd, record)
+        with self._lock:
+            position = Position(segment.ledger_id, len(segment.offsets))
+            segment.offsets.append(segment.size)
+            segment.size += len(record)
+            self._unsynced[segment.ledger_id] = segment
+            self._unconfirmed.append(Entry(position, data, received_us))
+        return position
+
+    def sync(self, fsync: Callable[[int], None] = os.fsync) -> None:
+        """Make every write so far durable: the ledger files, then directories that gained one."""
+        with self._lock:
+            segments = list(self._unsynced.values())
+        for segment in segments:
+            if segment is self._current:
+                fsync(self._fd)
+            else:
+                # Retention may have deleted a closed ledger meanwhile: nothing left to sync.
+                with suppress(FileNotFoundError):
+                    fsync_path(segment.path, fsync)
+            with self._lock:
+                del self._unsynced[segment.ledger_id]
+        for directory in sorted(self._unsynced_dirs):
+            fsync_path(directory, fsync)
+            self._unsynced_dirs.discard(directory)
+
+    def confirm(self) -> None:
+        """Let readers see every entry written so far (the journal: once they are durable)."""
+        with self._lock:
+            if not self._unconfirmed:
+                return
+            self._confirmed = self._unconfirmed[-1].position
+            for entry in self._unconfirmed:
+                self._cache.append(entry)
+                self._cached_bytes += _record_size(entry)
+            self._unconfirmed.clear()
+            while self._cached_bytes > self._cache_limit:
+                self._cached_bytes -= _record_size(self._cache.popleft())
+
+    def discard_unconfirmed(self) -> None:
+        """Undo the writes of a failed group and continue in a new ledger.
+
+        Nobody was told their positions, so cutting them is safe, and it keeps them from
+        resurfacing at the next open. Pulsar likewise closes a ledger after a failed add.
+        """
+        current = self._current
+        with self._lock:
+            touched = {entry.position.ledger_id for entry in self._unconfirmed}
+            self._unconfirmed.clear()
+            segments = [s for s in self._segments if s.ledger_id in touched or s is current]
+            for segment in segments:
+                keep = self._confirmed_count(segment)
+                if keep < len(segment.offsets):
+                    segment.size = segment.offsets[keep]
+                    del segment.offsets[keep:]
+        self._close_current()
+        for segment in segments:  # the current file may also end in a half-written record
+            os.truncate(segment.path, segment.size)
+
+    def close(self) -> None:
+        """Stop writing and close the open ledger file. No fsync: call :meth:`sync` for that."""
+        self._closed = True
+        self._close_current()
+
+    def _roll(self) -> _Segment:
+        """Close the ledger being written and create the next id (never an existing file)."""
+        self._close_current()
+        ledger_id = self._next_ledger_id
+        path = self.directory / f"ledger-{ledger_id}.log"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        self._fd = os.open(path, flags, 0o644)
+        self._unsynced_dirs.add(self.directory)
+        segment = _Segment(ledger_id, path)
+        with self._lock:
+            self._segments.append(segment)
+            self._current = segment
+            self._next_ledger_id = ledger_id + 1
+        return segment
+
+    def _close_current(self) -> None:
+        """Close the write descriptor; a later sync() reaches the file by name."""
+        if self._current is None:
+            return
+        with self._lock:
+            self._current = None
+        os.close(self._fd)
+        self._fd = -1
+
+    # -- reader side ------------------------------------------------------------------------
+
+    @property
+    def last_position(self) -> Position | None:
+        """The newest confirmed entry; None when there is none."""
+        with self._lock:
+            return self._confirmed
+
+    @property
+    def first_position(self) -> Position | None:
+        """The oldest entry still stored (retention moves it); None when there is none."""
+        with self._lock:
+            return self._locate(_EARLIEST)
+
+    def ledger_sizes(self) -> list[tuple[int, int]]:
+        """(ledger id, confirmed entries) of every stored ledger, oldest first.
+
+        Lets a caller that numbers entries densely map numbers to positions without a scan.
+        """
+        with self._lock:
+            return [(s.ledger_id, self._confirmed_count(s)) for s in self._segments]
+
+    def read(self, start: Position, max_entries: int) -> list[Entry]:
+        """Up to max_entries confirmed entries at or after start, in order across ledgers.
+
+        start need not exist (an entry id past a ledger's end, a deleted or future ledger): the
+        read begins at the first entry after it. Tailing reads come from the cache; catch-up
+        reads go to disk, so call them off the event loop.
+        """
+        if max_entries <= 0:
+            return []
+        with ExitStack() as stack:
+            with self._lock:
+                first = self._locate(start)
+                if first is None:
+                    return []
+                if self._cache and first >= self._cache[0].position:
+                    return self._from_cache(first, max_entries)
+                spans = []
+                for segment, entry_id, begin, end in self._disk_spans(first, max_entries):
+                    # Opened under the lock, so retention cannot delete it before we read it.
+                    fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
+                    stack.callback(os.close, fd)
+                    spans.append((fd, segment.ledger_id, entry_id, begin, end))
+            return [entry for span in spans for entry in _read_span(*span)]
+
+    def next_position_after(self, position: Position) -> Position:
+        """The entry that follows position: the next stored one, else the next write's.
+
+        Written but unconfirmed entries count, so a reader parked here never skips them.
+        """
+        following = Position(position.ledger_id, position.entry_id + 1)
+        with self._lock:
+            found = self._locate(following, written=True)
+            if found is not None:
+                return found
+            current = self._current
+            if current is not None and len(current.offsets) < self._max_entries:
+                upcoming = Position(current.ledger_id, len(current.offsets))
+            else:
+                upcoming = Position(self._next_ledger_id, 0)
+        return max(upcoming, following)
+
+    def entries_between(self, start: Position, end: Position) -> int:
+        """How many confirmed entries lie in (start, end]: a backlog counted from markDelete."""
+        total = 0
+        with self._lock:
+            first = bisect_left(self._segments, start.ledger_id, key=_ledger_id)
+            for segment in islice(self._segments, first, None):
+                if segment.ledger_id > end.ledger_id:
+                    break
+                count = self._confirmed_count(segment)
+                low = start.entry_id + 1 if segment.ledger_id == start.ledger_id else 0
+                high = min(count, end.entry_id + 1) if segment.ledger_id == end.ledger_id else count
+                total += max(0, high - low)
+        return total
+
+    def delete_ledgers_before(self, position: Position) -> list[int]:
+        """Retention: delete whole ledgers whose entries all precede position; returns their ids.
+
+        Ledgers are the unit of deletion (seed 001). The newest file always stays: the ledger
+        being written is the newest, and its id is what keeps ids growing after a restart.
+        """
+        deleted: list[_Segment] = []
+        with self._lock:
+            try:
+                for segment in self._segments[:-1]:
+                    count = len(segment.offsets)
+                    if self._confirmed_count(segment) < count:
+                        break
+                    if Position(segment.ledger_id, count - 1) >= position:
+                        break
+                    segment.path.unlink()
+                    deleted.append(segment)
+            finally:
+                self._forget(deleted)
+        return [segment.ledger_id for segment in deleted]
+
+    def _forget(self, deleted: list[_Segment]) -> None:
+        """Drop deleted ledgers from the index, the sync list and the cache (lock held)."""
+        if not deleted:
+            return
+        del self._segments[: len(deleted)]
+        for segment in deleted:
+            self._unsynced.pop(segment.ledger_id, None)
+        while self._cache and self._cache[0].position.ledger_id <= deleted[-1].ledger_id:
+            self._cached_bytes -= _record_size(self._cache.popleft())
+
+    def _confirmed_count(self, segment: _Segment) -> int:
+        """How many of segment's entries readers may see (lock held)."""
+        confirmed = self._confirmed
+        if confirmed is None or segment.ledger_id > confirmed.ledger_id:
+            return 0
+        if segment.ledger_id < confirmed.ledger_id:
+            return len(segment.offsets)
+        return confirmed.entry_id + 1
+
+    def _locate(self, start: Position, *, written: bool = False) -> Position | None:
+        """The first entry at or after start, confirmed (or just written); lock held."""
+        index = bisect_left(self._segments, start.ledger_id, key=_ledger_id)
+        entry_id = 0
+        if index < len(self._segments) and self._segments[index].ledger_id == start.ledger_id:
+            entry_id = max(start.entry_id, 0)
+        for segment in islice(self._segments, index, None):
+            count = len(segment.offsets) if written else self._confirmed_count(segment)
+            if entry_id < count:
+                return Position(segment.ledger_id, entry_id)
+            entry_id = 0
+        return None
+
+    def _from_cache(self, first: Position, max_entries: int) -> list[Entry]:
+        """The cache holds the newest confirmed entries without gaps: slice from first on."""
+        cache = self._cache
+        index = bisect_left(cache, first, key=_entry_position)
+        return [cache[i] for i in range(index, min(index + max_entries, len(cache)))]
+
+    def _disk_spans(
+        self, first: Position, max_entries: int
+    ) -> Iterator[tuple[_Segment, int, int, int]]:
+        """Per ledger to read: (segment, first entry id, start offset, end offset); lock held."""
+        index = bisect_left(self._segments, first.ledger_id, key=_ledger_id)
+        entry_id = first.entry_id
+        wanted = max_entries
+        for segment in islice(self._segments, index, None):
+            count = min(self._confirmed_count(segment) - entry_id, wanted)
+            if count > 0:  # ledgers cut empty by recovery or a failed group have none
+                stop = entry_id + count
+                end = segment.offsets[stop] if stop < len(segment.offsets) else segment.size
+                yield segment, entry_id, segment.offsets[entry_id], end
+                wanted -= count
+                if not wanted:
+                    return
+            entry_id = 0
+
+
+def _read_span(fd: int, ledger_id: int, entry_id: int, start: int, end: int) -> list[Entry]:
+    """Parse the whole records in [start, end) of one ledger file (CRCs were checked at open)."""
+    buffer = os.pread(fd, end - start, start)
+    if len(buffer) != end - start:
+        raise OSError(f"ledger-{ledger_id}.log is shorter than its index: changed by hand?")
+    view = memoryview(buffer)
+    entries = []
+    offset = 0
+    while offset < len(buffer):
+        length, _crc = _HEADER.unpack_from(buffer, offset)
+        body = offset + _HEADER.size
+        (received_us,) = _RECEIVED_US.unpack_from(buffer, body)
+        data = bytes(view[body + _RECEIVED_US.size : body + length])
+        entries.append(Entry(Position(ledger_id, entry_id), data, received_us))
+        entry_id += 1
+        offset = body + length
+    return entries
+
+
+def _scan(ledger_id: int, path: Path) -> tuple[_Segment, int]:
+    """Index a ledger file up to its first short or corrupt record; returns it and the file size."""
+    segment = _Segment(ledger_id, path)
+    with path.open("rb") as file:
+        file_size = os.fstat(file.fileno()).st_size
+        while len(header := file.read(_HEADER.size)) == _HEADER.size:
+            length, crc = _HEADER.unpack(header)
+            end = segment.size + _HEADER.size + length
+            if length < _RECEIVED_US.size or end > file_size:
+                break
+            if crc32c.crc32c(file.read(length)) != crc:
+                break
+            segment.offsets.append(segment.size)
+            segment.size = end
+    return segment, file_size
+
+
+def _ledger_files(directory: Path) -> Iterator[tuple[int, Path]]:
+    for path in directory.iterdir():
+        if match := _FILE_NAME.fullmatch(path.name):
+            yield int(match.group(1)), path
+
+
+def _last_position(segments: list[_Segment]) -> Position | None:
+    for segment in reversed(segments):
+        if segment.offsets:
+            return Position(segment.ledger_id, len(segment.offsets) - 1)
+    return None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write may write less than asked (a full disk, a signal): finish, or raise its error."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _record_size(entry: Entry) -> int:
+    """What an entry costs the cache: its record's size, so empty entries are not free."""
+    return _HEADER.size + _RECEIVED_US.size + len(entry.data)
+
+
+def _ledger_id(segment: _Segment) -> int:
+    return segment.ledger_id
+
+
+def _entry_position(entry: Entry) -> Position:
+    return entry.position

@@ -1,0 +1,230 @@
+"""Persistent topics on the storage layer: ledgers behind the group-commit journal, cursors
+saved at most once per interval. Adapts broker.storage to the core's EntryLog and cursor hooks.
+
+Cursors count entries by a dense index; the ledger table here maps index ↔ (ledger, entry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from broker.config import BrokerConfig
+from broker.core.entry import Entry
+from broker.storage.cursors import CursorState, CursorStore
+from broker.storage.journal import Journal
+from broker.storage.ledger import ManagedLedger
+from broker.storage.position import Position
+from broker.wire import pulsar_api_pb2 as pb
+from broker.wire.payload import is_batch, payload_offsets
+
+if TYPE_CHECKING:
+    from broker.core.topic import Topic
+    from broker.subscriptions.base import Subscription
+
+log = logging.getLogger("broker.storage")
+MiB = 1024 * 1024
+
+
+def _entry_facts(payload: bytes) -> tuple[int, bytes, int]:
+    """(messages, key, publish ms) from a stored payload section, for entries read back."""
+    meta_start, data_start = payload_offsets(payload, verify=False)
+    meta = pb.MessageMetadata()
+    meta.ParseFromString(payload[meta_start:data_start])
+    count = meta.num_messages_in_batch if is_batch(meta) else 1
+    return count, meta.ordering_key or meta.partition_key.encode(), meta.publish_time
+
+
+class LedgerEntryLog:
+    def __init__(self, ledger: ManagedLedger, journal: Journal, cache_bytes: int) -> None:
+        self.ledger = ledger
+        self.journal = journal
+        # Rows of (ledger_id, first index, entries) in ledger order.
+        self._ids: list[int] = []
+        self._rows: list[list[int]] = []
+        index = 0
+        for ledger_id, count in ledger.ledger_sizes():
+            self._ids.append(ledger_id)
+            self._rows.append([ledger_id, index, count])
+            index += count
+        self.first_index = self._rows[0][1] if self._rows else 0
+        self.next_index = index
+        self._cache: OrderedDict[int, Entry] = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_limit = cache_bytes
+
+    async def append(self, payload: bytes, key: bytes, received_us: int, publish_ms: int) -> Entry:
+        done = await self.journal.append(self.ledger, payload, received_us)
+        pos = done.position
+        if not self._ids or self._ids[-1] != pos.ledger_id:
+            first = self._rows[-1][1] + self._rows[-1][2] if self._rows else self.next_index
+            self._ids.append(pos.ledger_id)
+            self._rows.append([pos.ledger_id, first, 0])
+        row = self._rows[-1]
+        row[2] = max(row[2], pos.entry_id + 1)
+        index = row[1] + pos.entry_id
+        self.next_index = max(self.next_index, index + 1)
+        count, _, _ = _entry_facts(payload)
+        entry = Entry(index, pos.ledger_id, pos.entry_id, payload, count, key, received_us,
+                      done.persist_start_us, done.durable_us, publish_time_ms=publish_ms)
+        self._remember(entry)
+        return entry
+
+    def _remember(self, entry: Entry) -> None:
+        self._cache[entry.index] = entry
+        self._cache_bytes += len(entry.payload)
+        while self._cache_bytes > self._cache_limit and self._cache:
+            _, old = self._cache.popitem(last=False)
+            self._cache_bytes -= len(old.payload)
+
+    def position_of(self, index: int) -> Position:
+        i = max(0, bisect.bisect_right([r[1] for r in self._rows], index) - 1)
+        ledger_id, first, _ = self._rows[i]
+        return Position(ledger_id, index - first)
+
+    def index_of(self, ledger_id: int, entry_id: int) -> int:
+        i = bisect.bisect_left(self._ids, ledger_id)
+        if i < len(self._ids) and self._ids[i] == ledger_id:
+            return self._rows[i][1] + entry_id
+        # An id we no longer (or never) had: before everything or after everything.
+        return self.first_index - 1 if i == 0 else self.next_index
+
+    def read(self, start: int, limit: int) -> list[Entry]:
+        start = max(start, self.first_index)
+        end = min(self.next_index, start + limit)
+        out: list[Entry] = []
+        index = start
+        while index < end:
+            entry = self._cache.get(index)
+            if entry is None:
+                break
+            out.append(entry)
+            index += 1
+        if index < end and self._rows:
+            # Catch-up read from disk (a reader far behind the tail): no stage stamps.
+            for stored in self.ledger.read(self.position_of(index), end - index):
+                count, key, publish_ms = _entry_facts(stored.data)
+                idx = self.index_of(stored.position.ledger_id, stored.position.entry_id)
+                out.append(Entry(idx, stored.position.ledger_id, stored.position.entry_id,
+                                 stored.data, count, key, stored.received_us, 0, 0,
+                                 publish_time_ms=publish_ms))
+        return out
+
+    def trim_before(self, index: int) -> None:
+        """Retention: whole ledgers below the slowest cursor go (seed 001)."""
+        if index <= self.first_index or not self._rows:
+            return
+        deleted = set(self.ledger.delete_ledgers_before(self.position_of(min(index, self.next_index - 1))))
+        if deleted:
+            keep = [r for r in self._rows if r[0] not in deleted]
+            self._rows = keep
+            self._ids = [r[0] for r in keep]
+            self.first_index = keep[0][1] if keep else self.next_index
+
+    def close(self) -> None:
+        self.ledger.close()
+
+
+class LedgerStorage:
+    """All persistent topics of one broker: one journal, a ledger and cursor store per topic."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.root = Path(config.dataDir) / "topics"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(
+            max_group_wait_ms=config.journalMaxGroupWaitMSec,
+            sync_data=config.journalSyncData,
+            max_group_bytes=config.journalBufferedWritesThreshold,
+        )
+        self._stores: dict[str, CursorStore] = {}
+        self._dirty: dict[tuple[str, str], Subscription] = {}
+        self._deleted: set[tuple[str, str]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._logs: dict[str, LedgerEntryLog] = {}
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._task = loop.create_task(self._persist_loop())
+
+    def open_topic(self, name: str) -> tuple[LedgerEntryLog, dict[str, tuple[str, int, set[int]]]]:
+        directory = self.root / quote(name, safe="")
+        ledger = ManagedLedger.open(
+            directory / "ledgers",
+            max_entries_per_ledger=self.config.managedLedgerMaxEntriesPerLedger,
+            cache_bytes=8 * MiB,
+        )
+        if ledger.truncated_bytes:
+            log.warning("%s: cut %d bytes of a torn write", name, ledger.truncated_bytes)
+        entry_log = LedgerEntryLog(ledger, self.journal, self.config.managedLedgerCacheSizeMB * MiB)
+        self._logs[name] = entry_log
+        store = CursorStore(directory / "cursors", sync_data=self.config.journalSyncData)
+        self._stores[name] = store
+        cursors = {}
+        for sub_name, state in store.load_all().items():
+            mark = (entry_log.first_index - 1 if state.mark_delete is None else
+                    entry_log.index_of(*state.mark_delete))
+            acked: set[int] = set()
+            for start, end in state.individually_acked:
+                acked.update(range(entry_log.index_of(*start) + 1, entry_log.index_of(*end) + 1))
+            cursors[sub_name] = (state.mode, mark, acked)
+        return entry_log, cursors
+
+    # -- cursor hooks (called on the event loop) -----------------------------------------------
+    def moved(self, topic: Topic, sub: Subscription) -> None:
+        self._dirty[(topic.name, sub.name)] = sub
+
+    def deleted(self, topic: Topic, name: str) -> None:
+        self._dirty.pop((topic.name, name), None)
+        self._deleted.add((topic.name, name))
+
+    def _state(self, topic_name: str, sub: Subscription) -> CursorState:
+        entry_log = self._logs[topic_name]
+        mark = sub.slowest_mark_delete
+        ranges = []
+        if sub.mode != "Broadcast":
+            for i in sorted(sub.acked):
+                ranges.append((entry_log.position_of(i - 1) if i - 1 >= entry_log.first_index
+                               else Position(-1, -1), entry_log.position_of(i)))
+        return CursorState(
+            mark_delete=entry_log.position_of(mark) if mark >= entry_log.first_index else None,
+            individually_acked=ranges, mode=sub.mode,
+        )
+
+    async def _persist_loop(self) -> None:
+        interval = self.config.managedLedgerCursorPositionPersistIntervalMs / 1000
+        while True:
+            await asyncio.sleep(interval)
+            await self.flush_cursors()
+
+    async def flush_cursors(self) -> None:
+        """Snapshot dirty cursors on the loop, write them on a thread: at most once per interval."""
+        dirty, self._dirty = self._dirty, {}
+        deleted, self._deleted = self._deleted, set()
+        saves = [(self._stores[t], s, self._state(t, sub)) for (t, s), sub in dirty.items()]
+        removes = [(self._stores[t], s) for t, s in deleted if t in self._stores]
+        if not saves and not removes:
+            return
+
+        def write() -> None:
+            for store, name, state in saves:
+                store.save(name, state)
+            for store, name in removes:
+                store.delete(name)
+
+        await asyncio.get_running_loop().run_in_executor(None, write)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        await self.journal.close()
+        await self.flush_cursors()
+        for entry_log in self._logs.values():
+            entry_log.ledger.sync()
+            entry_log.close()

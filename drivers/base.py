@@ -1,0 +1,111 @@
+"""The driver boundary, after OMB's driver-api: the harness knows drivers only through this file.
+
+A driver creates producers and consumers on a broker. It owns sockets and protocol; the
+harness owns timing and statistics. Drivers push deliveries to the harness through
+`ConsumerCallback`, with the timestamp taken when the bytes were read off the socket (one clock
+read per `recv`), never when a greenlet got scheduled.
+
+Drivers run under gevent (Locust workers): calls may block the calling greenlet but must not
+block the process.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStamps:
+    """Broker-side stage timestamps carried with a delivery (µs, realtime clock).
+
+    None of them is known for a broker that does not carry them (a real Pulsar); then
+    `broker_ms` may still hold Apache's BrokerEntryMetadata.broker_timestamp.
+    """
+
+    received_us: int = 0
+    persist_start_us: int = 0
+    durable_us: int = 0
+    notified_us: int = 0
+    dispatch_us: int = 0
+    broker_ms: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.received_us and self.durable_us and self.dispatch_us)
+
+
+class ConsumerCallback(Protocol):
+    def message_received(
+        self, consumer_index: int, payload: bytes, receive_us: int, stamps: BrokerStamps | None
+    ) -> None:
+        """One delivery. `payload` is the message body; `receive_us` the wire read time."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """One consumer to create. `index` is unique within the worker and names it in callbacks."""
+
+    index: int
+    name: str
+    topic: str
+    subscription: str
+    subscription_type: str  # Exclusive | Shared | Failover | Key_Shared | Broadcast
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeResult:
+    index: int
+    connection: int
+    start_us: int
+    end_us: int
+    ok: bool
+    error: str = ""
+
+
+class BenchmarkProducer(Protocol):
+    def send_async(
+        self, key: bytes | None, payload: bytes, on_done: Callable[[Exception | None], None]
+    ) -> None:
+        """Queue one message; `on_done` runs (in a greenlet of the driver) when the broker
+        acknowledged it, or with the error."""
+
+    def close(self) -> None: ...
+
+
+class BenchmarkDriver(Protocol):
+    def initialize(
+        self, config: Any, callback: ConsumerCallback, *, consumers_per_connection: int,
+        service_url: str,
+    ) -> None:
+        """`config` is the parsed driver YAML (harness.driver_config.DriverConfig);
+        `service_url` the broker to use (the bundled one when the YAML names none)."""
+
+    def create_producer(self, topic: str) -> BenchmarkProducer:
+        """Blocks until the producer is ready; raises DriverError when it cannot be."""
+
+    def subscribe(self, spec: ConsumerSpec) -> SubscribeResult:
+        """Create one consumer, blocking the calling greenlet until SUBSCRIBE is answered.
+
+        Many greenlets call this at once (the connect storm); the driver multiplexes them on
+        its connections. Never raises for a refused subscribe: the result says why.
+        """
+
+    def close(self) -> None: ...
+
+
+class DriverError(Exception):
+    """A driver could not do what was asked; the message says what and where."""
+
+
+def load_driver(dotted: str) -> BenchmarkDriver:
+    """Instantiate `package.module:Class`, as OMB loads `driverClass` by name."""
+    module_name, _, class_name = dotted.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        cls = getattr(module, class_name)
+    except (ImportError, AttributeError) as exc:
+        raise DriverError(f"cannot load driver class {dotted!r}: {exc}") from exc
+    return cls()

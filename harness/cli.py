@@ -1,0 +1,79 @@
+"""`bench`: one entry point, one subcommand per job (run, broker, worker, analyze, report,
+compare, gate). Heavy imports happen inside each subcommand: `run` and `worker` must import
+Locust (which monkey-patches with gevent) before anything opens a socket."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+USAGE = """bench <command> [options]
+
+commands:
+  run WORKLOAD.yaml [--driver FILE]   run a workload or sweep, analyse it, write the report
+  broker [--port P --data-dir DIR]    run the bundled broker in the foreground
+  worker --master HOST:PORT           join a run's coordinator from this host
+  analyze RESULTS_DIR                 merge raw results with Spark into summary.json
+  report RESULTS_DIR                  render report.html from summary.json
+  compare A B [...]                   side-by-side comparison page of runs or sweeps
+  gate RUN --baseline BASE            regression gate for CI (exit code 0/1, JUnit XML)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        from harness.run_command import main as run_main
+
+        return run_main(rest)
+    if command == "worker":
+        return _worker(rest)
+    if command == "broker":
+        from broker.cli import main as broker_main
+
+        return broker_main(rest)
+    if command == "analyze":
+        from spark_analysis.__main__ import main as analyze_main
+
+        return analyze_main(rest)
+    if command == "report":
+        from reports.cli import report_main
+
+        return report_main(rest)
+    if command == "compare":
+        from reports.cli import compare_main
+
+        return compare_main(rest)
+    if command == "gate":
+        from reports.cli import gate_main
+
+        return gate_main(rest)
+    print(f"bench: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+def _worker(argv: list[str]) -> int:
+    import locust  # noqa: F401 - gevent monkey-patching must come first
+
+    parser = argparse.ArgumentParser(prog="bench worker",
+                                     description="Join a run's coordinator (Locust master).")
+    parser.add_argument("--master", required=True, metavar="HOST:PORT")
+    args = parser.parse_args(argv)
+    host, _, port = args.master.rpartition(":")
+    if not host or not port.isdigit():
+        parser.error(f"--master takes HOST:PORT, got {args.master!r}")
+    from harness.worker import run_worker
+
+    return run_worker(host, int(port))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["main", "Path"]

@@ -1,0 +1,345 @@
+"""The coordinator: a Locust master that runs one workload case from broker start to manifest.
+
+Phases: connect (consumers subscribe at the workload's spawn rate), warm-up, measure, drain.
+The coordinator decides the phase boundaries once every consumer has answered, and sends
+them to the workers as absolute times; producers then send on their schedule by themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import gevent
+from locust.env import Environment
+
+from harness.embedded_broker import EmbeddedBroker, free_port
+from harness.progress import Progress
+from harness.run_plan import RunPlan
+from harness.users import ConsumerUser, ProducerUser
+
+# Sockets one worker may hold: the per-process open-file cap here is 20,000 (DESIGN.md).
+SOCKETS_PER_WORKER = 15000
+
+
+class RunError(RuntimeError):
+    """A run could not start or could not go on; the message says why and what to do."""
+
+
+@dataclass
+class WorkerState:
+    worker_id: str
+    progress: dict = field(default_factory=dict)
+    configured: bool = False
+    finished: bool = False
+    lost: bool = False
+    totals: dict = field(default_factory=dict)
+
+
+def check_reachable(service_url: str, timeout: float = 5.0) -> None:
+    parsed = urlparse(service_url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 6650
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise RunError(
+            f"broker at {service_url} is unreachable ({exc.strerror or exc}); start it, or drop "
+            "client.serviceUrl from the driver file to use the bundled broker"
+        ) from None
+
+
+def worker_count_for(plan: RunPlan, requested: int) -> int:
+    if requested > 0:
+        return requested
+    w = plan.workload
+    connections = math.ceil(w.total_consumers / max(1, w.consumers_per_connection))
+    return max(os.cpu_count() or 1, math.ceil(connections / SOCKETS_PER_WORKER))
+
+
+class Coordinator:
+    def __init__(self, plan: RunPlan, run_dir: Path, *, workers: int = 0, remote_workers: int = 0,
+                 master_bind: str = "127.0.0.1", master_port: int = 0,
+                 progress: Progress | None = None) -> None:
+        self.plan = plan
+        self.run_dir = run_dir
+        self.local_workers = worker_count_for(plan, workers or plan.workload.workers)
+        self.remote_workers = remote_workers
+        self.master_bind = master_bind
+        self.master_port = master_port or free_port()
+        self.progress = progress or Progress()
+        self.workers: dict[str, WorkerState] = {}
+        self.client_ids: dict[str, str] = {}
+        self.processes: list[subprocess.Popen] = []
+        self.partial_reasons: list[str] = []
+        self.phases: dict[str, float] = {}
+        self.broker: EmbeddedBroker | None = None
+
+    # -- the whole run -------------------------------------------------------------------------
+    def run(self) -> Path:
+        raw_dir = self.run_dir / "raw"
+        raw_dir.mkdir(parents=True, exist_ok=True)
+        plan = self.plan
+        started = time.time()
+        try:
+            if plan.driver.client.service_url is None:
+                self.broker = EmbeddedBroker(
+                    data_dir=self.run_dir / "broker" / "data",
+                    stats_dir=self.run_dir / "broker",
+                    log_path=self.run_dir / "broker" / "broker.log",
+                    settings=plan.driver.broker,
+                )
+                self.broker.start()
+                plan = RunPlan(plan.run_id, plan.workload, plan.driver, self.broker.service_url)
+                self.plan = plan
+            check_reachable(plan.service_url)
+            self._run_master(raw_dir)
+        finally:
+            self._stop_processes()
+            if self.broker is not None:
+                self.broker.stop()
+        self._write_manifest(started)
+        return self.run_dir
+
+    def _run_master(self, raw_dir: Path) -> None:
+        w = self.plan.workload
+        ProducerUser.fixed_count = w.total_producers
+        env = Environment(user_classes=[ConsumerUser, ProducerUser])
+        runner = env.create_master_runner(self.master_bind, self.master_port)
+        self.runner = runner
+        runner.register_message("configured", self._on_configured, concurrent=True)
+        runner.register_message("progress", self._on_progress, concurrent=True)
+        runner.register_message("finished", self._on_finished, concurrent=True)
+        runner.register_message("raw_file", self._on_raw_file, concurrent=True)
+        runner.register_message("worker_error", self._on_worker_error, concurrent=True)
+        self._worker_error: str | None = None
+        try:
+            self._start_workers()
+            self._configure_workers(raw_dir)
+            total_users = w.total_consumers + w.total_producers
+            rate = w.spawn_rate if w.spawn_rate > 0 else max(total_users, 1)
+            spawner = gevent.spawn(runner.start, total_users, rate)
+            self._connect_phase()
+            self._timed_phases()
+            spawner.kill(block=False)
+            self._finish_workers()
+        finally:
+            runner.quit()
+
+    # -- workers --------------------------------------------------------------------------------
+    def _start_workers(self, timeout: float = 60.0) -> None:
+        master = f"{'127.0.0.1' if self.master_bind in ('*', '0.0.0.0') else self.master_bind}:{self.master_port}"
+        log_dir = self.run_dir / "logs"
+        log_dir.mkdir(exist_ok=True)
+        for i in range(self.local_workers):
+            log = open(log_dir / f"worker-{i}.log", "ab")  # noqa: SIM115 - the child owns it
+            self.processes.append(subprocess.Popen(
+                [sys.executable, "-m", "harness", "worker", "--master", master],
+                stdout=log, stderr=subprocess.STDOUT,
+            ))
+        expected = self.local_workers + self.remote_workers
+        deadline = time.monotonic() + timeout
+        while self.runner.worker_count < expected:
+            if time.monotonic() > deadline:
+                raise RunError(
+                    f"only {self.runner.worker_count} of {expected} workers joined the master "
+                    f"at {master} within {timeout:.0f} s; see {log_dir}"
+                )
+            for p in self.processes:
+                if p.poll() is not None:
+                    raise RunError(f"a worker process exited with {p.returncode}; see {log_dir}")
+            gevent.sleep(0.2)
+        for i, client_id in enumerate(sorted(self.runner.clients.keys())):
+            worker_id = f"w{i}"
+            self.client_ids[worker_id] = client_id
+            self.workers[worker_id] = WorkerState(worker_id)
+
+    def _configure_workers(self, raw_dir: Path, timeout: float = 60.0) -> None:
+        for i, (worker_id, client_id) in enumerate(self.client_ids.items()):
+            self.runner.send_message("run_config", {
+                "plan": self.plan.to_dict(), "worker_id": worker_id, "worker_index": i,
+                "worker_count": len(self.client_ids), "raw_dir": str(raw_dir.resolve()),
+                "coordinator_host": socket.gethostname(),
+            }, client_id=client_id)
+        deadline = time.monotonic() + timeout
+        while not all(s.configured for s in self.workers.values()):
+            if self._worker_error:
+                raise RunError(self._worker_error)
+            if time.monotonic() > deadline:
+                raise RunError("workers did not confirm their configuration within 60 s")
+            gevent.sleep(0.1)
+
+    def _on_configured(self, msg, **_kw) -> None:
+        self.workers[msg.data["worker_id"]].configured = True
+
+    def _on_progress(self, msg, **_kw) -> None:
+        self.workers[msg.data["worker_id"]].progress = msg.data
+
+    def _on_finished(self, msg, **_kw) -> None:
+        state = self.workers[msg.data["worker_id"]]
+        state.finished = True
+        state.totals = msg.data["totals"]
+
+    def _on_raw_file(self, msg, **_kw) -> None:
+        target = self.run_dir / "raw" / msg.data["worker_id"] / msg.data["name"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(msg.data["data"])
+
+    def _on_worker_error(self, msg, **_kw) -> None:
+        self._worker_error = f"worker {msg.data['worker_id']}: {msg.data['error']}"
+
+    def _check_workers(self) -> None:
+        """A worker that died or stopped answering makes the run partial; the rest go on."""
+        alive = set(self.runner.clients.keys()) if hasattr(self.runner, "clients") else set()
+        for worker_id, client_id in self.client_ids.items():
+            state = self.workers[worker_id]
+            if state.lost or state.finished:
+                continue
+            node = self.runner.clients.get(client_id) if client_id in alive else None
+            if node is None or node.state == "missing":
+                state.lost = True
+                reason = f"worker {worker_id} stopped answering at {time.strftime('%H:%M:%S')}"
+                self.partial_reasons.append(reason)
+                self.progress.note(f"warning: {reason}; the run will be marked partial")
+
+    # -- phases ---------------------------------------------------------------------------------
+    def _totals(self) -> dict:
+        live = [s.progress for s in self.workers.values() if s.progress]
+        def total(key):
+            return sum(p.get(key) or 0 for p in live)
+        p99s = [p["p99_ms"] for p in live if p.get("p99_ms") is not None]
+        return {"connected": total("connected"), "failed": total("failed"),
+                "sent": total("sent"), "received": total("received"),
+                "p99_ms": max(p99s) if p99s else None}
+
+    def _connect_phase(self) -> None:
+        w = self.plan.workload
+        self.phases["connect_start"] = time.time()
+        deadline = time.monotonic() + w.connect_timeout_seconds
+        while True:
+            gevent.sleep(0.5)
+            self._check_workers()
+            if self._worker_error:
+                raise RunError(self._worker_error)
+            t = self._totals()
+            self.progress.show("connect", t["connected"], w.total_consumers, t["failed"],
+                               t["sent"], t["received"], None, None)
+            if t["connected"] + t["failed"] >= w.total_consumers:
+                break
+            if all(s.lost for s in self.workers.values()):
+                raise RunError("every worker was lost during the connect phase")
+            if time.monotonic() > deadline:
+                self.partial_reasons.append(
+                    f"connect phase timed out after {w.connect_timeout_seconds} s with "
+                    f"{t['connected']}/{w.total_consumers} consumers connected"
+                )
+                break
+        self.phases["connect_end"] = time.time()
+        self.progress.done()
+
+    def _timed_phases(self) -> None:
+        w = self.plan.workload
+        # Leave a second for the phase message to reach every worker before the schedule starts.
+        start = time.time() + 1.0
+        self.phases.update(
+            warmup_start=start,
+            measure_start=start + w.warmup_seconds,
+            measure_end=start + w.warmup_seconds + w.test_seconds,
+            drain_end=start + w.warmup_seconds + w.test_seconds + w.drain_seconds,
+        )
+        self.runner.send_message("phases", {k: self.phases[k] for k in
+                                             ("warmup_start", "measure_start", "measure_end",
+                                              "drain_end")})
+        while (now := time.time()) < self.phases["drain_end"]:
+            gevent.sleep(0.5)
+            self._check_workers()
+            t = self._totals()
+            phase = ("warmup" if now < self.phases["measure_start"] else
+                     "measure" if now < self.phases["measure_end"] else "drain")
+            self.progress.show(phase, t["connected"], w.total_consumers, t["failed"],
+                               t["sent"], t["received"], t["p99_ms"],
+                               self.phases["drain_end"] - now)
+        self.progress.done()
+
+    def _finish_workers(self, timeout: float = 60.0) -> None:
+        self.runner.send_message("finish", {})
+        deadline = time.monotonic() + timeout
+        while not all(s.finished or s.lost for s in self.workers.values()):
+            self._check_workers()
+            if time.monotonic() > deadline:
+                for s in self.workers.values():
+                    if not s.finished and not s.lost:
+                        s.lost = True
+                        self.partial_reasons.append(f"worker {s.worker_id} did not finish in time")
+                break
+            gevent.sleep(0.2)
+        self.phases["drain_end"] = max(self.phases.get("drain_end", 0), time.time())
+
+    def _stop_processes(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        for p in self.processes:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.terminate()
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+    # -- manifest -------------------------------------------------------------------------------
+    def _write_manifest(self, started: float) -> None:
+        w = self.plan.workload
+        manifest = {
+            "run_id": self.plan.run_id,
+            "workload": w.to_dict(),
+            "driver": self.plan.driver.to_dict(),
+            "service_url": self.plan.service_url,
+            "consumers": w.total_consumers,
+            "subscriptions": w.total_subscriptions,
+            "producers": w.total_producers,
+            "subscription_type": w.subscription_type,
+            "expected_deliveries_per_message": w.expected_deliveries_per_message,
+            "stage_sample_fraction": w.stage_sample_fraction,
+            "workers": sorted(self.workers),
+            "worker_totals": {k: s.totals for k, s in self.workers.items()},
+            "hosts": {"coordinator": socket.gethostname()},
+            "versions": versions(),
+            "git_revision": git_revision(),
+            "started": started,
+            "phases": self.phases,
+            "partial": bool(self.partial_reasons),
+            "partial_reasons": self.partial_reasons,
+        }
+        tmp = self.run_dir / ".manifest.json.tmp"
+        tmp.write_text(json.dumps(manifest, indent=2))
+        os.replace(tmp, self.run_dir / "manifest.json")
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for name in ("fanout-bench", "pyspark", "locust", "hdrhistogram", "gevent", "uvloop"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"

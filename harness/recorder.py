@@ -1,0 +1,187 @@
+"""Per-process recording at the wire: interval histograms, connection rows, stage samples,
+and the per-second timeline with the client's own CPU, memory and loop lag.
+
+One histogram per metric per process (never per consumer: a 3-digit histogram is ~190 KiB).
+Files are flushed every second, so a worker killed mid-run leaves what it had recorded.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from drivers.base import BrokerStamps, SubscribeResult
+from harness.hlog import METRICS, HlogWriter, new_histogram, record
+from harness.message_body import read_stamp
+
+STAGE_COLUMNS = (
+    "ts_us", "e2e_us", "producing_us", "broker_in_us", "persistence_us",
+    "notification_us", "broker_out_us", "broadcasting_us",
+)
+TIMELINE_COLUMNS = (
+    "ts", "phase", "sent", "received", "errors", "connected", "cpu", "rss", "loop_lag_ms",
+)
+CONNECTION_COLUMNS = ("consumer", "connection", "start_us", "end_us", "ok", "error")
+
+
+@dataclass
+class Phases:
+    """Absolute epoch seconds of the phase boundaries, sent by the coordinator."""
+
+    warmup_start: float = float("inf")
+    measure_start: float = float("inf")
+    measure_end: float = float("inf")
+    drain_end: float = float("inf")
+
+    def at(self, t: float) -> str:
+        if t < self.warmup_start:
+            return "connect"
+        if t < self.measure_start:
+            return "warmup"
+        if t < self.measure_end:
+            return "measure"
+        return "drain"
+
+
+class Recorder:
+    def __init__(self, directory: Path, stage_sample_fraction: float, consumer_names: dict[int, str]) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.phases = Phases()
+        self._start = time.time()
+        self._hlog_file = open(directory / "histograms.hlog", "w", encoding="ascii")  # noqa: SIM115
+        self._hlog = HlogWriter(self._hlog_file, self._start)
+        self._intervals = {m: new_histogram() for m in METRICS}
+        self._interval_start = self._start
+        self.running_e2e = new_histogram()
+        self._stage_file = open(directory / "stages.csv", "w", newline="")  # noqa: SIM115
+        self._stages = csv.writer(self._stage_file)
+        self._stages.writerow(STAGE_COLUMNS)
+        self._conn_file = open(directory / "connections.csv", "w", newline="")  # noqa: SIM115
+        self._conns = csv.writer(self._conn_file)
+        self._conns.writerow(CONNECTION_COLUMNS)
+        self._timeline_file = open(directory / "timeline.csv", "w", newline="")  # noqa: SIM115
+        self._timeline = csv.writer(self._timeline_file)
+        self._timeline.writerow(TIMELINE_COLUMNS)
+        # Sample 1 in `_sample_mod` of (message, consumer) pairs, chosen by hash: no bias
+        # towards fast or slow deliveries.
+        self._sample_mod = max(1, round(1 / stage_sample_fraction)) if stage_sample_fraction > 0 else 0
+        self._names = consumer_names
+        self._proc = psutil.Process()
+        self._proc.cpu_percent()
+        self.sent = self.received = self.errors = 0
+        self.connected = self.failed = 0
+        self.total_sent = self.total_received = self.total_errors = 0
+        self.out_of_range = 0
+        self.loop_lag_ms = 0.0
+
+    # -- hot path: one call per delivery -----------------------------------------------------
+    def message_received(
+        self, consumer_index: int, payload: bytes, receive_us: int, stamps: BrokerStamps | None
+    ) -> None:
+        self.received += 1
+        try:
+            intended_us, actual_us, seq = read_stamp(payload)
+        except struct.error:
+            self.errors += 1
+            return
+        intended_s = intended_us / 1e6
+        if not (self.phases.measure_start <= intended_s < self.phases.measure_end):
+            return
+        e2e = receive_us - intended_us
+        hist = self._intervals
+        if not record(hist["e2e"], e2e):
+            self.out_of_range += 1
+        record(hist["e2e_actual"], receive_us - actual_us)
+        record(self.running_e2e, e2e)
+        if stamps is None:
+            return
+        if stamps.complete:
+            producing = stamps.received_us - intended_us
+            broker_in = stamps.persist_start_us - stamps.received_us
+            persistence = stamps.durable_us - stamps.persist_start_us
+            notification = stamps.notified_us - stamps.durable_us
+            broker_out = stamps.dispatch_us - stamps.notified_us
+            broadcasting = receive_us - stamps.dispatch_us
+            record(hist["stage.producing"], producing)
+            record(hist["stage.broker_in"], broker_in)
+            record(hist["stage.persistence"], persistence)
+            record(hist["stage.notification"], notification)
+            record(hist["stage.broker_out"], broker_out)
+            record(hist["stage.broadcasting"], broadcasting)
+            row = (receive_us, e2e, producing, broker_in, persistence, notification,
+                   broker_out, broadcasting)
+        elif stamps.dispatch_us:
+            # A broker with only a dispatch stamp: stages 1-5 as one span, and stage 6.
+            row = (receive_us, e2e, stamps.dispatch_us - intended_us, "", "", "", "",
+                   receive_us - stamps.dispatch_us)
+        else:
+            return
+        if self._sample_mod and (seq * 2654435761 + consumer_index * 40503) % self._sample_mod == 0:
+            self._stages.writerow(row)
+
+    # -- producer ------------------------------------------------------------------------------
+    def message_sent(self, intended_us: int, actual_us: int, acked_us: int) -> None:
+        self.sent += 1
+        if self.phases.measure_start <= intended_us / 1e6 < self.phases.measure_end:
+            record(self._intervals["publish"], acked_us - actual_us)
+            record(self._intervals["publish_delay"], actual_us - intended_us)
+
+    def send_failed(self) -> None:
+        self.errors += 1
+
+    # -- connections ---------------------------------------------------------------------------
+    def subscribed(self, result: SubscribeResult) -> None:
+        if result.ok:
+            self.connected += 1
+            record(self._intervals["connect"], result.end_us - result.start_us)
+        else:
+            self.failed += 1
+        self._conns.writerow(
+            (self._names.get(result.index, str(result.index)), result.connection,
+             result.start_us, result.end_us if result.ok else "", int(result.ok), result.error)
+        )
+
+    # -- once a second -------------------------------------------------------------------------
+    def tick(self, now: float | None = None) -> dict:
+        """Close the interval: histograms to the log, one timeline row; return progress."""
+        now = time.time() if now is None else now
+        length = now - self._interval_start
+        for metric, hist in self._intervals.items():
+            if hist.get_total_count():
+                self._hlog.write(metric, self._interval_start, length, hist)
+                hist.reset()
+        self._interval_start = now
+        row = (int(now), self.phases.at(now - 0.5), self.sent, self.received, self.errors,
+               self.connected, self._proc.cpu_percent(), self._proc.memory_info().rss,
+               round(self.loop_lag_ms, 3))
+        self._timeline.writerow(row)
+        for f in (self._stage_file, self._conn_file, self._timeline_file):
+            f.flush()
+        self.total_sent += self.sent
+        self.total_received += self.received
+        self.total_errors += self.errors
+        progress = {
+            "sent": self.sent, "received": self.received, "errors": self.errors,
+            "connected": self.connected, "failed": self.failed, "cpu": row[6],
+            "loop_lag_ms": self.loop_lag_ms,
+            "p99_ms": self.running_e2e.get_value_at_percentile(99) / 1000
+            if self.running_e2e.get_total_count() else None,
+            "total_sent": self.total_sent, "total_received": self.total_received,
+        }
+        self.sent = self.received = self.errors = 0
+        self.loop_lag_ms = 0.0
+        return progress
+
+    def close(self) -> None:
+        self.tick()
+        for f in (self._hlog_file, self._stage_file, self._conn_file, self._timeline_file):
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()

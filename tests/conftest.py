@@ -1,0 +1,97 @@
+"""Shared fixtures: the bundled broker as a real process on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A free port below the ephemeral range, so outgoing connections never take it."""
+    for port in range(21000 + (os.getpid() * 7) % 8000, 31000):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
+
+
+@dataclass
+class BrokerProcess:
+    port: int
+    admin_port: int
+    data_dir: Path
+    process: subprocess.Popen
+    log_path: Path
+    extra: tuple[str, ...] = ()
+
+    @property
+    def url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def admin(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def kill9(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return start_broker(self.data_dir, self.port, self.admin_port, self.extra)
+
+
+def start_broker(data_dir: Path, port: int | None = None, admin_port: int | None = None,
+                 extra: tuple[str, ...] = ()) -> BrokerProcess:
+    port = port or free_port()
+    admin_port = admin_port or free_port()
+    while admin_port == port:
+        admin_port = free_port() + 1
+    log_path = data_dir.parent / f"broker-{port}.log"
+    log = open(log_path, "ab")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker", "--port", str(port), "--admin-port", str(admin_port),
+         "--data-dir", str(data_dir), *extra],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited: {log_path.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return BrokerProcess(port, admin_port, data_dir, proc, log_path, extra)
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("broker did not start")
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
+    yield b
+    b.stop()
