@@ -1,0 +1,106 @@
+"""The sans-IO codec without sockets: frames whole, byte by byte, and broken."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from broker.wire import pulsar_api_pb2 as pb
+from broker.wire.commands import T, command, message_command_bytes
+from broker.wire.errors import RemoteProtocolError
+from broker.wire.frames import FrameDecoder, encode_frame
+from broker.wire.payload import (
+    decode_payload,
+    encode_payload,
+    join_batch,
+    message_count,
+    split_batch,
+)
+
+
+def _meta(**kw) -> pb.MessageMetadata:
+    return pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=123, **kw)
+
+
+CASES = [
+    (command(T.PING), None, None),
+    (command(T.FLOW, consumer_id=7, messagePermits=1000), None, None),
+    (command(T.SEND, producer_id=1, sequence_id=9), encode_payload(_meta(), b"x" * 100), None),
+    (
+        command(T.MESSAGE, consumer_id=3, message_id={"ledgerId": 5, "entryId": 6}),
+        encode_payload(_meta(), b"hello"),
+        pb.BrokerEntryMetadata(broker_timestamp=1, received_us=99).SerializeToString(),
+    ),
+]
+
+
+def _feed(chunks: list[bytes]):
+    decoder = FrameDecoder()
+    frames = []
+    for chunk in chunks:
+        decoder.receive_data(chunk)
+        frames += decoder.frames()
+    return frames, decoder
+
+
+@pytest.mark.parametrize("cmd,payload,bem", CASES)
+def test_round_trip_whole_and_byte_at_a_time(cmd, payload, bem):
+    data = encode_frame(cmd, payload, bem)
+    for chunks in ([data], [data[i : i + 1] for i in range(len(data))], [data + data[:3]]):
+        frames, decoder = _feed(chunks)
+        assert len(frames) == 1
+        assert frames[0].command == cmd
+        assert frames[0].payload == payload
+        assert frames[0].broker_entry_metadata == bem
+    assert decoder.buffered == 3  # trailing junk stays buffered, never half-consumed
+
+
+def test_oversized_frame_is_refused_from_its_size_prefix_alone():
+    decoder = FrameDecoder(max_frame_size=1024)
+    decoder.receive_data(struct.pack(">I", 1 << 30))
+    with pytest.raises(RemoteProtocolError, match="exceeds"):
+        decoder.next_frame()
+
+
+def test_garbage_command_is_a_remote_protocol_error():
+    decoder = FrameDecoder()
+    decoder.receive_data(struct.pack(">II", 12, 8) + b"\xff" * 8)
+    with pytest.raises(RemoteProtocolError):
+        decoder.next_frame()
+
+
+def test_checksum_mismatch_is_detected_with_checksum_error_hint():
+    section = bytearray(encode_payload(_meta(), b"payload"))
+    section[-1] ^= 0xFF
+    with pytest.raises(RemoteProtocolError) as info:
+        decode_payload(bytes(section))
+    assert info.value.server_error == pb.ChecksumError
+
+
+def test_batch_split_and_join_and_permit_count():
+    singles = [(pb.SingleMessageMetadata(partition_key=f"k{i}"), f"m{i}".encode()) for i in range(3)]
+    section = encode_payload(_meta(num_messages_in_batch=3), join_batch(singles))
+    parsed = decode_payload(section)
+    assert [(s.partition_key, d) for s, d in split_batch(parsed)] == [
+        ("k0", b"m0"), ("k1", b"m1"), ("k2", b"m2")
+    ]
+    assert message_count(section) == 3
+    # A batch of one still uses the batch layout.
+    one = encode_payload(_meta(num_messages_in_batch=1), join_batch(singles[:1]))
+    assert len(split_batch(decode_payload(one))) == 1
+    assert message_count(encode_payload(_meta(), b"plain")) == 1
+
+
+@pytest.mark.parametrize(
+    "args", [(1, 2, 3, 0, -1), (123456, 99999, 1 << 40, 5, 3), (0, 0, 0, 0, -1)]
+)
+def test_hand_built_message_command_matches_protobuf(args):
+    consumer_id, ledger, entry, redeliveries, partition = args
+    msg_id = {"ledgerId": ledger, "entryId": entry}
+    if partition >= 0:
+        msg_id["partition"] = partition
+    fields = {"consumer_id": consumer_id, "message_id": msg_id}
+    if redeliveries:
+        fields["redelivery_count"] = redeliveries
+    assert command(T.MESSAGE, **fields).SerializeToString() == message_command_bytes(*args)
