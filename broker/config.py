@@ -28,7 +28,6 @@ class BrokerConfig:
     managedLedgerCacheSizeMB: int = 256
     managedLedgerCursorPositionPersistIntervalMs: int = 1000
     maxMessageSize: int = 5 * 1024 * 1024
-    dispatcherMaxReadBatchSize: int = 100
     # Not Pulsar's: the accept queue matters for connection storms (DESIGN: 4096 vs 128).
     listenBacklog: int = 4096
     statsIntervalSeconds: float = 5.0

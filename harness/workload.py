@@ -1,0 +1,408 @@
+"""Workload files: OMB's keys plus the fan-out extensions and sweeps, parsed once.
+
+A workload file is read once, when a run starts. Everything downstream (Locust users, the
+results writer, the analysis) gets frozen `Workload` values and never sees YAML, so every
+check lives here and a bad file fails before any broker or worker starts. The keys and their
+meaning are listed in docs/workloads.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config_errors import (
+    ConfigError,
+    InvalidValue,
+    Parser,
+    boolean,
+    check_keys,
+    choice,
+    integer,
+    load_yaml_mapping,
+    nullable,
+    number,
+    parse_value,
+    show,
+    string,
+)
+
+SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared", "Broadcast")
+KEY_DISTRIBUTORS = ("NO_KEY", "KEY_ROUND_ROBIN", "RANDOM_NANO")
+SUBSCRIPTION_LAYOUTS = ("auto", "single", "per-consumer")
+TOPIC_PERSISTENCES = ("persistent", "non-persistent")
+
+
+def _producer_rate(value: object) -> float:
+    rate = number()(value)
+    if rate == 0:
+        raise InvalidValue(
+            "0 means 'find the maximum rate' in OMB, which fan-out bench does not support yet "
+            "(give the total rate in msg/s, e.g. producerRate: 1)"
+        )
+    return rate
+
+
+# Every key a workload file may hold, in the order to_dict() and the docs use. Nullable keys
+# are the ones whose absence means something (derive it, or use another key).
+_PARSERS: dict[str, Parser] = {
+    # OMB
+    "name": string,
+    "topics": integer(minimum=1),
+    "partitionsPerTopic": integer(minimum=1),
+    "keyDistributor": choice(*KEY_DISTRIBUTORS),
+    "messageSize": integer(minimum=1),
+    "useRandomizedPayloads": boolean,
+    "randomBytesRatio": number(0, 1),
+    "randomizedPayloadPoolSize": integer(minimum=0),
+    "payloadFile": nullable(string),
+    "subscriptionsPerTopic": integer(minimum=1),
+    "producersPerTopic": integer(minimum=1),
+    "consumerPerSubscription": integer(minimum=1),
+    "producerRate": _producer_rate,
+    "consumerBacklogSizeGB": integer(minimum=0),
+    "backlogDrainRatio": number(0, 1),
+    "testDurationMinutes": integer(minimum=1),
+    "warmupDurationMinutes": integer(minimum=0),
+    # fan-out extensions
+    "subscriptionType": choice(*SUBSCRIPTION_TYPES),
+    "consumersPerTopic": nullable(integer(minimum=1)),
+    "subscriptionLayout": choice(*SUBSCRIPTION_LAYOUTS),
+    "consumersPerConnection": integer(minimum=1),
+    "connectConcurrency": integer(minimum=1),
+    "spawnRate": number(),
+    "warmupDurationSeconds": nullable(integer(minimum=0)),
+    "testDurationSeconds": nullable(integer(minimum=1)),
+    "drainSeconds": integer(minimum=0),
+    "connectTimeoutSeconds": integer(minimum=1),
+    "topicPersistence": choice(*TOPIC_PERSISTENCES),
+    "stageSampleFraction": number(0, 1),
+    "workers": integer(minimum=0),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """One fully resolved run. Build it with load_workload, which checks the keys together;
+    constructing it directly (in tests) skips those checks."""
+
+    name: str
+    topics: int = 1
+    partitions_per_topic: int = 1
+    key_distributor: str = "NO_KEY"
+    message_size: int
+    use_randomized_payloads: bool = False
+    random_bytes_ratio: float = 0.0
+    randomized_payload_pool_size: int = 0
+    payload_file: Path | None = None
+    """Absolute path, resolved against the workload file's folder."""
+    payload_file_found: bool = False
+    """False when payload_file is missing: the payload builder then makes message_size bytes."""
+    subscriptions_per_topic: int = 1
+    producers_per_topic: int = 1
+    consumer_per_subscription: int = 1
+    producer_rate: float
+    """Total msg/s over all producers, as in OMB."""
+    consumer_backlog_size_gb: int = 0
+    backlog_drain_ratio: float = 1.0
+    subscription_type: str = "Shared"
+    consumers_per_connection: int = 100
+    connect_concurrency: int = 500
+    spawn_rate: float = 0
+    """Consumers per second over the whole run; 0 = as fast as connect_concurrency allows."""
+    warmup_seconds: int = 60
+    test_seconds: int = 300
+    drain_seconds: int = 5
+    connect_timeout_seconds: int = 300
+    topic_persistence: str = "persistent"
+    stage_sample_fraction: float = 0.01
+    workers: int = 0
+    """Worker processes; 0 = decided by the harness."""
+    label: str = field(default="", compare=False)
+    """How the case is shown: 'subscriptionType=Broadcast, consumersPerTopic=2000', or the
+    workload's name when the file is not a sweep."""
+    slug: str = field(default="", compare=False)
+    """The label as a directory name. Label and slug say where a case sits in its file, not
+    what it runs, so equality ignores them."""
+
+    @property
+    def consumers_per_topic(self) -> int:
+        return self.subscriptions_per_topic * self.consumer_per_subscription
+
+    @property
+    def total_consumers(self) -> int:
+        return self.topics * self.consumers_per_topic
+
+    @property
+    def total_subscriptions(self) -> int:
+        return self.topics * self.subscriptions_per_topic
+
+    @property
+    def total_producers(self) -> int:
+        return self.topics * self.producers_per_topic
+
+    @property
+    def expected_deliveries_per_message(self) -> int:
+        """Deliveries owed for one published message (it goes to one topic): Broadcast gives it
+        to every consumer of each subscription, the other types to one consumer per
+        subscription."""
+        if self.subscription_type == "Broadcast":
+            return self.subscriptions_per_topic * self.consumer_per_subscription
+        return self.subscriptions_per_topic
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved workload under its YAML keys, for the manifest. It loads back to an
+        equal Workload: durations are given in seconds and consumers as
+        subscriptionsPerTopic x consumerPerSubscription, so no key needs resolving twice."""
+        return {
+            "name": self.name,
+            "topics": self.topics,
+            "partitionsPerTopic": self.partitions_per_topic,
+            "keyDistributor": self.key_distributor,
+            "messageSize": self.message_size,
+            "useRandomizedPayloads": self.use_randomized_payloads,
+            "randomBytesRatio": self.random_bytes_ratio,
+            "randomizedPayloadPoolSize": self.randomized_payload_pool_size,
+            "payloadFile": None if self.payload_file is None else str(self.payload_file),
+            "subscriptionsPerTopic": self.subscriptions_per_topic,
+            "producersPerTopic": self.producers_per_topic,
+            "consumerPerSubscription": self.consumer_per_subscription,
+            "producerRate": self.producer_rate,
+            "consumerBacklogSizeGB": self.consumer_backlog_size_gb,
+            "backlogDrainRatio": self.backlog_drain_ratio,
+            "subscriptionType": self.subscription_type,
+            "consumersPerConnection": self.consumers_per_connection,
+            "connectConcurrency": self.connect_concurrency,
+            "spawnRate": self.spawn_rate,
+            "warmupDurationSeconds": self.warmup_seconds,
+            "testDurationSeconds": self.test_seconds,
+            "drainSeconds": self.drain_seconds,
+            "connectTimeoutSeconds": self.connect_timeout_seconds,
+            "topicPersistence": self.topic_persistence,
+            "stageSampleFraction": self.stage_sample_fraction,
+            "workers": self.workers,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SweepAxis:
+    """A key given as a list: the case values, typed and in file order."""
+
+    key: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """A workload file: one case, or the cartesian product of its sweep axes."""
+
+    name: str
+    slug: str
+    path: Path
+    axes: tuple[SweepAxis, ...]
+    cases: tuple[Workload, ...]
+    """In run order: the first axis in the file varies slowest."""
+
+    @property
+    def is_sweep(self) -> bool:
+        return bool(self.axes)
+
+
+def load_workload(path: str | os.PathLike[str]) -> WorkloadSpec:
+    """Read and check a workload file; raises ConfigError (one line) on any problem."""
+    path = Path(path)
+    where = f"{path}: "
+    data = load_yaml_mapping(path, str(path))
+    check_keys(data, _PARSERS, where)
+    fixed: dict[str, Any] = {}
+    axes: list[SweepAxis] = []
+    for key, raw in data.items():
+        if isinstance(raw, list):
+            axes.append(_axis(key, raw, where))
+        else:
+            fixed[key] = parse_value(_PARSERS[key], raw, where, key)
+    if "name" not in fixed:
+        raise ConfigError(f"{where}missing key 'name' (every workload needs a name)")
+    cases = tuple(
+        _case(fixed, axes, combo, where, path.parent)
+        for combo in itertools.product(*(axis.values for axis in axes))
+    )
+    name = fixed["name"]
+    return WorkloadSpec(name=name, slug=_slugify(name), path=path, axes=tuple(axes), cases=cases)
+
+
+def _axis(key: str, raw: list[object], where: str) -> SweepAxis:
+    if key == "name":
+        raise ConfigError(f"{where}key 'name' cannot be swept (give one name; sweep other keys)")
+    if not raw:
+        raise ConfigError(f"{where}key {key!r}: empty list (give at least one value)")
+    values: list[Any] = []
+    slugs: set[str] = set()
+    for index, item in enumerate(raw, start=1):
+        try:
+            value = _PARSERS[key](item)
+        except InvalidValue as exc:
+            raise ConfigError(f"{where}key {key!r}, item {index}: {exc}") from None
+        slug = _slugify(show(value))
+        if slug in slugs:
+            raise ConfigError(
+                f"{where}key {key!r}: {show(value)} appears twice in the sweep list (remove one)"
+            )
+        slugs.add(slug)
+        values.append(value)
+    return SweepAxis(key=key, values=tuple(values))
+
+
+def _case(
+    fixed: dict[str, Any],
+    axes: list[SweepAxis],
+    combo: tuple[Any, ...],
+    where: str,
+    base_dir: Path,
+) -> Workload:
+    given = fixed | {axis.key: value for axis, value in zip(axes, combo, strict=True)}
+    given = {key: value for key, value in given.items() if value is not None}
+    if not axes:
+        return _resolve(given, where, base_dir, label=given["name"], slug=_slugify(given["name"]))
+    label = ", ".join(f"{axis.key}={show(value)}" for axis, value in zip(axes, combo, strict=True))
+    slug = "_".join(
+        f"{axis.key}-{_slugify(show(value))}" for axis, value in zip(axes, combo, strict=True)
+    )
+    return _resolve(given, f"{where}case {label!r}: ", base_dir, label=label, slug=slug)
+
+
+def _resolve(t: dict[str, Any], where: str, base_dir: Path, label: str, slug: str) -> Workload:
+    """Check the keys of one case together and build it; `t` holds typed, non-null values."""
+    if "producerRate" not in t:
+        raise ConfigError(
+            f"{where}missing key 'producerRate' (give the total rate in msg/s; fan-out bench "
+            "cannot search for the maximum rate yet)"
+        )
+    subscription_type = t.get("subscriptionType", "Shared")
+    subscriptions, per_subscription = _layout(t, subscription_type, where)
+    if subscription_type == "Exclusive" and per_subscription > 1:
+        raise ConfigError(
+            f"{where}key 'consumerPerSubscription': an Exclusive subscription admits one "
+            f"consumer, got {per_subscription} (the broker refuses all but the first; use "
+            "subscriptionLayout per-consumer, or subscriptionType Failover)"
+        )
+    randomized = t.get("useRandomizedPayloads", False)
+    pool_size = t.get("randomizedPayloadPoolSize", 0)
+    if randomized and pool_size < 1:
+        raise ConfigError(
+            f"{where}key 'randomizedPayloadPoolSize': useRandomizedPayloads needs at least 1 "
+            f"payload in the pool, got {pool_size} (OMB's files use 1000)"
+        )
+    payload_file, found, message_size = _payload(t, randomized, base_dir, where)
+    return Workload(
+        name=t["name"],
+        topics=t.get("topics", 1),
+        partitions_per_topic=t.get("partitionsPerTopic", 1),
+        key_distributor=t.get("keyDistributor", "NO_KEY"),
+        message_size=message_size,
+        use_randomized_payloads=randomized,
+        random_bytes_ratio=t.get("randomBytesRatio", 0.0),
+        randomized_payload_pool_size=pool_size,
+        payload_file=payload_file,
+        payload_file_found=found,
+        subscriptions_per_topic=subscriptions,
+        producers_per_topic=t.get("producersPerTopic", 1),
+        consumer_per_subscription=per_subscription,
+        producer_rate=t["producerRate"],
+        consumer_backlog_size_gb=t.get("consumerBacklogSizeGB", 0),
+        backlog_drain_ratio=t.get("backlogDrainRatio", 1.0),
+        subscription_type=subscription_type,
+        consumers_per_connection=t.get("consumersPerConnection", 100),
+        connect_concurrency=t.get("connectConcurrency", 500),
+        spawn_rate=t.get("spawnRate", 0),
+        warmup_seconds=_seconds(t, "warmup", default_minutes=1, where=where),
+        test_seconds=_seconds(t, "test", default_minutes=5, where=where),
+        drain_seconds=t.get("drainSeconds", 5),
+        connect_timeout_seconds=t.get("connectTimeoutSeconds", 300),
+        topic_persistence=t.get("topicPersistence", "persistent"),
+        stage_sample_fraction=t.get("stageSampleFraction", 0.01),
+        workers=t.get("workers", 0),
+        label=label,
+        slug=slug,
+    )
+
+
+def _layout(t: dict[str, Any], subscription_type: str, where: str) -> tuple[int, int]:
+    """(subscriptionsPerTopic, consumerPerSubscription), from consumersPerTopic when given."""
+    consumers = t.get("consumersPerTopic")
+    layout = t.get("subscriptionLayout")
+    if consumers is None:
+        if layout is not None:
+            raise ConfigError(
+                f"{where}key 'subscriptionLayout' needs 'consumersPerTopic' (give both, or "
+                "give subscriptionsPerTopic and consumerPerSubscription instead)"
+            )
+        return t.get("subscriptionsPerTopic", 1), t.get("consumerPerSubscription", 1)
+    if layout in (None, "auto"):
+        layout = "single" if subscription_type == "Broadcast" else "per-consumer"
+    resolved = {
+        "subscriptionsPerTopic": 1 if layout == "single" else consumers,
+        "consumerPerSubscription": consumers if layout == "single" else 1,
+    }
+    for key, value in resolved.items():
+        if key in t and t[key] != value:
+            raise ConfigError(
+                f"{where}key {key!r}: {t[key]} disagrees with consumersPerTopic {consumers} "
+                f"laid out {layout!r}, which gives {value} (drop one of the two keys)"
+            )
+    return resolved["subscriptionsPerTopic"], resolved["consumerPerSubscription"]
+
+
+def _seconds(t: dict[str, Any], phase: str, default_minutes: int, where: str) -> int:
+    minutes_key, seconds_key = f"{phase}DurationMinutes", f"{phase}DurationSeconds"
+    if minutes_key in t and seconds_key in t:
+        raise ConfigError(
+            f"{where}keys {minutes_key!r} and {seconds_key!r} both set the {phase} duration "
+            "(keep one)"
+        )
+    if seconds_key in t:
+        return t[seconds_key]
+    return t.get(minutes_key, default_minutes) * 60
+
+
+def _payload(
+    t: dict[str, Any], randomized: bool, base_dir: Path, where: str
+) -> tuple[Path | None, bool, int]:
+    """(payload file, whether it exists, message size). OMB fails a run whose file size is not
+    messageSize; here that fails at load time, and a missing file is tolerated when
+    messageSize says how many bytes to make instead."""
+    size = t.get("messageSize")
+    if "payloadFile" not in t:
+        if size is None:
+            raise ConfigError(
+                f"{where}missing key 'messageSize' (give the message size in bytes, or a "
+                "payloadFile)"
+            )
+        return None, False, size
+    path = (base_dir / t["payloadFile"]).resolve()
+    found = path.is_file()
+    if not found:
+        if size is None:
+            raise ConfigError(
+                f"{where}key 'payloadFile': no such file {path} (fix the path, or give "
+                "messageSize to send generated bytes)"
+            )
+        return path, False, size
+    actual = path.stat().st_size
+    if size is None:
+        return path, True, actual
+    if size != actual and not randomized:
+        raise ConfigError(
+            f"{where}key 'messageSize': {size}, but payloadFile {path} holds {actual} bytes "
+            "(OMB requires them to match; fix one)"
+        )
+    return path, True, size
+
+
+def _slugify(text: str) -> str:
+    """A directory-safe name: runs of anything but letters, digits and '.' become '-'."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-.") or "workload"
