@@ -59,7 +59,7 @@ class FanoutContext:
         self._lag_watch = None
 
     # -- messages from the master ------------------------------------------------------------
-    def on_run_config(self, msg) -> None:
+    def on_run_config(self, msg, **_kw) -> None:
         data: dict[str, Any] = msg.data
         self.plan = RunPlan.from_dict(data["plan"])
         self.worker_id = data["worker_id"]
@@ -89,12 +89,12 @@ class FanoutContext:
         self.configured.set()
         self.runner.send_message("configured", {"worker_id": self.worker_id})
 
-    def on_phases(self, msg) -> None:
+    def on_phases(self, msg, **_kw) -> None:
         p = msg.data
         self.recorder.phases = Phases(p["warmup_start"], p["measure_start"], p["measure_end"], p["drain_end"])
         self.phases_known.set()
 
-    def on_finish(self, msg) -> None:
+    def on_finish(self, msg, **_kw) -> None:
         gevent.spawn(self._finish)
 
     def _finish(self) -> None:

@@ -1,0 +1,162 @@
+"""`bench run` end to end through Locust's master and worker processes, with a test double
+driver (no broker) where the numbers must be known, and the real broker where they need not."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.hlog import decode, read_intervals, new_histogram
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _merged(run_dir: Path, metric: str):
+    total = new_histogram()
+    for hlog in run_dir.glob("raw/*/histograms.hlog"):
+        for interval in read_intervals(hlog):
+            if interval.tag == metric:
+                total.add(decode(interval.blob))
+    return total
+
+
+@pytest.fixture
+def listener():
+    """Something listening where the double's serviceUrl points (the run checks reachability)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield s.getsockname()[1]
+
+
+def _double_driver(tmp_path: Path, port: int, delay_ms: int, lag_ms: int) -> Path:
+    return _write(tmp_path / "double.yaml", f"""
+        name: delay-double
+        driverClass: tests.doubles.delay_driver:DelayDriver
+        client:
+          serviceUrl: pulsar://127.0.0.1:{port}
+        broker:
+          delayMs: {delay_ms}
+          lagMs: {lag_ms}
+    """)
+
+
+def _workload(tmp_path: Path, consumers: int, rate: int, test_s: int, name="double") -> Path:
+    return _write(tmp_path / f"workload-{name}.yaml", f"""
+        name: {name}
+        messageSize: 1024
+        producerRate: {rate}
+        subscriptionType: Broadcast
+        consumersPerTopic: {consumers}
+        warmupDurationSeconds: 1
+        testDurationSeconds: {test_s}
+        drainSeconds: 2
+        stageSampleFraction: 1.0
+    """)
+
+
+def test_latency_is_taken_at_the_wire_not_when_the_callback_runs(tmp_path, listener):
+    delay_ms, lag_ms = 40, 150
+    driver = _double_driver(tmp_path, listener, delay_ms, lag_ms)
+    workload = _workload(tmp_path, consumers=5, rate=4, test_s=3)
+    result = _bench("run", str(workload), "--driver", str(driver), "--workers", "1",
+                    "--results", str(tmp_path / "results"), "--no-analysis")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = Path(result.stdout.strip().splitlines()[-1])
+    e2e = _merged(run_dir, "e2e")
+    assert e2e.get_total_count() >= 5 * 8
+    # Within HDR precision plus scheduling noise of the double's own sleep, and far from the
+    # 190 ms a callback-time clock would give.
+    p50_ms = e2e.get_value_at_percentile(50) / 1000
+    assert delay_ms - 1 <= p50_ms <= delay_ms + 25, p50_ms
+    broadcasting = _merged(run_dir, "stage.broadcasting")
+    assert broadcasting.get_total_count() == e2e.get_total_count()
+    assert abs(broadcasting.get_value_at_percentile(50) - 600) <= 2
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["partial"] is False
+    assert manifest["consumers"] == 5
+
+
+def test_a_worker_killed_mid_run_leaves_a_partial_run_with_its_data(tmp_path, listener):
+    driver = _double_driver(tmp_path, listener, 5, 0)
+    workload = _workload(tmp_path, consumers=4, rate=5, test_s=8)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", str(workload), "--driver", str(driver),
+         "--workers", "2", "--results", str(tmp_path / "results"), "--no-analysis"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    victim = None
+    deadline = time.monotonic() + 60
+    while victim is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        workers = [p for p in psutil.Process(proc.pid).children()
+                   if "worker" in " ".join(p.cmdline())]
+        timelines = list((tmp_path / "results").glob("*/raw/*/timeline.csv"))
+        if len(workers) == 2 and timelines and any(
+            "measure" in t.read_text() for t in timelines
+        ):
+            victim = workers[0]
+    assert victim is not None, "the run never reached its measure phase"
+    victim.kill()
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    run_dir = Path(out.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["partial"] is True
+    assert manifest["partial_reasons"]
+    rows = [len(p.read_text().splitlines()) for p in run_dir.glob("raw/*/timeline.csv")]
+    assert len(rows) == 2 and min(rows) > 2, rows
+
+
+def test_unreachable_broker_fails_fast_with_a_clear_message(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connections are refused
+        driver = _write(tmp_path / "remote.yaml", f"""
+            name: nowhere
+            client:
+              serviceUrl: pulsar://127.0.0.1:{port}
+        """)
+        workload = _workload(tmp_path, consumers=1, rate=1, test_s=1)
+        started = time.monotonic()
+        result = _bench("run", str(workload), "--driver", str(driver),
+                        "--results", str(tmp_path / "results"), timeout=60)
+    assert result.returncode == 1
+    assert time.monotonic() - started < 20
+    assert f"pulsar://127.0.0.1:{port} is unreachable" in result.stderr
+
+
+def test_missing_workload_and_misspelled_key_are_one_line_errors(tmp_path):
+    result = _bench("run", str(tmp_path / "missing.yaml"))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "missing.yaml" in result.stderr
+    bad = _write(tmp_path / "bad.yaml", """
+        name: bad
+        messageSize: 10
+        producerRate: 1
+        mesageSize: 10
+    """)
+    result = _bench("run", str(bad))
+    assert result.returncode == 2
+    assert "bad.yaml" in result.stderr and "mesageSize" in result.stderr
+    assert result.stderr.strip().count("\n") == 0
