@@ -24,14 +24,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help="binary protocol port (default 6650)")
     parser.add_argument("--admin-port", type=int, help="admin HTTP port (default 8080)")
     parser.add_argument("--bind", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--data-dir", type=Path, help="journal, ledgers and cursors (default data/broker)")
-    parser.add_argument("--stats-dir", type=Path, help="write stats-<n>.json here every few seconds")
-    parser.add_argument("--set", type=_setting, action="append", default=[], metavar="NAME=VALUE",
-                        help="any broker setting, e.g. --set journalSyncData=false")
+    parser.add_argument(
+        "--data-dir", type=Path, help="journal, ledgers and cursors (default data/broker)"
+    )
+    parser.add_argument(
+        "--stats-dir", type=Path, help="write stats-<n>.json here every few seconds"
+    )
+    parser.add_argument(
+        "--set",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any broker setting, e.g. --set journalSyncData=false",
+    )
     args = parser.parse_args(argv)
     overrides: dict[str, object] = dict(args.set)
-    for flag, name in (("port", "brokerServicePort"), ("admin_port", "webServicePort"),
-                       ("bind", "bindAddress"), ("data_dir", "dataDir"), ("stats_dir", "statsDir")):
+    for flag, name in (
+        ("port", "brokerServicePort"),
+        ("admin_port", "webServicePort"),
+        ("bind", "bindAddress"),
+        ("data_dir", "dataDir"),
+        ("stats_dir", "statsDir"),
+    ):
         value = getattr(args, flag)
         if value is not None:
             overrides[name] = str(value) if isinstance(value, Path) else value

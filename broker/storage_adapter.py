@@ -70,8 +70,18 @@ class LedgerEntryLog:
         index = row[1] + pos.entry_id
         self.next_index = max(self.next_index, index + 1)
         count, _, _ = _entry_facts(payload)
-        entry = Entry(index, pos.ledger_id, pos.entry_id, payload, count, key, received_us,
-                      done.persist_start_us, done.durable_us, publish_time_ms=publish_ms)
+        entry = Entry(
+            index,
+            pos.ledger_id,
+            pos.entry_id,
+            payload,
+            count,
+            key,
+            received_us,
+            done.persist_start_us,
+            done.durable_us,
+            publish_time_ms=publish_ms,
+        )
         self._remember(entry)
         return entry
 
@@ -110,16 +120,29 @@ class LedgerEntryLog:
             for stored in self.ledger.read(self.position_of(index), end - index):
                 count, key, publish_ms = _entry_facts(stored.data)
                 idx = self.index_of(stored.position.ledger_id, stored.position.entry_id)
-                out.append(Entry(idx, stored.position.ledger_id, stored.position.entry_id,
-                                 stored.data, count, key, stored.received_us, 0, 0,
-                                 publish_time_ms=publish_ms))
+                out.append(
+                    Entry(
+                        idx,
+                        stored.position.ledger_id,
+                        stored.position.entry_id,
+                        stored.data,
+                        count,
+                        key,
+                        stored.received_us,
+                        0,
+                        0,
+                        publish_time_ms=publish_ms,
+                    )
+                )
         return out
 
     def trim_before(self, index: int) -> None:
         """Retention: whole ledgers below the slowest cursor go (seed 001)."""
         if index <= self.first_index or not self._rows:
             return
-        deleted = set(self.ledger.delete_ledgers_before(self.position_of(min(index, self.next_index - 1))))
+        deleted = set(
+            self.ledger.delete_ledgers_before(self.position_of(min(index, self.next_index - 1)))
+        )
         if deleted:
             keep = [r for r in self._rows if r[0] not in deleted]
             self._rows = keep
@@ -168,8 +191,11 @@ class LedgerStorage:
         self._stores[name] = store
         cursors = {}
         for sub_name, state in store.load_all().items():
-            mark = (entry_log.first_index - 1 if state.mark_delete is None else
-                    entry_log.index_of(*state.mark_delete))
+            mark = (
+                entry_log.first_index - 1
+                if state.mark_delete is None
+                else entry_log.index_of(*state.mark_delete)
+            )
             acked: set[int] = set()
             for start, end in state.individually_acked:
                 acked.update(range(entry_log.index_of(*start) + 1, entry_log.index_of(*end) + 1))
@@ -190,11 +216,18 @@ class LedgerStorage:
         ranges = []
         if sub.mode != "Broadcast":
             for i in sorted(sub.acked):
-                ranges.append((entry_log.position_of(i - 1) if i - 1 >= entry_log.first_index
-                               else Position(-1, -1), entry_log.position_of(i)))
+                ranges.append(
+                    (
+                        entry_log.position_of(i - 1)
+                        if i - 1 >= entry_log.first_index
+                        else Position(-1, -1),
+                        entry_log.position_of(i),
+                    )
+                )
         return CursorState(
             mark_delete=entry_log.position_of(mark) if mark >= entry_log.first_index else None,
-            individually_acked=ranges, mode=sub.mode,
+            individually_acked=ranges,
+            mode=sub.mode,
         )
 
     async def _persist_loop(self) -> None:

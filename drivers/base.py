@@ -77,7 +77,11 @@ class BenchmarkProducer(Protocol):
 
 class BenchmarkDriver(Protocol):
     def initialize(
-        self, config: Any, callback: ConsumerCallback, *, consumers_per_connection: int,
+        self,
+        config: Any,
+        callback: ConsumerCallback,
+        *,
+        consumers_per_connection: int,
         service_url: str,
     ) -> None:
         """`config` is the parsed driver YAML (harness.driver_config.DriverConfig);

@@ -60,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 def _worker(argv: list[str]) -> int:
     import locust  # noqa: F401 - gevent monkey-patching must come first
 
-    parser = argparse.ArgumentParser(prog="bench worker",
-                                     description="Join a run's coordinator (Locust master).")
+    parser = argparse.ArgumentParser(
+        prog="bench worker", description="Join a run's coordinator (Locust master)."
+    )
     parser.add_argument("--master", required=True, metavar="HOST:PORT")
     args = parser.parse_args(argv)
     host, _, port = args.master.rpartition(":")

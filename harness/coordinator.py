@@ -67,9 +67,17 @@ def worker_count_for(plan: RunPlan, requested: int) -> int:
 
 
 class Coordinator:
-    def __init__(self, plan: RunPlan, run_dir: Path, *, workers: int = 0, remote_workers: int = 0,
-                 master_bind: str = "127.0.0.1", master_port: int = 0,
-                 progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        plan: RunPlan,
+        run_dir: Path,
+        *,
+        workers: int = 0,
+        remote_workers: int = 0,
+        master_bind: str = "127.0.0.1",
+        master_port: int = 0,
+        progress: Progress | None = None,
+    ) -> None:
         self.plan = plan
         self.run_dir = run_dir
         self.local_workers = worker_count_for(plan, workers or plan.workload.workers)
@@ -137,15 +145,19 @@ class Coordinator:
 
     # -- workers --------------------------------------------------------------------------------
     def _start_workers(self, timeout: float = 60.0) -> None:
-        master = f"{'127.0.0.1' if self.master_bind in ('*', '0.0.0.0') else self.master_bind}:{self.master_port}"
+        host = "127.0.0.1" if self.master_bind in ("*", "0.0.0.0") else self.master_bind
+        master = f"{host}:{self.master_port}"
         log_dir = self.run_dir / "logs"
         log_dir.mkdir(exist_ok=True)
         for i in range(self.local_workers):
             log = open(log_dir / f"worker-{i}.log", "ab")  # noqa: SIM115 - the child owns it
-            self.processes.append(subprocess.Popen(
-                [sys.executable, "-m", "harness", "worker", "--master", master],
-                stdout=log, stderr=subprocess.STDOUT,
-            ))
+            self.processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "harness", "worker", "--master", master],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         expected = self.local_workers + self.remote_workers
         deadline = time.monotonic() + timeout
         while self.runner.worker_count < expected:
@@ -165,11 +177,18 @@ class Coordinator:
 
     def _configure_workers(self, raw_dir: Path, timeout: float = 60.0) -> None:
         for i, (worker_id, client_id) in enumerate(self.client_ids.items()):
-            self.runner.send_message("run_config", {
-                "plan": self.plan.to_dict(), "worker_id": worker_id, "worker_index": i,
-                "worker_count": len(self.client_ids), "raw_dir": str(raw_dir.resolve()),
-                "coordinator_host": socket.gethostname(),
-            }, client_id=client_id)
+            self.runner.send_message(
+                "run_config",
+                {
+                    "plan": self.plan.to_dict(),
+                    "worker_id": worker_id,
+                    "worker_index": i,
+                    "worker_count": len(self.client_ids),
+                    "raw_dir": str(raw_dir.resolve()),
+                    "coordinator_host": socket.gethostname(),
+                },
+                client_id=client_id,
+            )
         deadline = time.monotonic() + timeout
         while not all(s.configured for s in self.workers.values()):
             if self._worker_error:
@@ -214,12 +233,18 @@ class Coordinator:
     # -- phases ---------------------------------------------------------------------------------
     def _totals(self) -> dict:
         live = [s.progress for s in self.workers.values() if s.progress]
+
         def total(key):
             return sum(p.get(key) or 0 for p in live)
+
         p99s = [p["p99_ms"] for p in live if p.get("p99_ms") is not None]
-        return {"connected": total("connected"), "failed": total("failed"),
-                "sent": total("sent"), "received": total("received"),
-                "p99_ms": max(p99s) if p99s else None}
+        return {
+            "connected": total("connected"),
+            "failed": total("failed"),
+            "sent": total("sent"),
+            "received": total("received"),
+            "p99_ms": max(p99s) if p99s else None,
+        }
 
     def _connect_phase(self) -> None:
         w = self.plan.workload
@@ -231,8 +256,16 @@ class Coordinator:
             if self._worker_error:
                 raise RunError(self._worker_error)
             t = self._totals()
-            self.progress.show("connect", t["connected"], w.total_consumers, t["failed"],
-                               t["sent"], t["received"], None, None)
+            self.progress.show(
+                "connect",
+                t["connected"],
+                w.total_consumers,
+                t["failed"],
+                t["sent"],
+                t["received"],
+                None,
+                None,
+            )
             if t["connected"] + t["failed"] >= w.total_consumers:
                 break
             if all(s.lost for s in self.workers.values()):
@@ -256,18 +289,34 @@ class Coordinator:
             measure_end=start + w.warmup_seconds + w.test_seconds,
             drain_end=start + w.warmup_seconds + w.test_seconds + w.drain_seconds,
         )
-        self.runner.send_message("phases", {k: self.phases[k] for k in
-                                             ("warmup_start", "measure_start", "measure_end",
-                                              "drain_end")})
+        self.runner.send_message(
+            "phases",
+            {
+                k: self.phases[k]
+                for k in ("warmup_start", "measure_start", "measure_end", "drain_end")
+            },
+        )
         while (now := time.time()) < self.phases["drain_end"]:
             gevent.sleep(0.5)
             self._check_workers()
             t = self._totals()
-            phase = ("warmup" if now < self.phases["measure_start"] else
-                     "measure" if now < self.phases["measure_end"] else "drain")
-            self.progress.show(phase, t["connected"], w.total_consumers, t["failed"],
-                               t["sent"], t["received"], t["p99_ms"],
-                               self.phases["drain_end"] - now)
+            phase = (
+                "warmup"
+                if now < self.phases["measure_start"]
+                else "measure"
+                if now < self.phases["measure_end"]
+                else "drain"
+            )
+            self.progress.show(
+                phase,
+                t["connected"],
+                w.total_consumers,
+                t["failed"],
+                t["sent"],
+                t["received"],
+                t["p99_ms"],
+                self.phases["drain_end"] - now,
+            )
         self.progress.done()
 
     def _finish_workers(self, timeout: float = 60.0) -> None:
@@ -339,7 +388,15 @@ def versions() -> dict[str, str]:
 
 def git_revision() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=Path(__file__).parent,
+                timeout=5,
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"

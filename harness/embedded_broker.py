@@ -28,8 +28,9 @@ def free_port(host: str = "127.0.0.1", low: int = 20000, high: int = 32000) -> i
 
 
 class EmbeddedBroker:
-    def __init__(self, data_dir: Path, stats_dir: Path, log_path: Path,
-                 settings: dict | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, stats_dir: Path, log_path: Path, settings: dict | None = None
+    ) -> None:
         self.port = free_port()
         self.admin_port = free_port(low=self.port + 1)
         self.data_dir = data_dir
@@ -44,9 +45,17 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 20.0) -> None:
         cmd = [
-            sys.executable, "-m", "broker", "--port", str(self.port),
-            "--admin-port", str(self.admin_port), "--data-dir", str(self.data_dir),
-            "--stats-dir", str(self.stats_dir),
+            sys.executable,
+            "-m",
+            "broker",
+            "--port",
+            str(self.port),
+            "--admin-port",
+            str(self.admin_port),
+            "--data-dir",
+            str(self.data_dir),
+            "--stats-dir",
+            str(self.stats_dir),
         ]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]
@@ -65,7 +74,9 @@ class EmbeddedBroker:
             except OSError:
                 time.sleep(0.1)
         self.stop()
-        raise BrokerStartError(f"bundled broker did not listen within {timeout:.0f} s; see {self.log_path}")
+        raise BrokerStartError(
+            f"bundled broker did not listen within {timeout:.0f} s; see {self.log_path}"
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -53,7 +53,7 @@ def record(hist: HdrHistogram, value_us: int) -> bool:
 
 
 class HlogWriter:
-    """Appends tagged interval histograms; flushes per interval so a killed worker keeps its data."""
+    """Appends tagged interval histograms, flushed per interval: a killed worker keeps its data."""
 
     def __init__(self, stream: TextIO, start_time_s: float) -> None:
         self._stream = stream

@@ -21,11 +21,25 @@ from harness.hlog import METRICS, HlogWriter, new_histogram, record
 from harness.message_body import read_stamp
 
 STAGE_COLUMNS = (
-    "ts_us", "e2e_us", "producing_us", "broker_in_us", "persistence_us",
-    "notification_us", "broker_out_us", "broadcasting_us",
+    "ts_us",
+    "e2e_us",
+    "producing_us",
+    "broker_in_us",
+    "persistence_us",
+    "notification_us",
+    "broker_out_us",
+    "broadcasting_us",
 )
 TIMELINE_COLUMNS = (
-    "ts", "phase", "sent", "received", "errors", "connected", "cpu", "rss", "loop_lag_ms",
+    "ts",
+    "phase",
+    "sent",
+    "received",
+    "errors",
+    "connected",
+    "cpu",
+    "rss",
+    "loop_lag_ms",
 )
 CONNECTION_COLUMNS = ("consumer", "connection", "start_us", "end_us", "ok", "error")
 
@@ -50,7 +64,9 @@ class Phases:
 
 
 class Recorder:
-    def __init__(self, directory: Path, stage_sample_fraction: float, consumer_names: dict[int, str]) -> None:
+    def __init__(
+        self, directory: Path, stage_sample_fraction: float, consumer_names: dict[int, str]
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.phases = Phases()
@@ -71,7 +87,9 @@ class Recorder:
         self._timeline.writerow(TIMELINE_COLUMNS)
         # Sample 1 in `_sample_mod` of (message, consumer) pairs, chosen by hash: no bias
         # towards fast or slow deliveries.
-        self._sample_mod = max(1, round(1 / stage_sample_fraction)) if stage_sample_fraction > 0 else 0
+        self._sample_mod = (
+            max(1, round(1 / stage_sample_fraction)) if stage_sample_fraction > 0 else 0
+        )
         self._names = consumer_names
         self._proc = psutil.Process()
         self._proc.cpu_percent()
@@ -115,12 +133,28 @@ class Recorder:
             record(hist["stage.notification"], notification)
             record(hist["stage.broker_out"], broker_out)
             record(hist["stage.broadcasting"], broadcasting)
-            row = (receive_us, e2e, producing, broker_in, persistence, notification,
-                   broker_out, broadcasting)
+            row = (
+                receive_us,
+                e2e,
+                producing,
+                broker_in,
+                persistence,
+                notification,
+                broker_out,
+                broadcasting,
+            )
         elif stamps.dispatch_us:
             # A broker with only a dispatch stamp: stages 1-5 as one span, and stage 6.
-            row = (receive_us, e2e, stamps.dispatch_us - intended_us, "", "", "", "",
-                   receive_us - stamps.dispatch_us)
+            row = (
+                receive_us,
+                e2e,
+                stamps.dispatch_us - intended_us,
+                "",
+                "",
+                "",
+                "",
+                receive_us - stamps.dispatch_us,
+            )
         else:
             return
         if self._sample_mod and (seq * 2654435761 + consumer_index * 40503) % self._sample_mod == 0:
@@ -144,8 +178,14 @@ class Recorder:
         else:
             self.failed += 1
         self._conns.writerow(
-            (self._names.get(result.index, str(result.index)), result.connection,
-             result.start_us, result.end_us if result.ok else "", int(result.ok), result.error)
+            (
+                self._names.get(result.index, str(result.index)),
+                result.connection,
+                result.start_us,
+                result.end_us if result.ok else "",
+                int(result.ok),
+                result.error,
+            )
         )
 
     # -- once a second -------------------------------------------------------------------------
@@ -158,9 +198,17 @@ class Recorder:
                 self._hlog.write(metric, self._interval_start, length, hist)
                 hist.reset()
         self._interval_start = now
-        row = (int(now), self.phases.at(now - 0.5), self.sent, self.received, self.errors,
-               self.connected, self._proc.cpu_percent(), self._proc.memory_info().rss,
-               round(self.loop_lag_ms, 3))
+        row = (
+            int(now),
+            self.phases.at(now - 0.5),
+            self.sent,
+            self.received,
+            self.errors,
+            self.connected,
+            self._proc.cpu_percent(),
+            self._proc.memory_info().rss,
+            round(self.loop_lag_ms, 3),
+        )
         self._timeline.writerow(row)
         for f in (self._stage_file, self._conn_file, self._timeline_file):
             f.flush()
@@ -168,12 +216,18 @@ class Recorder:
         self.total_received += self.received
         self.total_errors += self.errors
         progress = {
-            "sent": self.sent, "received": self.received, "errors": self.errors,
-            "connected": self.connected, "failed": self.failed, "cpu": row[6],
+            "sent": self.sent,
+            "received": self.received,
+            "errors": self.errors,
+            "connected": self.connected,
+            "failed": self.failed,
+            "cpu": row[6],
             "loop_lag_ms": self.loop_lag_ms,
             "p99_ms": self.running_e2e.get_value_at_percentile(99) / 1000
-            if self.running_e2e.get_total_count() else None,
-            "total_sent": self.total_sent, "total_received": self.total_received,
+            if self.running_e2e.get_total_count()
+            else None,
+            "total_sent": self.total_sent,
+            "total_received": self.total_received,
         }
         self.sent = self.received = self.errors = 0
         self.loop_lag_ms = 0.0

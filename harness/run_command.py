@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import locust  # noqa: F401, I001 - gevent monkey-patching must come before sockets are made
-
 import argparse
 import json
 import os
@@ -12,6 +10,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import locust  # noqa: F401, I001 - gevent monkey-patching must come before sockets are made
 
 from harness.config_errors import ConfigError
 from harness.coordinator import Coordinator, RunError
@@ -30,7 +30,9 @@ def _analyze(path: Path, spark_master: str) -> None:
     cmd = [sys.executable, "-m", "spark_analysis", str(path), "--spark-master", spark_master]
     result = subprocess.run(cmd)
     if result.returncode != 0:
-        raise RunError(f"analysis of {path} failed (exit {result.returncode}); raw results are kept")
+        raise RunError(
+            f"analysis of {path} failed (exit {result.returncode}); raw results are kept"
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -39,11 +41,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--driver", type=Path, help="driver YAML (default: the bundled broker)")
     parser.add_argument("--results", type=Path, default=Path("results"), help="results folder")
     parser.add_argument("--workers", type=int, default=0, help="local worker processes (0 = auto)")
-    parser.add_argument("--remote-workers", type=int, default=0,
-                        help="also wait for this many `bench worker` processes from other hosts")
-    parser.add_argument("--master-bind", default="127.0.0.1",
-                        help="address the coordinator listens on for workers (use the host's "
-                             "address when workers join from other hosts)")
+    parser.add_argument(
+        "--remote-workers",
+        type=int,
+        default=0,
+        help="also wait for this many `bench worker` processes from other hosts",
+    )
+    parser.add_argument(
+        "--master-bind",
+        default="127.0.0.1",
+        help="address the coordinator listens on for workers (use the host's "
+        "address when workers join from other hosts)",
+    )
     parser.add_argument("--master-port", type=int, default=0)
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument("--no-analysis", action="store_true", help="stop after the raw results")
@@ -55,26 +64,49 @@ def main(argv: list[str]) -> int:
         print(f"bench run: {exc}", file=sys.stderr)
         return 2
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = args.results / f"{stamp}-{_slug(spec.cases[0].name if not spec.is_sweep else args.workload.stem)}"
+    base = (
+        args.results
+        / f"{stamp}-{_slug(spec.cases[0].name if not spec.is_sweep else args.workload.stem)}"
+    )
     progress = Progress()
     run_dirs: list[Path] = []
     try:
         for i, case in enumerate(spec.cases):
             run_dir = base / f"{i:02d}-{case_slug(case, spec)}" if spec.is_sweep else base
             run_id = f"{stamp}-{i:02d}" if spec.is_sweep else stamp
-            plan = RunPlan(run_id=run_id.replace("-", ""), workload=case, driver=driver,
-                           service_url=driver.client.service_url or "")
-            label = f" ({i + 1}/{len(spec.cases)}: {case_label(case, spec)})" if spec.is_sweep else ""
-            progress.note(f"run {run_dir}{label}: {case.total_consumers} consumers, "
-                          f"{case.subscription_type}")
-            Coordinator(plan, run_dir, workers=args.workers, remote_workers=args.remote_workers,
-                        master_bind=args.master_bind, master_port=args.master_port,
-                        progress=progress).run()
+            plan = RunPlan(
+                run_id=run_id.replace("-", ""),
+                workload=case,
+                driver=driver,
+                service_url=driver.client.service_url or "",
+            )
+            label = (
+                f" ({i + 1}/{len(spec.cases)}: {case_label(case, spec)})" if spec.is_sweep else ""
+            )
+            progress.note(
+                f"run {run_dir}{label}: {case.total_consumers} consumers, {case.subscription_type}"
+            )
+            Coordinator(
+                plan,
+                run_dir,
+                workers=args.workers,
+                remote_workers=args.remote_workers,
+                master_bind=args.master_bind,
+                master_port=args.master_port,
+                progress=progress,
+            ).run()
             run_dirs.append(run_dir)
         if spec.is_sweep:
-            (base / "sweep.json").write_text(json.dumps(
-                {"sweep_id": base.name, "workload": str(args.workload),
-                 "cases": [d.name for d in run_dirs]}, indent=2))
+            (base / "sweep.json").write_text(
+                json.dumps(
+                    {
+                        "sweep_id": base.name,
+                        "workload": str(args.workload),
+                        "cases": [d.name for d in run_dirs],
+                    },
+                    indent=2,
+                )
+            )
         if args.no_analysis:
             print(base)
             return 0

@@ -76,12 +76,15 @@ class FanoutContext:
         try:
             self.driver = load_driver(self.plan.driver.driver_class)
             self.driver.initialize(
-                self.plan.driver, self.recorder,
+                self.plan.driver,
+                self.recorder,
                 consumers_per_connection=workload.consumers_per_connection,
                 service_url=self.plan.service_url,
             )
         except DriverError as exc:
-            self.runner.send_message("worker_error", {"worker_id": self.worker_id, "error": str(exc)})
+            self.runner.send_message(
+                "worker_error", {"worker_id": self.worker_id, "error": str(exc)}
+            )
             return
         self._slots = Semaphore(workload.connect_concurrency)
         self._ticker = gevent.spawn(self._tick_loop)
@@ -91,7 +94,9 @@ class FanoutContext:
 
     def on_phases(self, msg, **_kw) -> None:
         p = msg.data
-        self.recorder.phases = Phases(p["warmup_start"], p["measure_start"], p["measure_end"], p["drain_end"])
+        self.recorder.phases = Phases(
+            p["warmup_start"], p["measure_start"], p["measure_end"], p["drain_end"]
+        )
         self.phases_known.set()
 
     def on_finish(self, msg, **_kw) -> None:
@@ -105,9 +110,14 @@ class FanoutContext:
         totals = {}
         if self.recorder is not None:
             self.recorder.close()
-            totals = {"sent": self.recorder.total_sent, "received": self.recorder.total_received,
-                      "errors": self.recorder.total_errors, "connected": self.recorder.connected,
-                      "failed": self.recorder.failed, "out_of_range": self.recorder.out_of_range}
+            totals = {
+                "sent": self.recorder.total_sent,
+                "received": self.recorder.total_received,
+                "errors": self.recorder.total_errors,
+                "connected": self.recorder.connected,
+                "failed": self.recorder.failed,
+                "out_of_range": self.recorder.out_of_range,
+            }
         if self.driver is not None:
             try:
                 self.driver.close()
@@ -137,9 +147,12 @@ class FanoutContext:
             start = time.perf_counter()
             outcome = self.driver.subscribe(spec)
             result.fire(
-                request_type="pulsar", name="subscribe",
-                response_time=(time.perf_counter() - start) * 1000, response_length=0,
-                exception=None if outcome.ok else Exception(outcome.error), context={},
+                request_type="pulsar",
+                name="subscribe",
+                response_time=(time.perf_counter() - start) * 1000,
+                response_length=0,
+                exception=None if outcome.ok else Exception(outcome.error),
+                context={},
             )
         self.recorder.subscribed(outcome)
 
@@ -163,9 +176,12 @@ class FanoutContext:
         workload = self.plan.workload
         rate = workload.producer_rate / max(1, workload.total_producers)
         phases = self.recorder.phases
-        pool = body_pool(workload.message_size, workload.randomized_payload_pool_size,
-                         workload.random_bytes_ratio if workload.use_randomized_payloads else 0.0,
-                         self.plan.payload_bytes())
+        pool = body_pool(
+            workload.message_size,
+            workload.randomized_payload_pool_size,
+            workload.random_bytes_ratio if workload.use_randomized_payloads else 0.0,
+            self.plan.payload_bytes(),
+        )
         keys = self.plan.key_source(index)
         start_us = int(phases.warmup_start * 1e6)
         end_us = int(phases.measure_end * 1e6)
@@ -190,8 +206,12 @@ class FanoutContext:
             else:
                 self.recorder.send_failed()
             self.environment.events.request.fire(
-                request_type="pulsar", name="send", response_time=(acked - actual) / 1000,
-                response_length=0, exception=error, context={},
+                request_type="pulsar",
+                name="send",
+                response_time=(acked - actual) / 1000,
+                response_length=0,
+                exception=error,
+                context={},
             )
 
         return done

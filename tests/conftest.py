@@ -64,8 +64,12 @@ class BrokerProcess:
         return start_broker(self.data_dir, self.port, self.admin_port, self.extra)
 
 
-def start_broker(data_dir: Path, port: int | None = None, admin_port: int | None = None,
-                 extra: tuple[str, ...] = ()) -> BrokerProcess:
+def start_broker(
+    data_dir: Path,
+    port: int | None = None,
+    admin_port: int | None = None,
+    extra: tuple[str, ...] = (),
+) -> BrokerProcess:
     port = port or free_port()
     admin_port = admin_port or free_port()
     while admin_port == port:
@@ -73,9 +77,21 @@ def start_broker(data_dir: Path, port: int | None = None, admin_port: int | None
     log_path = data_dir.parent / f"broker-{port}.log"
     log = open(log_path, "ab")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "--port", str(port), "--admin-port", str(admin_port),
-         "--data-dir", str(data_dir), *extra],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "--port",
+            str(port),
+            "--admin-port",
+            str(admin_port),
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

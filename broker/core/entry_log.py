@@ -22,24 +22,21 @@ class EntryLog(Protocol):
     first_index: int
     next_index: int
 
-    async def append(self, payload: bytes, key: bytes, received_us: int, publish_ms: int) -> Entry:
-        ...
+    async def append(
+        self, payload: bytes, key: bytes, received_us: int, publish_ms: int
+    ) -> Entry: ...
 
-    def read(self, start: int, limit: int) -> list[Entry]:
-        ...
+    def read(self, start: int, limit: int) -> list[Entry]: ...
 
-    def index_of(self, ledger_id: int, entry_id: int) -> int:
-        ...
+    def index_of(self, ledger_id: int, entry_id: int) -> int: ...
 
-    def trim_before(self, index: int) -> None:
-        ...
+    def trim_before(self, index: int) -> None: ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 class MemoryEntryLog:
-    """Non-persistent topics: entries are 'durable' when appended; trimmed behind the slowest cursor."""
+    """Non-persistent topics: 'durable' once appended, trimmed behind the slowest cursor."""
 
     def __init__(self, ledger_id: int = 0) -> None:
         self._ledger_id = ledger_id
@@ -50,9 +47,15 @@ class MemoryEntryLog:
     async def append(self, payload: bytes, key: bytes, received_us: int, publish_ms: int) -> Entry:
         start = now_us()
         entry = Entry(
-            index=self.next_index, ledger_id=self._ledger_id, entry_id=self.next_index,
-            payload=payload, num_messages=message_count(payload), key=key,
-            received_us=received_us, persist_start_us=start, durable_us=start,
+            index=self.next_index,
+            ledger_id=self._ledger_id,
+            entry_id=self.next_index,
+            payload=payload,
+            num_messages=message_count(payload),
+            key=key,
+            received_us=received_us,
+            persist_start_us=start,
+            durable_us=start,
             publish_time_ms=publish_ms,
         )
         self._entries.append(entry)

@@ -188,8 +188,11 @@ class ServerConnection(asyncio.Protocol):
         if producer is None or frame.payload is None:
             self._send(
                 command(
-                    T.SEND_ERROR, producer_id=send.producer_id, sequence_id=send.sequence_id,
-                    error=pb.UnknownError, message="unknown producer or empty SEND",
+                    T.SEND_ERROR,
+                    producer_id=send.producer_id,
+                    sequence_id=send.sequence_id,
+                    error=pb.UnknownError,
+                    message="unknown producer or empty SEND",
                 )
             )
             return
@@ -198,8 +201,11 @@ class ServerConnection(asyncio.Protocol):
         except RemoteProtocolError as exc:
             self._send(
                 command(
-                    T.SEND_ERROR, producer_id=send.producer_id, sequence_id=send.sequence_id,
-                    error=exc.server_error, message=str(exc),
+                    T.SEND_ERROR,
+                    producer_id=send.producer_id,
+                    sequence_id=send.sequence_id,
+                    error=exc.server_error,
+                    message=str(exc),
                 )
             )
             return
@@ -224,14 +230,19 @@ class ServerConnection(asyncio.Protocol):
             log.exception("persisting a message failed")
             self._send(
                 command(
-                    T.SEND_ERROR, producer_id=send.producer_id, sequence_id=send.sequence_id,
-                    error=pb.PersistenceError, message=str(exc),
+                    T.SEND_ERROR,
+                    producer_id=send.producer_id,
+                    sequence_id=send.sequence_id,
+                    error=pb.PersistenceError,
+                    message=str(exc),
                 )
             )
         else:
             self._send(
                 command(
-                    T.SEND_RECEIPT, producer_id=send.producer_id, sequence_id=send.sequence_id,
+                    T.SEND_RECEIPT,
+                    producer_id=send.producer_id,
+                    sequence_id=send.sequence_id,
                     message_id=pb.MessageIdData(ledgerId=entry.ledger_id, entryId=entry.entry_id),
                     highest_sequence_id=send.highest_sequence_id,
                 )
@@ -252,11 +263,14 @@ class ServerConnection(asyncio.Protocol):
             return
         requested = self.service.subscription_mode(req)
         sub = topic.subscriptions.get(req.subscription)
-        if sub is not None and sub.mode != requested and not (
-            sub.mode == "Broadcast" and requested != "Exclusive"
+        if (
+            sub is not None
+            and sub.mode != requested
+            and not (sub.mode == "Broadcast" and requested != "Exclusive")
         ):
             self._error(
-                req.request_id, pb.ConsumerBusy,
+                req.request_id,
+                pb.ConsumerBusy,
                 f"subscription {req.subscription!r} is {sub.mode}, not {requested}",
             )
             return
@@ -354,11 +368,13 @@ class ServerConnection(asyncio.Protocol):
         none = (1 << 64) - 1
         msg_id = (
             pb.MessageIdData(ledgerId=last[0].ledger_id, entryId=last[0].entry_id)
-            if last else pb.MessageIdData(ledgerId=none, entryId=none)
+            if last
+            else pb.MessageIdData(ledgerId=none, entryId=none)
         )
         self._send(
-            command(T.GET_LAST_MESSAGE_ID_RESPONSE, request_id=req.request_id,
-                    last_message_id=msg_id)
+            command(
+                T.GET_LAST_MESSAGE_ID_RESPONSE, request_id=req.request_id, last_message_id=msg_id
+            )
         )
 
     def _on_seek(self, cmd, frame, now) -> None:
@@ -378,7 +394,9 @@ class ServerConnection(asyncio.Protocol):
     def _on_get_schema(self, cmd, frame, now) -> None:
         self._send(
             command(
-                T.GET_SCHEMA_RESPONSE, request_id=cmd.getSchema.request_id,
-                error_code=pb.TopicNotFound, error_message="no schema",
+                T.GET_SCHEMA_RESPONSE,
+                request_id=cmd.getSchema.request_id,
+                error_code=pb.TopicNotFound,
+                error_message="no schema",
             )
         )

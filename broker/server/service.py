@@ -65,8 +65,14 @@ class BrokerService:
         if topic is None:
             if persistent and self.storage is not None:
                 log_, cursors = self.storage.open_topic(full)
-                topic = Topic(full, log_, persistent=True, loop=self.loop,
-                              cursor_sink=self.storage, cursors=cursors)
+                topic = Topic(
+                    full,
+                    log_,
+                    persistent=True,
+                    loop=self.loop,
+                    cursor_sink=self.storage,
+                    cursors=cursors,
+                )
             else:
                 topic = Topic(full, MemoryEntryLog(), persistent=persistent, loop=self.loop)
             self.topics[full] = topic
@@ -96,7 +102,9 @@ class BrokerService:
     def create_subscription(self, topic_name: str, subscription: str, mode: str) -> None:
         canonical = _MODES_BY_LOWER.get(mode.lower())
         if canonical is None:
-            raise ValueError(f"unknown subscription mode {mode!r}; one of {sorted(SUBSCRIPTION_CLASSES)}")
+            raise ValueError(
+                f"unknown subscription mode {mode!r}; one of {sorted(SUBSCRIPTION_CLASSES)}"
+            )
         _, full = parse_topic(topic_name)
         self.preset_modes[(full, subscription)] = canonical
         partitions = self.partitioned.get(full, 0)

@@ -174,7 +174,10 @@ class ManagedLedger:
             self._unsynced_dirs.discard(directory)
 
     def confirm(self) -> None:
-        """Let readers see every entry written so far (the journal: once they are durable)."""
+        """Let readers see every entry written so far (the journal: once they are durable).
+
+        BookKeeper calls this boundary LastAddConfirmed.
+        """
         with self._lock:
             if not self._unconfirmed:
                 return

@@ -162,8 +162,7 @@ class Subscription:
                 self.redeliver.discard(i)
             return entries, True
         entries = [
-            e for e in self.topic.log.read(self.read_index, limit)
-            if e.index not in self.acked
+            e for e in self.topic.log.read(self.read_index, limit) if e.index not in self.acked
         ]
         if entries:
             self.read_index = entries[-1].index + 1

@@ -56,7 +56,11 @@ class KeySharedSubscription(Subscription):
             by_consumer: dict[Consumer, list[Entry]] = {}
             for entry in candidates:
                 owner = self.owner(entry)
-                if (entry.key and entry.key in blocked_keys) or owner.permits <= 0 or not owner.wire.writable:
+                if (
+                    (entry.key and entry.key in blocked_keys)
+                    or owner.permits <= 0
+                    or not owner.wire.writable
+                ):
                     if entry.key:
                         blocked_keys.add(entry.key)
                     self._waiting.append(entry)

@@ -43,7 +43,7 @@ FIELD_OF_TYPE: dict[int, str] = {
 
 
 def command(type_: int, **fields) -> pb.BaseCommand:
-    """`command(T.FLOW, consumer_id=1, messagePermits=10)`; nested messages may be given as dicts."""
+    """`command(T.FLOW, consumer_id=1, messagePermits=10)`; nested messages may be dicts."""
     base = pb.BaseCommand(type=type_)
     body = getattr(base, FIELD_OF_TYPE[type_])
     body.SetInParent()
@@ -75,7 +75,10 @@ def _varint(value: int) -> bytes:
 
 
 def message_command_bytes(
-    consumer_id: int, ledger_id: int, entry_id: int, redelivery_count: int = 0,
+    consumer_id: int,
+    ledger_id: int,
+    entry_id: int,
+    redelivery_count: int = 0,
     partition: int = -1,
 ) -> bytes:
     """Serialized `BaseCommand{type: MESSAGE, message: {...}}`, without protobuf objects.

@@ -25,8 +25,9 @@ class DelayProducer:
         self.driver = driver
         self.topic = topic
 
-    def send_async(self, key: bytes | None, payload: bytes,
-                   on_done: Callable[[Exception | None], None]) -> None:
+    def send_async(
+        self, key: bytes | None, payload: bytes, on_done: Callable[[Exception | None], None]
+    ) -> None:
         gevent.spawn(self.driver.deliver, self.topic, payload, on_done)
 
     def close(self) -> None:
@@ -34,8 +35,9 @@ class DelayProducer:
 
 
 class DelayDriver:
-    def initialize(self, config, callback, *, consumers_per_connection: int,
-                   service_url: str) -> None:
+    def initialize(
+        self, config, callback, *, consumers_per_connection: int, service_url: str
+    ) -> None:
         self.callback = callback
         settings = dict(config.broker)
         self.delay_s = float(settings.get("delayMs", 50)) / 1000
@@ -58,9 +60,13 @@ class DelayDriver:
         until = time.perf_counter() + self.lag_s
         while time.perf_counter() < until:
             pass
-        stamps = BrokerStamps(received_us=receive_us - 1000, persist_start_us=receive_us - 900,
-                              durable_us=receive_us - 800, notified_us=receive_us - 700,
-                              dispatch_us=receive_us - 600)
+        stamps = BrokerStamps(
+            received_us=receive_us - 1000,
+            persist_start_us=receive_us - 900,
+            durable_us=receive_us - 800,
+            notified_us=receive_us - 700,
+            dispatch_us=receive_us - 600,
+        )
         for index in self.consumers.get(topic, []):
             self.callback.message_received(index, payload, receive_us, stamps)
 

@@ -61,8 +61,13 @@ def test_exclusive_delivers_in_order_with_cumulative_ack(client):
 
 def test_shared_spreads_messages_and_each_goes_to_one_consumer(client):
     consumers = [
-        client.subscribe("sh", "s", consumer_type=pulsar.ConsumerType.Shared,
-                         receiver_queue_size=10, consumer_name=f"c{i}")
+        client.subscribe(
+            "sh",
+            "s",
+            consumer_type=pulsar.ConsumerType.Shared,
+            receiver_queue_size=10,
+            consumer_name=f"c{i}",
+        )
         for i in range(3)
     ]
     producer = client.create_producer("sh", batching_enabled=False)
@@ -86,10 +91,12 @@ def test_shared_spreads_messages_and_each_goes_to_one_consumer(client):
 
 
 def test_failover_switches_to_the_next_consumer(client):
-    first = client.subscribe("fo", "s", consumer_type=pulsar.ConsumerType.Failover,
-                             consumer_name="a")
-    second = client.subscribe("fo", "s", consumer_type=pulsar.ConsumerType.Failover,
-                              consumer_name="b")
+    first = client.subscribe(
+        "fo", "s", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a"
+    )
+    second = client.subscribe(
+        "fo", "s", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b"
+    )
     producer = client.create_producer("fo", batching_enabled=False)
     producer.send(b"one")
     assert first.receive(timeout_millis=RECEIVE_MS).data() == b"one"
@@ -103,8 +110,9 @@ def test_failover_switches_to_the_next_consumer(client):
 
 def test_key_shared_keeps_per_key_order_across_consumers(client):
     consumers = [
-        client.subscribe("ks", "s", consumer_type=pulsar.ConsumerType.KeyShared,
-                         consumer_name=f"c{i}")
+        client.subscribe(
+            "ks", "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}"
+        )
         for i in range(3)
     ]
     producer = client.create_producer("ks", batching_enabled=False)
@@ -132,8 +140,9 @@ def test_key_shared_keeps_per_key_order_across_consumers(client):
 
 
 def test_negative_ack_redelivers_with_redelivery_count(client):
-    consumer = client.subscribe("nack", "s", consumer_type=pulsar.ConsumerType.Shared,
-                                negative_ack_redelivery_delay_ms=100)
+    consumer = client.subscribe(
+        "nack", "s", consumer_type=pulsar.ConsumerType.Shared, negative_ack_redelivery_delay_ms=100
+    )
     producer = client.create_producer("nack", batching_enabled=False)
     producer.send(b"x")
     msg = consumer.receive(timeout_millis=RECEIVE_MS)
@@ -160,9 +169,9 @@ def test_individual_ack_leaves_a_hole_that_is_redelivered(client):
 
 def test_batches_are_delivered_message_by_message(client):
     consumer = client.subscribe("batch", "s")
-    producer = client.create_producer("batch", batching_enabled=True,
-                                      batching_max_messages=10,
-                                      batching_max_publish_delay_ms=50)
+    producer = client.create_producer(
+        "batch", batching_enabled=True, batching_max_messages=10, batching_max_publish_delay_ms=50
+    )
     for i in range(30):
         producer.send_async(f"m{i}".encode(), None)
     producer.flush()
@@ -173,12 +182,16 @@ def test_batches_are_delivered_message_by_message(client):
 def test_partitioned_topic(client, broker):
     req = urllib.request.Request(
         f"{broker.admin}/admin/v2/persistent/public/default/parts/partitions",
-        data=b"3", method="PUT",
+        data=b"3",
+        method="PUT",
     )
     urllib.request.urlopen(req, timeout=5)
     consumer = client.subscribe("parts", "s")
-    producer = client.create_producer("parts", batching_enabled=False,
-                                      message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    producer = client.create_producer(
+        "parts",
+        batching_enabled=False,
+        message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+    )
     assert len(client.get_topic_partitions("parts")) == 3
     for i in range(9):
         producer.send(f"m{i}".encode())
@@ -188,9 +201,14 @@ def test_partitioned_topic(client, broker):
 
 def test_broadcast_delivers_every_message_to_every_one_of_100_consumers_in_order(client, broker):
     consumers = [
-        client.subscribe("bc", "all", consumer_type=pulsar.ConsumerType.Shared,
-                         properties={"subscriptionMode": "broadcast"}, consumer_name=f"c{i}",
-                         receiver_queue_size=100)
+        client.subscribe(
+            "bc",
+            "all",
+            consumer_type=pulsar.ConsumerType.Shared,
+            properties={"subscriptionMode": "broadcast"},
+            consumer_name=f"c{i}",
+            receiver_queue_size=100,
+        )
         for i in range(100)
     ]
     producer = client.create_producer("bc", batching_enabled=False)
@@ -209,10 +227,16 @@ def test_broadcast_delivers_every_message_to_every_one_of_100_consumers_in_order
 
 
 def test_broadcast_slow_consumer_does_not_hold_back_the_others(client):
-    slow = client.subscribe("bc-slow", "all", properties={"subscriptionMode": "broadcast"},
-                            receiver_queue_size=1, consumer_name="slow")
-    fast = client.subscribe("bc-slow", "all", properties={"subscriptionMode": "broadcast"},
-                            consumer_name="fast")
+    slow = client.subscribe(
+        "bc-slow",
+        "all",
+        properties={"subscriptionMode": "broadcast"},
+        receiver_queue_size=1,
+        consumer_name="slow",
+    )
+    fast = client.subscribe(
+        "bc-slow", "all", properties={"subscriptionMode": "broadcast"}, consumer_name="fast"
+    )
     producer = client.create_producer("bc-slow", batching_enabled=False)
     for i in range(50):
         producer.send(f"m{i}".encode())

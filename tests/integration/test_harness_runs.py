@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.hlog import decode, read_intervals, new_histogram
+from harness.hlog import decode, new_histogram, read_intervals
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -26,8 +26,13 @@ def _write(path: Path, text: str) -> Path:
 
 
 def _bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _merged(run_dir: Path, metric: str):
@@ -49,7 +54,9 @@ def listener():
 
 
 def _double_driver(tmp_path: Path, port: int, delay_ms: int, lag_ms: int) -> Path:
-    return _write(tmp_path / "double.yaml", f"""
+    return _write(
+        tmp_path / "double.yaml",
+        f"""
         name: delay-double
         driverClass: tests.doubles.delay_driver:DelayDriver
         client:
@@ -57,11 +64,14 @@ def _double_driver(tmp_path: Path, port: int, delay_ms: int, lag_ms: int) -> Pat
         broker:
           delayMs: {delay_ms}
           lagMs: {lag_ms}
-    """)
+    """,
+    )
 
 
 def _workload(tmp_path: Path, consumers: int, rate: int, test_s: int, name="double") -> Path:
-    return _write(tmp_path / f"workload-{name}.yaml", f"""
+    return _write(
+        tmp_path / f"workload-{name}.yaml",
+        f"""
         name: {name}
         messageSize: 1024
         producerRate: {rate}
@@ -71,15 +81,25 @@ def _workload(tmp_path: Path, consumers: int, rate: int, test_s: int, name="doub
         testDurationSeconds: {test_s}
         drainSeconds: 2
         stageSampleFraction: 1.0
-    """)
+    """,
+    )
 
 
 def test_latency_is_taken_at_the_wire_not_when_the_callback_runs(tmp_path, listener):
     delay_ms, lag_ms = 40, 150
     driver = _double_driver(tmp_path, listener, delay_ms, lag_ms)
     workload = _workload(tmp_path, consumers=5, rate=4, test_s=3)
-    result = _bench("run", str(workload), "--driver", str(driver), "--workers", "1",
-                    "--results", str(tmp_path / "results"), "--no-analysis")
+    result = _bench(
+        "run",
+        str(workload),
+        "--driver",
+        str(driver),
+        "--workers",
+        "1",
+        "--results",
+        str(tmp_path / "results"),
+        "--no-analysis",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = Path(result.stdout.strip().splitlines()[-1])
     e2e = _merged(run_dir, "e2e")
@@ -100,20 +120,34 @@ def test_a_worker_killed_mid_run_leaves_a_partial_run_with_its_data(tmp_path, li
     driver = _double_driver(tmp_path, listener, 5, 0)
     workload = _workload(tmp_path, consumers=4, rate=5, test_s=8)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", str(workload), "--driver", str(driver),
-         "--workers", "2", "--results", str(tmp_path / "results"), "--no-analysis"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(workload),
+            "--driver",
+            str(driver),
+            "--workers",
+            "2",
+            "--results",
+            str(tmp_path / "results"),
+            "--no-analysis",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     victim = None
     deadline = time.monotonic() + 60
     while victim is None and time.monotonic() < deadline:
         time.sleep(0.5)
-        workers = [p for p in psutil.Process(proc.pid).children()
-                   if "worker" in " ".join(p.cmdline())]
+        workers = [
+            p for p in psutil.Process(proc.pid).children() if "worker" in " ".join(p.cmdline())
+        ]
         timelines = list((tmp_path / "results").glob("*/raw/*/timeline.csv"))
-        if len(workers) == 2 and timelines and any(
-            "measure" in t.read_text() for t in timelines
-        ):
+        if len(workers) == 2 and timelines and any("measure" in t.read_text() for t in timelines):
             victim = workers[0]
     assert victim is not None, "the run never reached its measure phase"
     victim.kill()
@@ -131,15 +165,25 @@ def test_unreachable_broker_fails_fast_with_a_clear_message(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: connections are refused
-        driver = _write(tmp_path / "remote.yaml", f"""
+        driver = _write(
+            tmp_path / "remote.yaml",
+            f"""
             name: nowhere
             client:
               serviceUrl: pulsar://127.0.0.1:{port}
-        """)
+        """,
+        )
         workload = _workload(tmp_path, consumers=1, rate=1, test_s=1)
         started = time.monotonic()
-        result = _bench("run", str(workload), "--driver", str(driver),
-                        "--results", str(tmp_path / "results"), timeout=60)
+        result = _bench(
+            "run",
+            str(workload),
+            "--driver",
+            str(driver),
+            "--results",
+            str(tmp_path / "results"),
+            timeout=60,
+        )
     assert result.returncode == 1
     assert time.monotonic() - started < 20
     assert f"pulsar://127.0.0.1:{port} is unreachable" in result.stderr
@@ -150,12 +194,15 @@ def test_missing_workload_and_misspelled_key_are_one_line_errors(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "missing.yaml" in result.stderr
-    bad = _write(tmp_path / "bad.yaml", """
+    bad = _write(
+        tmp_path / "bad.yaml",
+        """
         name: bad
         messageSize: 10
         producerRate: 1
         mesageSize: 10
-    """)
+    """,
+    )
     result = _bench("run", str(bad))
     assert result.returncode == 2
     assert "bad.yaml" in result.stderr and "mesageSize" in result.stderr

@@ -79,11 +79,15 @@ def test_checksum_mismatch_is_detected_with_checksum_error_hint():
 
 
 def test_batch_split_and_join_and_permit_count():
-    singles = [(pb.SingleMessageMetadata(partition_key=f"k{i}"), f"m{i}".encode()) for i in range(3)]
+    singles = [
+        (pb.SingleMessageMetadata(partition_key=f"k{i}"), f"m{i}".encode()) for i in range(3)
+    ]
     section = encode_payload(_meta(num_messages_in_batch=3), join_batch(singles))
     parsed = decode_payload(section)
     assert [(s.partition_key, d) for s, d in split_batch(parsed)] == [
-        ("k0", b"m0"), ("k1", b"m1"), ("k2", b"m2")
+        ("k0", b"m0"),
+        ("k1", b"m1"),
+        ("k2", b"m2"),
     ]
     assert message_count(section) == 3
     # A batch of one still uses the batch layout.
