@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from broker.core.entry import Entry
 from broker.wire.commands import message_command_bytes
-from broker.wire.frames import encode_raw_frame
+from broker.wire.frames import frame_head
 
 if TYPE_CHECKING:
     from broker.subscriptions.base import Subscription
@@ -47,21 +47,31 @@ class Consumer:
     bytes_out: int = 0
 
     def frames_for(
-        self, entries: list[Entry], dispatch_us: int, redelivery: dict[int, int] | None = None
+        self,
+        entries: list[Entry],
+        dispatch_us: int,
+        redelivery: dict[int, int] | None = None,
+        bem_cache: dict[int, bytes] | None = None,
     ) -> list[bytes]:
-        """MESSAGE frames for entries, charging permits per message (not per entry)."""
-        frames = []
-        bem = self.wire.sends_broker_entry_metadata
+        """MESSAGE frames for entries as buffers to write in order (payloads not copied),
+        charging permits per message, not per entry. `bem_cache` shares the stage metadata
+        of an entry among the consumers of one dispatch slice."""
+        parts = []
+        with_bem = self.wire.sends_broker_entry_metadata
         for entry in entries:
             count = redelivery.get(entry.index, 0) if redelivery else 0
-            frames.append(
-                encode_raw_frame(
-                    message_command_bytes(self.consumer_id, entry.ledger_id, entry.entry_id, count),
-                    entry.payload,
-                    entry.broker_entry_metadata(dispatch_us) if bem else None,
-                )
-            )
+            bem = None
+            if with_bem:
+                if bem_cache is None:
+                    bem = entry.broker_entry_metadata(dispatch_us)
+                else:
+                    bem = bem_cache.get(entry.index)
+                    if bem is None:
+                        bem = bem_cache[entry.index] = entry.broker_entry_metadata(dispatch_us)
+            cmd = message_command_bytes(self.consumer_id, entry.ledger_id, entry.entry_id, count)
+            parts.append(frame_head(cmd, bem, len(entry.payload)))
+            parts.append(entry.payload)
             self.permits -= entry.num_messages
             self.messages_out += entry.num_messages
             self.bytes_out += len(entry.payload)
-        return frames
+        return parts

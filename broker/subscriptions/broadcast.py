@@ -97,6 +97,7 @@ class BroadcastSubscription(Subscription):
         consumers = self.consumers
         end = min(self._cursor_pos + SLICE, len(consumers))
         dispatch_us = now_us()
+        bem_cache: dict[int, bytes] = {}
         for consumer in consumers[self._cursor_pos : end]:
             if consumer.read_index >= tail or consumer.permits <= 0 or not consumer.wire.writable:
                 continue
@@ -106,7 +107,7 @@ class BroadcastSubscription(Subscription):
             consumer.read_index = entries[-1].index + 1
             for e in entries:
                 consumer.unacked[e.index] = e.num_messages
-            consumer.wire.write_frames(consumer.frames_for(entries, dispatch_us))
+            consumer.wire.write_frames(consumer.frames_for(entries, dispatch_us, None, bem_cache))
             self.messages_out += sum(e.num_messages for e in entries)
             if consumer.read_index < tail and consumer.permits > 0:
                 self._rerun = True

@@ -114,14 +114,24 @@ def encode_raw_frame(
     broker_entry_metadata: bytes | None = None,
 ) -> bytes:
     """Frame an already serialized command (the dispatcher's fast path builds those by hand)."""
-    parts = [b"", _U32.pack(len(command_bytes)), command_bytes]
-    size = 4 + len(command_bytes)
+    if payload is None:
+        return frame_head(command_bytes, broker_entry_metadata, 0)
+    return frame_head(command_bytes, broker_entry_metadata, len(payload)) + payload
+
+
+def frame_head(
+    command_bytes: bytes, broker_entry_metadata: bytes | None, payload_size: int
+) -> bytes:
+    """Everything of a frame before its payload section.
+
+    A broadcast writes `[head, payload]` per consumer, so the payload (10 KB in seed 000) is
+    shared by reference instead of copied once per consumer.
+    """
+    bem = b""
     if broker_entry_metadata is not None:
-        parts.append(_BEM_HEADER.pack(MAGIC_BROKER_ENTRY_METADATA, len(broker_entry_metadata)))
-        parts.append(broker_entry_metadata)
-        size += 6 + len(broker_entry_metadata)
-    if payload is not None:
-        parts.append(payload)
-        size += len(payload)
-    parts[0] = _U32.pack(size)
-    return b"".join(parts)
+        bem = (
+            _BEM_HEADER.pack(MAGIC_BROKER_ENTRY_METADATA, len(broker_entry_metadata))
+            + broker_entry_metadata
+        )
+    size = 4 + len(command_bytes) + len(bem) + payload_size
+    return _HEADER.pack(size, len(command_bytes)) + command_bytes + bem
