@@ -45,28 +45,33 @@ class FrameDecoder:
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         self._buffer = bytearray()
+        self._pos = 0  # consumed bytes not yet cut off the front: cut once per read, not per frame
         self._max = max_frame_size
 
     def receive_data(self, data: bytes) -> None:
+        if self._pos:
+            del self._buffer[: self._pos]
+            self._pos = 0
         self._buffer += data
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) - self._pos
 
     def next_frame(self) -> Frame | None:
         buf = self._buffer
-        if len(buf) < 4:
+        pos = self._pos
+        if len(buf) - pos < 4:
             return None
-        (total,) = _U32.unpack_from(buf, 0)
+        (total,) = _U32.unpack_from(buf, pos)
         if total > self._max:
             raise RemoteProtocolError(f"frame of {total} bytes exceeds the limit of {self._max}")
         if total < 4:
             raise RemoteProtocolError(f"frame size {total} is too small")
-        if len(buf) < 4 + total:
+        if len(buf) - pos < 4 + total:
             return None
-        frame_bytes = bytes(buf[4 : 4 + total])
-        del buf[: 4 + total]
+        frame_bytes = bytes(buf[pos + 4 : pos + 4 + total])
+        self._pos = pos + 4 + total
         return parse_frame_body(frame_bytes)
 
     def frames(self) -> list[Frame]:
