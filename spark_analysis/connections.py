@@ -1,0 +1,126 @@
+"""Connection time (seed 000, table 1 and figure 5) from every worker's connections.csv.
+
+The run's connection time is first start -> last success; the per-consumer times show the
+long tail. Every per-consumer duration is in the CSV, so its percentiles are exact (Spark's
+`percentile`, linear interpolation), not histogram approximations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from spark_analysis.inputs import (
+    flag,
+    natural,
+    optional_natural,
+    read_csv,
+    row_error,
+    verbatim,
+)
+
+COLUMNS = {
+    "consumer": verbatim,
+    "start_us": natural,
+    "end_us": optional_natural,
+    "ok": flag,
+    "error": verbatim,
+}
+PER_CONSUMER_PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+MAX_BINS = 50
+NO_ERROR_TEXT = "(no error text)"
+
+_SCHEMA = StructType(
+    [
+        StructField("start_us", LongType(), False),
+        StructField("end_us", LongType(), True),
+        StructField("error", StringType(), True),
+    ]
+)
+
+
+def read_connections(files: Iterable[tuple[str, Path]]) -> list[tuple]:
+    """Parse every connections.csv into (start_us, end_us, error) rows.
+
+    A success keeps its end_us and no error, a failure its error and no end_us, so that a
+    failed consumer's end never counts as "last success".
+    """
+    rows = []
+    first_seen: dict[str, str] = {}
+    for _worker, path in files:
+        for line, (consumer, start_us, end_us, ok, error) in read_csv(path, COLUMNS):
+            if consumer in first_seen:
+                raise row_error(path, line, f"consumer {consumer!r} repeats {first_seen[consumer]}")
+            first_seen[consumer] = f"{path}: line {line}"
+            if ok and end_us is None:
+                raise row_error(path, line, "ok is 1 but end_us is empty")
+            if ok and end_us < start_us:
+                raise row_error(path, line, f"end_us {end_us} is before start_us {start_us}")
+            if ok:
+                rows.append((start_us, end_us, None))
+            else:
+                rows.append((start_us, None, error.strip() or NO_ERROR_TEXT))
+    return rows
+
+
+def analyze_connections(spark: SparkSession, rows: list[tuple]) -> dict[str, Any]:
+    """The summary's `connection` object (times in s, the two instants in epoch µs)."""
+    frame = spark.createDataFrame(rows, _SCHEMA)
+    duration_us = F.col("end_us") - F.col("start_us")  # null for failures: aggregates skip it
+    totals = frame.agg(
+        F.count("*").alias("consumers"),
+        F.count("end_us").alias("ok"),
+        F.min("start_us").alias("first_start_us"),
+        F.max("end_us").alias("last_end_us"),
+        F.min(duration_us).alias("min"),
+        F.max(duration_us).alias("max"),
+        F.avg(duration_us).alias("mean"),
+        F.percentile(duration_us, list(PER_CONSUMER_PERCENTILES.values())).alias("p"),
+    ).first()
+    width_us = bin_width_us(totals["max"] or 0)
+    # One pass groups both: failures by error (their bin is null), successes by bin.
+    groups = frame.groupBy("error", F.floor(duration_us / width_us).alias("bin")).count().collect()
+    result: dict[str, Any] = {
+        "consumers": totals.consumers,
+        "ok": totals.ok,
+        "failed": totals.consumers - totals.ok,
+        "errors": dict(sorted((g.error, g["count"]) for g in groups if g.error is not None)),
+        "total_s": None,
+        "first_start_us": totals.first_start_us,
+        "last_end_us": totals.last_end_us,
+        "per_consumer": None,
+        "distribution": None,
+    }
+    if totals.ok == 0:
+        return result
+    result["total_s"] = (totals.last_end_us - totals.first_start_us) / 1e6
+    percentiles = zip(PER_CONSUMER_PERCENTILES, totals.p, strict=True)
+    result["per_consumer"] = {
+        "min": totals["min"] / 1e6,
+        **{name: value / 1e6 for name, value in percentiles},
+        "max": totals["max"] / 1e6,
+        "mean": totals.mean / 1e6,
+    }
+    counts = {g.bin: g["count"] for g in groups if g.error is None}
+    bins = range(totals["max"] // width_us + 1)
+    result["distribution"] = {
+        "bin_width_s": width_us / 1e6,
+        "bins_start_s": [b * width_us / 1e6 for b in bins],
+        "counts": [counts.get(b, 0) for b in bins],
+    }
+    return result
+
+
+def bin_width_us(max_us: int) -> int:
+    """The smallest 1-2-5 width from 1 ms up that puts every duration in MAX_BINS bins."""
+    width = 1000
+    while True:
+        for step in (1, 2, 5):
+            if max_us // (width * step) < MAX_BINS:
+                return width * step
+        width *= 10

@@ -1,0 +1,238 @@
+"""Merging every worker's interval histograms per metric, with Spark.
+
+Percentiles are never averaged: histograms are added (as OMB's PeriodStats.plus does) and
+percentiles read from the sum. HdrHistogram objects do not pickle, so what crosses a Spark
+boundary is an encode() blob; each partition decodes its intervals once, adds them per key,
+and ships one blob per key.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from hdrh.histogram import HdrHistogram
+from hdrh.iterators import PercentileIterator
+from pyspark.sql import SparkSession
+
+from harness.hlog import METRICS, HlogFormatError, Interval, decode, new_histogram, read_intervals
+from spark_analysis.errors import AnalysisError
+from spark_analysis.inputs import second_index
+
+# Summary keys and the percentiles behind them.
+PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p99_9": 99.9, "p99_99": 99.99}
+# The metrics with a series: e2e P99 per second (summary), and OMB's three every window.
+SECOND_METRIC = "e2e"
+WINDOW_METRICS = ("publish", "publish_delay", "e2e")
+SPECTRUM_TICKS = 5  # per half distance, as HdrHistogram's own percentile output
+OMB_QUANTILE_TICKS = 100  # what OMB's WorkloadGenerator passes to percentiles()
+
+Key = tuple[Any, ...]
+ERROR_KEY: Key = ("error",)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyStats:
+    """What one merged histogram says, in µs (converted once, when written)."""
+
+    count: int
+    min_us: int
+    max_us: int
+    mean_us: float
+    percentiles_us: dict[str, int]
+
+    def to_ms(self) -> dict[str, float | int]:
+        ms = {name: value / 1000.0 for name, value in self.percentiles_us.items()}
+        return {
+            "count": self.count,
+            "min": self.min_us / 1000.0,
+            "mean": self.mean_us / 1000.0,
+            **ms,
+            "max": self.max_us / 1000.0,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TotalDigest:
+    """A whole-run histogram: its stats, its HDR spectrum and OMB's quantile points (µs)."""
+
+    stats: LatencyStats
+    spectrum: list[tuple[float, int]]
+    quantiles: list[tuple[float, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class MergedHistograms:
+    totals: dict[str, TotalDigest]
+    e2e_p99_us: list[int | None]  # one per measure second; None when nothing was delivered
+    windows: dict[str, list[LatencyStats | None]]  # WINDOW_METRICS, one per OMB window
+
+
+class _Partial(NamedTuple):
+    """A partition's blob for one key, or (under ERROR_KEY only) why a blob did not decode."""
+
+    blob: str
+    error: str
+
+
+def read_hlogs(files: Iterable[tuple[str, Path]]) -> list[tuple[str, Interval]]:
+    """Read every interval of every worker's log, on the driver, as (source file, interval)."""
+    records = []
+    for _worker, path in files:
+        try:
+            for interval in read_intervals(path):
+                if interval.tag not in METRICS:
+                    raise AnalysisError(
+                        f"{path}: unknown tag {interval.tag!r} (interval at "
+                        f"{interval.start_s:.3f}); tags are {', '.join(METRICS)}"
+                    )
+                records.append((str(path), interval))
+        except HlogFormatError as exc:
+            raise AnalysisError(str(exc)) from None
+        except UnicodeDecodeError:
+            raise AnalysisError(f"{path}: not ASCII text, so not an interval log") from None
+    return records
+
+
+def merge_histograms(
+    spark: SparkSession,
+    records: list[tuple[str, Interval]],
+    measure_start: float,
+    seconds: int,
+    window_s: int,
+) -> MergedHistograms:
+    """Add up intervals per metric: whole run, per measure second, per OMB window."""
+    windows = math.ceil(seconds / window_s)
+    partition = functools.partial(
+        _merge_partition, measure_start=measure_start, seconds=seconds, window_s=window_s
+    )
+    slices = max(1, min(len(records), spark.sparkContext.defaultParallelism))
+    digests = dict(
+        spark.sparkContext.parallelize(records, slices)
+        .mapPartitions(partition)
+        .reduceByKey(_add)
+        .map(_digest)
+        .collect()
+    )
+    if ERROR_KEY in digests:
+        raise AnalysisError(digests[ERROR_KEY])
+    e2e_p99_us: list[int | None] = [None] * seconds
+    window_stats: dict[str, list[LatencyStats | None]] = {
+        m: [None] * windows for m in WINDOW_METRICS
+    }
+    totals = {}
+    for key, digest in digests.items():
+        match key:
+            case ("total", metric):
+                totals[metric] = digest
+            case ("second", k):
+                e2e_p99_us[k] = digest
+            case ("window", metric, w):
+                window_stats[metric][w] = digest
+    return MergedHistograms(totals, e2e_p99_us, window_stats)
+
+
+def _merge_partition(
+    items: Iterable[tuple[str, Interval]], measure_start: float, seconds: int, window_s: int
+) -> Iterator[tuple[Key, _Partial]]:
+    merged: dict[Key, HdrHistogram] = {}
+    for source, interval in items:
+        try:
+            hist = decode(interval.blob)
+        except Exception as exc:  # hdrh raises an open set: base64, zlib, cookie, length...
+            yield (
+                ERROR_KEY,
+                _Partial(
+                    "",
+                    f"{source}: Tag={interval.tag} interval at {interval.start_s:.3f}: "
+                    f"corrupt histogram blob ({type(exc).__name__}: {exc})",
+                ),
+            )
+            continue
+        if hist.get_total_count() == 0:
+            continue  # adding an empty histogram resets the sum's min to 0
+        for key in _keys(interval, measure_start, seconds, window_s):
+            merged.setdefault(key, new_histogram()).add(hist)
+    for key, hist in merged.items():
+        yield key, _Partial(hist.encode().decode("ascii"), "")
+
+
+def _keys(interval: Interval, measure_start: float, seconds: int, window_s: int) -> list[Key]:
+    keys: list[Key] = [("total", interval.tag)]
+    k = second_index(interval.start_s + interval.length_s, measure_start)
+    if 0 <= k < seconds:
+        if interval.tag == SECOND_METRIC:
+            keys.append(("second", k))
+        if interval.tag in WINDOW_METRICS:
+            keys.append(("window", interval.tag, k // window_s))
+    return keys
+
+
+def _add(a: _Partial, b: _Partial) -> _Partial:
+    if a.error or b.error:  # only under ERROR_KEY: keep one message
+        return a if a.error else b
+    hist = decode(a.blob)
+    hist.add(decode(b.blob))
+    return _Partial(hist.encode().decode("ascii"), "")
+
+
+def _digest(entry: tuple[Key, _Partial]) -> tuple[Key, Any]:
+    """Reduce a merged blob to the few numbers the driver needs, on the executor."""
+    key, partial = entry
+    if partial.error:
+        return key, partial.error
+    hist = decode(partial.blob)
+    match key[0]:
+        case "total":
+            return key, TotalDigest(
+                latency_stats(hist),
+                [
+                    (float(v.percentile_level_iterated_to), v.value_iterated_to)
+                    for v in JavaPercentileIterator(hist, SPECTRUM_TICKS)
+                ],
+                omb_quantiles(hist),
+            )
+        case "second":
+            return key, hist.get_value_at_percentile(PERCENTILES["p99"])
+        case _:
+            return key, latency_stats(hist)
+
+
+def latency_stats(hist: HdrHistogram) -> LatencyStats:
+    values = hist.get_percentile_to_value_dict(list(PERCENTILES.values()))
+    return LatencyStats(
+        count=hist.get_total_count(),
+        min_us=hist.get_min_value(),
+        max_us=hist.get_max_value(),
+        mean_us=hist.get_mean_value(),
+        percentiles_us={name: values[p] for name, p in PERCENTILES.items()},
+    )
+
+
+def omb_quantiles(hist: HdrHistogram) -> list[tuple[float, int]]:
+    """(percentile, value) as OMB puts them in its TreeMap: keyed by the percentile reached."""
+    points = {
+        v.percentile: v.value_iterated_to for v in JavaPercentileIterator(hist, OMB_QUANTILE_TICKS)
+    }
+    return sorted(points.items())
+
+
+class JavaPercentileIterator(PercentileIterator):
+    """hdrh's percentile iterator stepped as Java's HdrHistogram steps it.
+
+    hdrh computes the reporting ticks from a fractional power of two, Java truncates the
+    exponent to a whole number of halvings; OMB's quantile maps and the usual HDR
+    spectrum come from the Java one.
+    """
+
+    def increment_iteration_level(self) -> None:
+        self.percentile_to_iterate_from = self.percentile_to_iterate_to
+        gap = 100.0 - self.percentile_to_iterate_to
+        if gap > 0:
+            halvings = int(math.log(100.0 / gap) / math.log(2))
+            ticks = self.percentile_ticks_per_half_distance * 2 ** (halvings + 1)
+            self.percentile_to_iterate_to += 100.0 / ticks

@@ -1,0 +1,241 @@
+"""Reading a run's inputs (manifest, raw CSVs, JSON) with errors that name file and line.
+
+Everything is parsed and checked here, on the driver, before Spark sees it: a bad value then
+fails with "file: line N: column X: ..." instead of a Python traceback wrapped in a Java one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spark_analysis.errors import AnalysisError
+
+Parser = Callable[[str], Any]
+Row = tuple[Any, ...]
+
+_INTEGER = re.compile(r"-?[0-9]+\Z")
+
+
+def integer(text: str) -> int:
+    # int() alone would also take " 7" and "1_000"; raw files never hold those.
+    if not _INTEGER.match(text):
+        raise ValueError(f"{text!r} is not an integer")
+    return int(text)
+
+
+def optional_integer(text: str) -> int | None:
+    return None if text == "" else integer(text)
+
+
+def natural(text: str) -> int:
+    value = integer(text)
+    if value < 0:
+        raise ValueError(f"{text!r} is negative")
+    return value
+
+
+def optional_natural(text: str) -> int | None:
+    return None if text == "" else natural(text)
+
+
+def number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite number")
+    return value
+
+
+def flag(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(f"{text!r} is not 0 or 1")
+    return text == "1"
+
+
+def verbatim(value: str) -> str:
+    return value
+
+
+def read_csv(path: Path, columns: Mapping[str, Parser]) -> list[tuple[int, Row]]:
+    """Parse a CSV with a header into (line number, values in `columns` order) pairs.
+
+    The header may hold the columns in any order, and extra ones, but must hold all of them.
+    """
+    try:
+        with open(path, encoding="utf-8", newline="") as stream:
+            return _parse_csv(path, csv.reader(stream), columns)
+    except FileNotFoundError:
+        raise AnalysisError(f"{path}: missing") from None
+    except UnicodeDecodeError as exc:
+        raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except csv.Error as exc:
+        raise AnalysisError(f"{path}: not valid CSV ({exc})") from None
+
+
+def _parse_csv(path: Path, reader: Any, columns: Mapping[str, Parser]) -> list[tuple[int, Row]]:
+    header = next(reader, None)
+    if not header:
+        raise AnalysisError(f"{path}: empty, expected the header line")
+    lacking = [name for name in columns if name not in header]
+    if lacking:
+        raise AnalysisError(f"{path}: header lacks column(s) {', '.join(lacking)}")
+    positions = [(name, header.index(name), parse) for name, parse in columns.items()]
+    rows = []
+    for fields in reader:
+        if not fields:
+            continue
+        line = reader.line_num
+        if len(fields) != len(header):
+            raise row_error(path, line, f"{len(fields)} fields, the header has {len(header)}")
+        values = []
+        for name, position, parse in positions:
+            try:
+                values.append(parse(fields[position]))
+            except ValueError as exc:
+                raise row_error(path, line, f"column {name}: {exc}") from None
+        rows.append((line, tuple(values)))
+    return rows
+
+
+def row_error(path: Path, line: int, what: str) -> AnalysisError:
+    return AnalysisError(f"{path}: line {line}: {what}")
+
+
+def load_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return json.load(stream)
+    except FileNotFoundError:
+        raise AnalysisError(f"{path}: missing") from None
+    except UnicodeDecodeError as exc:
+        raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise AnalysisError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def require(data: Any, key: str, kind: type | tuple[type, ...], where: Path | str) -> Any:
+    """Return data[key] if it has the expected JSON type; bools never pass as numbers.
+
+    `where` prefixes the message: a file, or a file and the object inside it.
+    """
+    if not isinstance(data, dict):
+        raise AnalysisError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    if key not in data:
+        raise AnalysisError(f"{where}: lacks {key!r}")
+    value = data[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise AnalysisError(f"{where}: {key!r} must be {names}, got {value!r}")
+    return value
+
+
+def require_str_list(data: Any, key: str, where: Path | str) -> list[str]:
+    values = require(data, key, list, where)
+    if not all(isinstance(v, str) for v in values):
+        raise AnalysisError(f"{where}: {key!r} must be a list of strings, got {values!r}")
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """The parts of manifest.json the analysis uses, checked once."""
+
+    path: Path
+    run_id: str
+    workload: dict[str, Any]
+    driver: dict[str, Any]
+    consumers: int
+    subscriptions: int
+    subscription_type: str
+    expected_deliveries_per_message: int
+    stage_sample_fraction: float
+    workers: list[str]
+    hosts: dict[str, Any]
+    versions: dict[str, Any]
+    git_revision: str | None
+    measure_start: float
+    measure_end: float
+    partial: bool
+    partial_reasons: list[str]
+
+    @property
+    def measure_seconds(self) -> int:
+        """Seconds of the measure phase, a started second counting as one."""
+        return math.ceil(round(self.measure_end - self.measure_start, 6))
+
+
+def load_manifest(run_dir: Path) -> Manifest:
+    path = run_dir / "manifest.json"
+    data = load_json(path)
+    phases = require(data, "phases", dict, path)
+    measure_start = float(require(phases, "measure_start", (int, float), f"{path}: phases"))
+    measure_end = float(require(phases, "measure_end", (int, float), f"{path}: phases"))
+    if measure_end < measure_start:
+        raise AnalysisError(f"{path}: phases.measure_end is before phases.measure_start")
+    return Manifest(
+        path=path,
+        run_id=require(data, "run_id", str, path),
+        workload=require(data, "workload", dict, path),
+        driver=require(data, "driver", dict, path),
+        consumers=require(data, "consumers", int, path),
+        subscriptions=require(data, "subscriptions", int, path),
+        subscription_type=require(data, "subscription_type", str, path),
+        expected_deliveries_per_message=require(data, "expected_deliveries_per_message", int, path),
+        stage_sample_fraction=float(require(data, "stage_sample_fraction", (int, float), path)),
+        workers=require_str_list(data, "workers", path),
+        hosts=require(data, "hosts", dict, path),
+        versions=require(data, "versions", dict, path),
+        git_revision=require(data, "git_revision", (str, type(None)), path),
+        measure_start=measure_start,
+        measure_end=measure_end,
+        partial=require(data, "partial", bool, path),
+        partial_reasons=require_str_list(data, "partial_reasons", path),
+    )
+
+
+def second_index(end_s: float, measure_start: float) -> int:
+    """Index of the one-second slot that ends at `end_s`, 0 for the first measure second.
+
+    Timeline rows and interval histograms are both keyed by the end of their second, so
+    both land on the same slot; rounding keeps 15.2 - 14.2 from becoming 0.99999.
+    """
+    return math.ceil(round(end_s - measure_start, 6)) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RawFiles:
+    """One raw file name across the run's workers: the ones present, and the ones missing."""
+
+    present: list[tuple[str, Path]]
+    missing: list[Path]
+
+
+def raw_files(run_dir: Path, manifest: Manifest, name: str) -> RawFiles:
+    """Find raw/<worker>/<name> for every worker the manifest lists.
+
+    A missing file is an error in a complete run; in a partial run (a worker died) it is
+    expected, and the caller records it.
+    """
+    present, missing = [], []
+    for worker in manifest.workers:
+        path = run_dir / "raw" / worker / name
+        if path.is_file():
+            present.append((worker, path))
+        elif manifest.partial:
+            missing.append(path)
+        else:
+            raise AnalysisError(
+                f"{path}: missing (worker {worker} is listed in {manifest.path}, "
+                "which does not mark the run partial)"
+            )
+    return RawFiles(present, missing)

@@ -1,0 +1,114 @@
+"""The analysis entry points: one run, a sweep, or whichever a folder holds.
+
+Every input is read and checked before Spark starts, so a corrupt file fails in a second,
+not after a JVM start-up; outputs are written only once everything is computed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from spark_analysis import omb
+from spark_analysis.client_bound import judge
+from spark_analysis.connections import analyze_connections, read_connections
+from spark_analysis.errors import AnalysisError
+from spark_analysis.histograms import merge_histograms, read_hlogs
+from spark_analysis.inputs import load_json, load_manifest, raw_files
+from spark_analysis.outputs import write_json_atomic
+from spark_analysis.session import DEFAULT_MASTER, session_scope
+from spark_analysis.stages import analyze_stages, read_stages
+from spark_analysis.summary import build_summary
+from spark_analysis.sweep import case_row, load_sweep, sweep_summary
+from spark_analysis.timeline import analyze_timeline, broker_series, read_timelines
+
+SUMMARY = "summary.json"
+OMB_RESULT = "omb-result.json"
+SWEEP_SUMMARY = "sweep-summary.json"
+
+
+def analyze_run(
+    run_dir: Path, spark: SparkSession | None = None, master: str | None = DEFAULT_MASTER
+) -> Path:
+    """Merge a run's raw results into summary.json and omb-result.json; return the summary.
+
+    `spark` is reused when given (and left running); otherwise a session on `master` is
+    started and stopped. master=None keeps the master spark-submit was given.
+    """
+    run_dir = Path(run_dir)
+    manifest = load_manifest(run_dir)
+    hlogs = raw_files(run_dir, manifest, "histograms.hlog")
+    timelines = raw_files(run_dir, manifest, "timeline.csv")
+    connection_files = raw_files(run_dir, manifest, "connections.csv")
+    stage_files = raw_files(run_dir, manifest, "stages.csv")
+    intervals = read_hlogs(hlogs.present)
+    timeline_rows = read_timelines(timelines.present, manifest)
+    connection_rows = read_connections(connection_files.present)
+    stage_rows = read_stages(stage_files.present)
+    broker = broker_series(run_dir, manifest)
+
+    with session_scope(spark, master) as session:
+        merged = merge_histograms(
+            session, intervals, manifest.measure_start, manifest.measure_seconds, omb.WINDOW_S
+        )
+        timeline = analyze_timeline(session, timeline_rows, manifest)
+        connection = analyze_connections(session, connection_rows)
+        e2e = merged.totals.get("e2e")
+        stages = analyze_stages(
+            session,
+            stage_rows,
+            manifest.stage_sample_fraction,
+            e2e.stats.percentiles_us["p99"] if e2e else None,
+        )
+    missing = hlogs.missing + timelines.missing + connection_files.missing + stage_files.missing
+    summary = build_summary(
+        manifest,
+        merged,
+        timeline,
+        broker,
+        connection,
+        stages,
+        judge(timeline.worker_loads, manifest.measure_seconds),
+        missing,
+    )
+    result = omb.omb_result(manifest, timeline.series, merged.windows, merged.totals)
+    write_json_atomic(run_dir / OMB_RESULT, result)
+    summary_path = run_dir / SUMMARY
+    write_json_atomic(summary_path, summary)
+    return summary_path
+
+
+def analyze_sweep(
+    sweep_dir: Path, spark: SparkSession | None = None, master: str | None = DEFAULT_MASTER
+) -> Path:
+    """Analyze every case that has no summary.json yet, then write sweep-summary.json.
+
+    Existing summaries are kept, so re-running after one failed case redoes only that one.
+    """
+    sweep_dir = Path(sweep_dir)
+    sweep_id, cases = load_sweep(sweep_dir)
+    pending = [case for case in cases if not (sweep_dir / case / SUMMARY).is_file()]
+    if pending:
+        with session_scope(spark, master) as session:
+            for case in pending:
+                analyze_run(sweep_dir / case, spark=session)
+    rows = []
+    for case in cases:
+        path = sweep_dir / case / SUMMARY
+        rows.append(case_row(path, load_json(path)))
+    out = sweep_dir / SWEEP_SUMMARY
+    write_json_atomic(out, sweep_summary(sweep_id, rows))
+    return out
+
+
+def analyze_path(
+    path: Path, master: str | None = DEFAULT_MASTER, spark: SparkSession | None = None
+) -> Path:
+    """A sweep when the folder holds sweep.json, else a single run."""
+    path = Path(path)
+    if not path.is_dir():
+        raise AnalysisError(f"{path}: not a folder")
+    if (path / "sweep.json").is_file():
+        return analyze_sweep(path, spark=spark, master=master)
+    return analyze_run(path, spark=spark, master=master)

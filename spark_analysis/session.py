@@ -1,0 +1,57 @@
+"""Building the SparkSession: local by default, any master on request, quiet."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+
+
+def build_session(master: str | None = DEFAULT_MASTER) -> SparkSession:
+    """Start (or join) a SparkSession for the analysis.
+
+    `master=None` keeps the master spark-submit was given (spark-submit starts the JVM and
+    tells PySpark through PYSPARK_GATEWAY_PORT), else uses local[*]. The inputs are small
+    (one blob per metric per second per worker), so a few shuffle partitions beat 200.
+    """
+    under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if master is None and not under_spark_submit:
+        master = DEFAULT_MASTER
+    builder = (
+        SparkSession.builder.appName("fanout-bench-analysis")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.log.level", "ERROR")
+        .config("spark.sql.shuffle.partitions", "4")
+    )
+    if master is not None:
+        builder = builder.master(master)
+        # Local Python workers must be this interpreter (it has hdrhistogram and this
+        # package), and PySpark only reads the environment for that (default "python3").
+        # On a cluster the executors' Python is the cluster's business.
+        if master.startswith("local"):
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return builder.getOrCreate()
+
+
+@contextmanager
+def session_scope(spark: SparkSession | None, master: str | None) -> Iterator[SparkSession]:
+    """Use the caller's session or the active one; else start one and stop it afterwards.
+
+    A process holds one SparkContext: stopping a session we did not start would pull it
+    from under its owner, so only our own is stopped.
+    """
+    existing = spark or SparkSession.getActiveSession()
+    if existing is not None:
+        yield existing
+        return
+    own = build_session(master)
+    try:
+        yield own
+    finally:
+        own.stop()

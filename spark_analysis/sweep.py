@@ -1,0 +1,120 @@
+"""A sweep's summary: one row per case, and connection time against consumers fitted per
+subscription type and extrapolated to 100K consumers (seed 000, figure 4).
+
+The fit is least squares through the normal equations, solved in exact rational
+arithmetic: a handful of points and degree <= 2 need nothing bigger, and points that lie on
+a polynomial give exactly its coefficients back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from spark_analysis.errors import AnalysisError
+from spark_analysis.inputs import load_json, require, require_str_list
+
+SCHEMA = "fanout-bench/sweep/1"
+SUMMARY_SCHEMA = "fanout-bench/summary/1"
+MAX_DEGREE = 2
+EXTRAPOLATE_TO = 100_000
+
+
+def load_sweep(sweep_dir: Path) -> tuple[str, list[str]]:
+    """(sweep id, case ids in order) from sweep.json.
+
+    docs/results.md calls sweep.json "the list of case run ids": a JSON list, or an object
+    holding it as "cases" (and optionally its "sweep_id"). The id defaults to the folder name.
+    """
+    path = sweep_dir / "sweep.json"
+    data = load_json(path)
+    if isinstance(data, list):
+        data = {"cases": data}
+    cases = require_str_list(data, "cases", path)
+    sweep_id = require(data, "sweep_id", str, path) if "sweep_id" in data else sweep_dir.name
+    for case in cases:
+        if not (sweep_dir / case).is_dir():
+            raise AnalysisError(f"{path}: case {case!r} has no folder {sweep_dir / case}")
+    return sweep_id, cases
+
+
+def case_row(path: Path, summary: Any) -> dict[str, Any]:
+    """One case's row, from its summary.json (already on disk, maybe from an earlier run)."""
+    schema = require(summary, "schema", str, path)
+    if schema != SUMMARY_SCHEMA:
+        raise AnalysisError(
+            f"{path}: schema {schema!r} is not {SUMMARY_SCHEMA!r} (delete it to re-analyze)"
+        )
+    headline = require(summary, "headline", dict, path)
+    where = f"{path}: headline"
+    e2e = require(summary, "latency", dict, path).get("e2e") or {}
+    subscription_type = require(headline, "subscription_type", str, where)
+    consumers = require(headline, "consumers", int, where)
+    return {
+        "run_id": require(summary, "run_id", str, path),
+        "label": f"{subscription_type} {consumers}",
+        "subscription_type": subscription_type,
+        "consumers": consumers,
+        "connection_time_s": require(
+            headline, "connection_time_s", (int, float, type(None)), where
+        ),
+        "e2e_p50_ms": e2e.get("p50"),
+        "e2e_p99_ms": require(headline, "e2e_p99_ms", (int, float, type(None)), where),
+        "e2e_max_ms": e2e.get("max"),
+        "deliveries_lost": require(headline, "deliveries_lost", int, where),
+        "client_bound": require(headline, "client_bound", bool, where),
+    }
+
+
+def sweep_summary(sweep_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sweep-summary.json document; a case without a connection time is left out of fits."""
+    points_by_type: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        points = points_by_type.setdefault(row["subscription_type"], [])
+        if row["connection_time_s"] is not None:
+            points.append((row["consumers"], row["connection_time_s"]))
+    fits = {}
+    for subscription_type, points in points_by_type.items():
+        if not points:
+            continue
+        points.sort()
+        degree = min(MAX_DEGREE, len({x for x, _ in points}) - 1)
+        coefficients = fit_polynomial(points, degree)
+        fits[subscription_type] = {
+            "degree": degree,
+            "coefficients": coefficients,
+            "extrapolated_100k_s": evaluate(coefficients, EXTRAPOLATE_TO),
+            "points": [[x, y] for x, y in points],
+        }
+    return {"schema": SCHEMA, "sweep_id": sweep_id, "cases": rows, "fits": fits}
+
+
+def fit_polynomial(points: Sequence[tuple[float, float]], degree: int) -> list[float]:
+    """Least-squares coefficients, constant term first.
+
+    Needs at least degree + 1 distinct x; the normal equations (XᵀX)c = Xᵀy are solved by
+    Gauss-Jordan elimination over Fractions, exact for the float inputs.
+    """
+    xs = [Fraction(x) for x, _ in points]
+    ys = [Fraction(y) for _, y in points]
+    size = degree + 1
+    power_sums = [sum(x**k for x in xs) for k in range(2 * degree + 1)]
+    matrix = [
+        [power_sums[row + col] for col in range(size)]
+        + [sum(y * x**row for x, y in zip(xs, ys, strict=True))]
+        for row in range(size)
+    ]
+    for col in range(size):
+        pivot = next(r for r in range(col, size) if matrix[r][col] != 0)
+        matrix[col], matrix[pivot] = matrix[pivot], matrix[col]
+        for r in range(size):
+            if r != col and matrix[r][col] != 0:
+                factor = matrix[r][col] / matrix[col][col]
+                matrix[r] = [a - factor * b for a, b in zip(matrix[r], matrix[col], strict=True)]
+    return [float(matrix[i][size] / matrix[i][i]) for i in range(size)]
+
+
+def evaluate(coefficients: Sequence[float], x: float) -> float:
+    return sum(c * x**k for k, c in enumerate(coefficients))

@@ -1,0 +1,165 @@
+"""Per-second series from the workers' timelines, and the broker's own stats.
+
+Series are aligned on the measure phase: slot k is the k-th second ending after
+measure_start (see inputs.second_index), the same slots the interval histograms use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from spark_analysis.client_bound import CPU_LIMIT_PERCENT, WorkerLoad
+from spark_analysis.inputs import (
+    Manifest,
+    integer,
+    load_json,
+    natural,
+    number,
+    read_csv,
+    require,
+    row_error,
+    second_index,
+)
+
+MIB = 1024 * 1024
+
+COLUMNS = {
+    "ts": integer,
+    "sent": natural,
+    "received": natural,
+    "errors": natural,
+    "cpu": number,
+    "rss": natural,
+    "loop_lag_ms": number,
+}
+
+_SCHEMA = StructType(
+    [StructField("worker", StringType(), False), StructField("k", LongType(), False)]
+    + [
+        StructField(name, DoubleType() if parse is number else LongType(), False)
+        for name, parse in COLUMNS.items()
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    series: dict[str, list[Any]]
+    messages_sent: int  # whole run: warmup and measure
+    deliveries_received: int  # whole run, drain included
+    worker_loads: list[WorkerLoad]  # measure phase only
+
+
+def read_timelines(files: Iterable[tuple[str, Path]], manifest: Manifest) -> list[tuple]:
+    """Parse every worker's timeline.csv into rows (worker, k, *COLUMNS)."""
+    rows = []
+    for worker, path in files:
+        seen: dict[int, int] = {}
+        for line, values in read_csv(path, COLUMNS):
+            ts = values[0]
+            if ts in seen:
+                raise row_error(path, line, f"ts {ts} repeats line {seen[ts]}")
+            seen[ts] = line
+            rows.append((worker, second_index(ts, manifest.measure_start), *values))
+    return rows
+
+
+def analyze_timeline(spark: SparkSession, rows: list[tuple], manifest: Manifest) -> Timeline:
+    """Sum over workers per second; backlog from cumulative counts since the run began."""
+    seconds = manifest.measure_seconds
+    frame = spark.createDataFrame(rows, _SCHEMA)
+    per_second = (
+        frame.groupBy("ts", "k")
+        .agg(
+            F.sum("sent").alias("sent"),
+            F.sum("received").alias("received"),
+            F.sum("errors").alias("errors"),
+            F.max("cpu").alias("cpu"),
+            F.sum("rss").alias("rss"),
+            F.max("loop_lag_ms").alias("loop_lag_ms"),
+        )
+        .orderBy("ts")
+        .collect()
+    )
+    loads = (
+        frame.where((F.col("k") >= 0) & (F.col("k") < seconds))
+        .groupBy("worker")
+        .agg(
+            F.count(F.when(F.col("cpu") > CPU_LIMIT_PERCENT, 1)).alias("hot_seconds"),
+            F.max("cpu").alias("max_cpu"),
+            F.max("loop_lag_ms").alias("max_loop_lag_ms"),
+        )
+        .orderBy("worker")
+        .collect()
+    )
+    series: dict[str, list[Any]] = {
+        "t_s": list(range(seconds)),
+        "publish_rate": [0] * seconds,
+        "consume_rate": [0] * seconds,
+        "backlog": [0] * seconds,
+        "error_rate": [0] * seconds,
+        "client_cpu": [None] * seconds,
+        "client_rss_mib": [None] * seconds,
+        "loop_lag_ms": [None] * seconds,
+    }
+    sent = received = backlog_before = 0
+    backlog_at: dict[int, int] = {}
+    for row in per_second:
+        sent += row.sent
+        received += row.received
+        # What was sent and not yet read, over all consumers; OMB clamps at 0 likewise.
+        backlog = max(0, sent * manifest.expected_deliveries_per_message - received)
+        if row.k < 0:
+            backlog_before = backlog
+        elif row.k < seconds:
+            k = row.k
+            backlog_at[k] = backlog
+            series["publish_rate"][k] = row.sent
+            series["consume_rate"][k] = row.received
+            series["error_rate"][k] = row.errors
+            series["client_cpu"][k] = row.cpu
+            series["client_rss_mib"][k] = row.rss / MIB
+            series["loop_lag_ms"][k] = row.loop_lag_ms
+    level = backlog_before
+    for k in range(seconds):  # a second no worker reported keeps the backlog it had
+        level = backlog_at.get(k, level)
+        series["backlog"][k] = level
+    return Timeline(
+        series=series,
+        messages_sent=sent,
+        deliveries_received=received,
+        worker_loads=[
+            WorkerLoad(r.worker, r.hot_seconds, r.max_cpu, r.max_loop_lag_ms) for r in loads
+        ],
+    )
+
+
+def broker_series(run_dir: Path, manifest: Manifest) -> dict[str, list[float]]:
+    """The bundled broker's CPU and memory during the measure phase (none for other brokers)."""
+    points = []
+    for path in sorted((run_dir / "broker").glob("stats-*.json")):
+        stats = load_json(path)
+        ts = require(stats, "ts", (int, float), path)
+        cpu = require(stats, "cpu", (int, float), path)
+        rss = require(stats, "rss", int, path)
+        if manifest.measure_start <= ts <= manifest.measure_end:
+            points.append((ts, cpu, rss))
+    points.sort()
+    return {
+        "broker_t_s": [round(ts - manifest.measure_start, 3) for ts, _, _ in points],
+        "broker_cpu": [float(cpu) for _, cpu, _ in points],
+        "broker_rss_mib": [rss / MIB for _, _, rss in points],
+    }
