@@ -234,6 +234,10 @@ class Recorder:
         return progress
 
     def close(self) -> None:
+        # One timeline row per second: wait for the next second rather than repeat this one.
+        last = int(self._interval_start)
+        if int(time.time()) == last:
+            time.sleep(last + 1 - time.time())
         self.tick()
         for f in (self._hlog_file, self._stage_file, self._conn_file, self._timeline_file):
             f.flush()

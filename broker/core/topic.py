@@ -17,6 +17,8 @@ from broker.subscriptions.single_active import ExclusiveSubscription, FailoverSu
 if TYPE_CHECKING:
     from broker.storage_adapter import CursorSink
 
+TRIM_DELAY_S = 0.2
+
 SUBSCRIPTION_CLASSES: dict[str, type[Subscription]] = {
     "Exclusive": ExclusiveSubscription,
     "Shared": SharedSubscription,
@@ -59,6 +61,7 @@ class Topic:
         self.permits_freed_by_ack = False
         self.messages_in = 0
         self.bytes_in = 0
+        self._trim_handle: asyncio.TimerHandle | None = None
         for sub_name, (mode, mark_delete, acked) in (cursors or {}).items():
             sub = SUBSCRIPTION_CLASSES[mode](self, sub_name, mark_delete)
             sub.acked = set(acked)
@@ -100,15 +103,20 @@ class Topic:
     def cursor_moved(self, sub: Subscription) -> None:
         if self._cursor_sink is not None and self.persistent:
             self._cursor_sink.moved(self, sub)
-        self._trim()
+        # Trimming looks at every subscription: do it at most a few times a second, not per ack.
+        if self._trim_handle is None:
+            self._trim_handle = self.loop.call_later(TRIM_DELAY_S, self._trim)
 
     def _trim(self) -> None:
         """Entries every subscription is past go: from memory, or whole ledgers from disk."""
+        self._trim_handle = None
         if self.subscriptions:
             low = min(s.slowest_mark_delete for s in self.subscriptions.values())
             self.log.trim_before(low + 1)
 
     def close(self) -> None:
+        if self._trim_handle is not None:
+            self._trim_handle.cancel()
         for sub in self.subscriptions.values():
             sub.close()
         self.log.close()

@@ -88,7 +88,7 @@ class ServerConnection(asyncio.Protocol):
         self.writable = True
         for consumer in self.consumers.values():
             if consumer.subscription is not None:
-                consumer.subscription.schedule_dispatch()
+                consumer.subscription.wake(consumer)
 
     def data_received(self, data: bytes) -> None:
         # One clock read per read from the socket: the wire timestamp of everything in it.

@@ -138,6 +138,10 @@ class Subscription:
     def on_new_entries(self) -> None:
         self.schedule_dispatch()
 
+    def wake(self, consumer: Consumer) -> None:
+        """`consumer` can take more (permits, or its socket drained); modes may target it."""
+        self.schedule_dispatch()
+
     def schedule_dispatch(self) -> None:
         if self._dispatch_handle is None and not self.closed:
             self._dispatch_handle = self.topic.loop.call_soon(self._run_dispatch)

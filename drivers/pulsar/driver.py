@@ -1,0 +1,87 @@
+"""The native Pulsar-protocol driver: `drivers.pulsar.driver:PulsarDriver`.
+
+It speaks the binary protocol itself, on gevent sockets, so that one Locust worker process can
+hold tens of thousands of consumers and time each delivery when its bytes leave the socket.
+The same driver measures the bundled broker and a real Pulsar cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gevent.pool import Group
+
+from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
+from drivers.pulsar.connection import Connection, RequestFailed, now_us
+from drivers.pulsar.pool import ConnectionPool
+from drivers.pulsar.producer import PulsarProducer
+from drivers.pulsar.settings import Settings, settings_from
+
+
+class PulsarDriver:
+    """BenchmarkDriver over the Pulsar binary protocol.
+
+    `subscribe` answers a refused, timed-out or disconnected subscribe with ok=False; it
+    raises DriverError only for what would fail every consumer alike (an unknown subscription
+    type, a partitioned topic, a lookup redirect, more connections than the process may open).
+    """
+
+    def __init__(self) -> None:
+        self._group = Group()
+        self._settings: Settings | None = None
+        self._pool: ConnectionPool | None = None
+        self._producers: list[PulsarProducer] = []
+
+    def initialize(
+        self, config: Any, callback: ConsumerCallback, *, consumers_per_connection: int,
+        service_url: str,
+    ) -> None:
+        self._settings = settings_from(
+            config, consumers_per_connection=consumers_per_connection, service_url=service_url
+        )
+        self._pool = ConnectionPool(self._settings, callback, self._group)
+
+    def create_producer(self, topic: str) -> PulsarProducer:
+        pool, settings = self._ready()
+        if settings.batching_enabled:
+            raise DriverError(
+                "producer batching is not supported by the native driver yet; set "
+                "producer.batchingEnabled: false"
+            )
+        conn = pool.open_connection()
+        producer = PulsarProducer(conn, topic, settings, self._group)
+        try:
+            producer.open()
+        except BaseException:
+            conn.close()
+            raise
+        self._producers.append(producer)
+        return producer
+
+    def subscribe(self, spec: ConsumerSpec) -> SubscribeResult:
+        pool, _ = self._ready()
+        start_us = now_us()
+        conn: Connection | None = None
+        try:
+            conn = pool.for_consumer(spec.index)
+            conn.wait_ready()
+            end_us = conn.subscribe(spec)
+        except RequestFailed as exc:
+            return SubscribeResult(
+                spec.index, conn.id if conn else -1, start_us, max(start_us, now_us()), False,
+                str(exc),
+            )
+        return SubscribeResult(spec.index, conn.id, start_us, max(start_us, end_us), True)
+
+    def close(self) -> None:
+        for producer in self._producers:
+            producer.close()
+        self._producers.clear()
+        if self._pool is not None:
+            self._pool.close()
+        self._group.kill()
+
+    def _ready(self) -> tuple[ConnectionPool, Settings]:
+        if self._pool is None or self._settings is None:
+            raise DriverError("PulsarDriver used before initialize()")
+        return self._pool, self._settings

@@ -1,0 +1,97 @@
+"""Which connection each consumer and producer uses, and how many sockets a process may hold.
+
+Consumers fill connections in order, consumersPerConnection each (consumer index i rides on
+slot i // consumersPerConnection), as the official clients multiplex consumers on a shared
+connection; producers get a connection each. A process holds fewer than 20,000 sockets here
+(DESIGN.md), so asking for more connections than RLIMIT_NOFILE allows is an error that says
+what to change, not an EMFILE in the middle of the connect storm.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import resource
+
+import gevent
+from gevent.pool import Group
+
+from drivers.base import ConsumerCallback, DriverError
+from drivers.pulsar.connection import Connection
+from drivers.pulsar.settings import Settings
+
+PING_INTERVAL_SECONDS = 30.0
+FD_MARGIN = 256
+"""File descriptors left for everything else in the process: logs, results, Locust's sockets."""
+_FIRST_SOURCE = int(ipaddress.IPv4Address("127.0.0.2"))
+
+
+def socket_budget() -> int:
+    """Connections this process may open: the open-file limit minus FD_MARGIN."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    return max(0, soft - FD_MARGIN)
+
+
+def source_address(conn_id: int, spread: int) -> str | None:
+    """127.0.0.2, 127.0.0.3, ... round robin over `spread` addresses; None when spread is 0."""
+    if not spread:
+        return None
+    return str(ipaddress.IPv4Address(_FIRST_SOURCE + conn_id % spread))
+
+
+class ConnectionPool:
+    def __init__(
+        self,
+        settings: Settings,
+        callback: ConsumerCallback,
+        group: Group,
+        max_connections: int | None = None,
+    ) -> None:
+        self._settings = settings
+        self._callback = callback
+        self._group = group
+        self._max = socket_budget() if max_connections is None else max_connections
+        self._ids = itertools.count()
+        self._slots: dict[int, Connection] = {}
+        self._live: set[Connection] = set()
+        self._pinger = group.spawn(self._ping_loop)
+
+    def for_consumer(self, index: int) -> Connection:
+        """The connection of consumer `index`, opening it (in the background) if needed; call
+        wait_ready() on it. A slot whose connection failed gets a new one."""
+        slot = index // self._settings.consumers_per_connection
+        conn = self._slots.get(slot)
+        if conn is None or conn.closed:
+            conn = self._slots[slot] = self.open_connection()
+        return conn
+
+    def open_connection(self) -> Connection:
+        """A new connection, opening in the background; raises DriverError past the budget."""
+        if len(self._live) >= self._max:
+            per = self._settings.consumers_per_connection
+            raise DriverError(
+                f"this process would need more than {self._max} connections, the most its "
+                f"open-file limit allows (RLIMIT_NOFILE minus {FD_MARGIN} for other files): with "
+                f"consumersPerConnection={per} one process holds about {self._max * per} "
+                "consumers; run more worker processes or put more consumers on each connection"
+            )
+        conn = Connection(
+            next(self._ids), self._settings, self._callback, self._group, self._live.discard
+        )
+        self._live.add(conn)
+        self._group.spawn(conn.open, source_address(conn.id, self._settings.source_addresses))
+        return conn
+
+    def close(self) -> None:
+        for conn in list(self._live):
+            conn.close()
+        self._pinger.kill(block=False)
+
+    def _ping_loop(self) -> None:
+        """PING every open connection every 30 s, as the official clients do."""
+        while True:
+            gevent.sleep(PING_INTERVAL_SECONDS)
+            for conn in list(self._live):
+                conn.ping()

@@ -1,0 +1,170 @@
+"""A producer on a connection of its own: SEND frames out, receipts matched in FIFO order.
+
+The broker answers a producer's sends in the order it got them, so pending sends sit in a
+deque and each receipt settles its head. At most producer.maxPendingMessages are pending: the
+sending greenlet blocks for room, as the official clients' blockIfQueueFull does, so a broker
+that falls behind shows up as publish delay instead of unbounded memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gevent
+from gevent.event import Event
+from gevent.lock import Semaphore
+from gevent.pool import Group
+
+from broker.wire import pulsar_api_pb2 as pb
+from broker.wire.commands import T, command
+from broker.wire.frames import encode_frame
+from broker.wire.payload import encode_payload
+from drivers.base import DriverError
+from drivers.pulsar.connection import Connection, RequestFailed
+from drivers.pulsar.settings import Settings
+
+OnDone = Callable[[Exception | None], None]
+
+
+@dataclass(slots=True)
+class _Pending:
+    sequence_id: int
+    on_done: OnDone
+    deadline: float
+    """time.monotonic() after which the send has timed out."""
+
+
+def set_key(metadata: pb.MessageMetadata, key: bytes) -> None:
+    """partition_key is a string on the wire: bytes that are not UTF-8 go base64, flagged."""
+    try:
+        metadata.partition_key = key.decode("utf-8")
+    except UnicodeDecodeError:
+        metadata.partition_key = base64.b64encode(key).decode("ascii")
+        metadata.partition_key_b64_encoded = True
+
+
+class PulsarProducer:
+    def __init__(self, conn: Connection, topic: str, settings: Settings, group: Group) -> None:
+        self.topic = topic
+        self.name = ""
+        """Given by the broker in PRODUCER_SUCCESS; every message's metadata carries it."""
+        self._conn = conn
+        self._group = group
+        self._id = conn.next_object_id()
+        self._timeout = settings.send_timeout_ms / 1000
+        self._pending: deque[_Pending] = deque()
+        self._room = Semaphore(settings.max_pending_messages)
+        self._sequence = itertools.count()
+        self._failure: DriverError | None = None
+        self._wake = Event()
+        self._expirer: gevent.Greenlet | None = None
+
+    def open(self) -> None:
+        """Connect, look the topic up and register; raises DriverError when it cannot."""
+        conn = self._conn
+        conn.wait_ready()
+        conn.ensure_topic(self.topic)
+        rid = conn.next_request_id()
+        conn.producers[self._id] = self
+        try:
+            answer, _ = conn.request(
+                command(T.PRODUCER, topic=self.topic, producer_id=self._id, request_id=rid), rid
+            )
+        except RequestFailed as exc:
+            conn.producers.pop(self._id, None)
+            raise RequestFailed(f"cannot create a producer on {self.topic!r}: {exc}") from None
+        self.name = answer.producer_success.producer_name
+        if self._timeout:
+            self._expirer = self._group.spawn(self._expire_loop)
+
+    def send_async(self, key: bytes | None, payload: bytes, on_done: OnDone) -> None:
+        if self._failure is None:
+            self._room.acquire()  # blocks this greenlet while maxPendingMessages are pending
+            if self._failure is not None:
+                self._room.release()
+        if self._failure is not None:
+            on_done(self._failure)
+            return
+        sequence_id = next(self._sequence)
+        metadata = pb.MessageMetadata(
+            producer_name=self.name,
+            sequence_id=sequence_id,
+            publish_time=time.time_ns() // 1_000_000,
+        )
+        if key is not None:
+            set_key(metadata, key)
+        frame = encode_frame(
+            command(T.SEND, producer_id=self._id, sequence_id=sequence_id),
+            encode_payload(metadata, payload),
+        )
+        self._pending.append(_Pending(sequence_id, on_done, time.monotonic() + self._timeout))
+        if len(self._pending) == 1:
+            self._wake.set()
+        try:
+            self._conn.write(frame)
+        except RequestFailed as exc:
+            self.connection_lost(exc)
+
+    def close(self) -> None:
+        self._give_up(DriverError(f"producer on {self.topic!r} closed"))
+        self._conn.close()
+        if self._expirer is not None:
+            self._expirer.kill(block=False)
+
+    # -- called by the connection's reader ------------------------------------------------------
+    def on_receipt(self, sequence_id: int) -> None:
+        self._settle(sequence_id, None)
+
+    def on_send_error(self, sequence_id: int, error: str) -> None:
+        self._settle(sequence_id, DriverError(f"send to {self.topic!r} failed: {error}"))
+
+    def connection_lost(self, error: DriverError) -> None:
+        self._give_up(DriverError(f"producer on {self.topic!r}: {error}"))
+
+    # -- settling --------------------------------------------------------------------------------
+    def _settle(self, sequence_id: int, error: Exception | None) -> None:
+        """Settle the send `sequence_id`; ignore it when it already timed out. Sends before it
+        that the broker skipped (never, if it keeps FIFO order) fail rather than wait forever."""
+        pending = self._pending
+        while pending and pending[0].sequence_id < sequence_id:
+            self._finish(
+                pending.popleft(),
+                DriverError(f"no receipt from {self.topic!r} (a later send was answered first)"),
+            )
+        if pending and pending[0].sequence_id == sequence_id:
+            self._finish(pending.popleft(), error)
+
+    def _give_up(self, error: DriverError) -> None:
+        """Fail every pending send, and every later one (no reconnection yet)."""
+        if self._failure is None:
+            self._failure = error
+        while self._pending:
+            self._finish(self._pending.popleft(), self._failure)
+
+    def _finish(self, pending: _Pending, error: Exception | None) -> None:
+        self._room.release()
+        pending.on_done(error)
+
+    def _expire_loop(self) -> None:
+        """Fail sends older than sendTimeoutMs; deadlines grow along the deque."""
+        pending = self._pending
+        while True:
+            if not pending:
+                self._wake.clear()
+                self._wake.wait()
+                continue
+            wait = pending[0].deadline - time.monotonic()
+            if wait > 0:
+                gevent.sleep(wait)
+                continue
+            error = DriverError(
+                f"send to {self.topic!r} timed out: no receipt in {self._timeout * 1000:g} ms"
+            )
+            now = time.monotonic()
+            while pending and pending[0].deadline <= now:
+                self._finish(pending.popleft(), error)

@@ -1,0 +1,251 @@
+"""The native Pulsar driver against the bundled broker (a real process on loopback), and
+against the official Apache pulsar-client in both directions."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import gevent
+import pulsar
+import pytest
+
+from drivers.base import BrokerStamps, ConsumerSpec, DriverError
+from drivers.pulsar.driver import PulsarDriver
+from tests.conftest import BrokerProcess, start_broker
+
+pytestmark = pytest.mark.integration
+
+WAIT = 10.0
+SLACK_US = 2_000  # receive and dispatch stamps come from one clock; allow for its granularity
+
+
+class Deliveries:
+    """A ConsumerCallback that keeps every delivery per consumer."""
+
+    def __init__(self) -> None:
+        self.by_consumer: dict[int, list[tuple[bytes, int, BrokerStamps | None]]] = {}
+        self.count = 0
+
+    def message_received(self, consumer_index, payload, receive_us, stamps) -> None:
+        self.by_consumer.setdefault(consumer_index, []).append((payload, receive_us, stamps))
+        self.count += 1
+
+    def wait_for(self, n: int) -> None:
+        with gevent.Timeout(WAIT, False):
+            while self.count < n:
+                gevent.sleep(0.005)
+        assert self.count == n
+
+
+def config(**consumer) -> SimpleNamespace:
+    return SimpleNamespace(
+        client=SimpleNamespace(source_addresses=0, connect_timeout_seconds=3,
+                               operation_timeout_seconds=5),
+        producer=SimpleNamespace(batching_enabled=False, max_pending_messages=100,
+                                 send_timeout_ms=5000),
+        consumer=SimpleNamespace(**{"receiver_queue_size": 1000, "ack_group_time_ms": 20,
+                                    "ack_mode": "cumulative", **consumer}),
+    )
+
+
+def free_ports() -> tuple[int, int]:
+    """Two adjacent free ports in 20000-29999 (below the ephemeral range), from a start that
+    differs between processes so parallel runs do not race for the same ones."""
+    start = (os.getpid() * 13) % 10000
+    for step in range(0, 10000, 2):
+        port = 20000 + (start + step) % 9998
+        if all(_bindable(p) for p in (port, port + 1)):
+            return port, port + 1
+    raise RuntimeError("no free ports in 20000-29999")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> Iterator[BrokerProcess]:
+    b = start_broker(tmp_path_factory.mktemp("native") / "data", *free_ports(),
+                     ("--set", "journalSyncData=false"))
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def native(broker) -> Iterator:
+    drivers: list[PulsarDriver] = []
+
+    def make(consumers_per_connection: int = 1, cfg: SimpleNamespace | None = None,
+             url: str | None = None) -> tuple[PulsarDriver, Deliveries]:
+        driver, deliveries = PulsarDriver(), Deliveries()
+        driver.initialize(cfg or config(), deliveries,
+                          consumers_per_connection=consumers_per_connection,
+                          service_url=url or broker.url)
+        drivers.append(driver)
+        return driver, deliveries
+
+    yield make
+    for driver in drivers:
+        driver.close()
+
+
+def subscribe_all(driver: PulsarDriver, specs: list[ConsumerSpec]) -> list:
+    """Subscribe concurrently, as the connect storm does."""
+    tasks = [gevent.spawn(driver.subscribe, spec) for spec in specs]
+    gevent.joinall(tasks, timeout=WAIT, raise_error=True)
+    return [t.value for t in tasks]
+
+
+def send_all(producer, bodies: list[bytes], key: bytes | None = None) -> list:
+    done: list = []
+    for body in bodies:
+        producer.send_async(key, body, done.append)
+    with gevent.Timeout(WAIT, False):
+        while len(done) < len(bodies):
+            gevent.sleep(0.005)
+    return done
+
+
+def stats(broker: BrokerProcess, topic: str, what: str = "stats") -> dict:
+    url = f"{broker.admin}/admin/v2/persistent/public/default/{topic}/{what}"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return json.loads(reply.read())
+
+
+def test_broadcast_to_200_consumers_over_4_connections(broker, native):
+    driver, deliveries = native(consumers_per_connection=50)
+    specs = [ConsumerSpec(i, f"c{i}", "bcast", "all", "Broadcast") for i in range(200)]
+    results = subscribe_all(driver, specs)
+    assert [r.error for r in results if not r.ok] == []
+    assert sorted({r.connection for r in results}) == [0, 1, 2, 3]
+    assert all(r.start_us <= r.end_us for r in results)
+    assert stats(broker, "bcast")["subscriptions"]["all"]["type"] == "Broadcast"
+
+    producer = driver.create_producer("bcast")
+    bodies = [b"message-%02d" % k for k in range(20)]
+    assert send_all(producer, bodies) == [None] * 20
+    deliveries.wait_for(200 * 20)
+    for index in range(200):
+        got = deliveries.by_consumer[index]
+        assert [body for body, _, _ in got] == bodies
+        for _, receive_us, stamps in got:
+            assert stamps is not None and stamps.complete
+            assert receive_us >= stamps.dispatch_us - SLACK_US
+    # Cumulative acks reach the broker: nothing is left for any virtual cursor.
+    with gevent.Timeout(WAIT, False):
+        while stats(broker, "bcast")["subscriptions"]["all"]["msgBacklog"]:
+            gevent.sleep(0.05)
+    assert stats(broker, "bcast")["subscriptions"]["all"]["msgBacklog"] == 0
+
+
+def test_shared_with_one_subscription_per_consumer(broker, native):
+    cfg = config(ack_mode="individual")
+    cfg.client.source_addresses = 2
+    driver, deliveries = native(consumers_per_connection=1, cfg=cfg)
+    specs = [ConsumerSpec(i, f"c{i}", "per-sub", f"sub-{i}", "Shared") for i in range(10)]
+    results = subscribe_all(driver, specs)
+    assert all(r.ok for r in results)
+    assert len({r.connection for r in results}) == 10
+    topic = stats(broker, "per-sub")
+    addresses = {c["address"].rsplit(":", 1)[0]
+                 for s in topic["subscriptions"].values() for c in s["consumers"]}
+    assert addresses == {"127.0.0.2", "127.0.0.3"}
+
+    producer = driver.create_producer("per-sub")
+    bodies = [b"m%d" % k for k in range(5)]
+    assert send_all(producer, bodies, key=b"k") == [None] * 5
+    deliveries.wait_for(10 * 5)
+    assert all([b for b, _, _ in deliveries.by_consumer[i]] == bodies for i in range(10))
+    with gevent.Timeout(WAIT, False):
+        while any(s["msgBacklog"] for s in stats(broker, "per-sub")["subscriptions"].values()):
+            gevent.sleep(0.05)
+    assert all(s["msgBacklog"] == 0 for s in stats(broker, "per-sub")["subscriptions"].values())
+
+
+def test_a_second_exclusive_consumer_is_refused_with_consumer_busy(native):
+    driver, _ = native(consumers_per_connection=10)
+    first = driver.subscribe(ConsumerSpec(0, "c0", "excl", "s", "Exclusive"))
+    second = driver.subscribe(ConsumerSpec(1, "c1", "excl", "s", "Exclusive"))
+    assert first.ok
+    assert not second.ok
+    assert second.error.startswith("ConsumerBusy: ")
+    assert second.connection == first.connection
+
+
+def test_the_official_producer_reaches_the_native_consumer(broker, native):
+    driver, deliveries = native()
+    assert driver.subscribe(ConsumerSpec(0, "c0", "from-official", "s", "Shared")).ok
+    client = pulsar.Client(broker.url, operation_timeout_seconds=5)
+    try:
+        plain = client.create_producer("from-official", batching_enabled=False)
+        plain.send(b"plain")
+        batched = client.create_producer("from-official", batching_enabled=True,
+                                         batching_max_messages=3,
+                                         batching_max_publish_delay_ms=1000)
+        for body in (b"b1", b"b2", b"b3"):
+            batched.send_async(body, None)
+        batched.flush()
+    finally:
+        client.close()
+    deliveries.wait_for(4)
+    got = deliveries.by_consumer[0]
+    assert [body for body, _, _ in got] == [b"plain", b"b1", b"b2", b"b3"]
+    assert len({stamps for _, _, stamps in got[1:]}) == 1  # one entry: the batch
+
+
+def test_the_native_producer_reaches_the_official_consumer(broker, native):
+    client = pulsar.Client(broker.url, operation_timeout_seconds=5)
+    try:
+        official = client.subscribe("from-native", "s", consumer_type=pulsar.ConsumerType.Shared)
+        cfg = config(verify_checksum=True)
+        driver, deliveries = native(cfg=cfg)
+        assert driver.subscribe(ConsumerSpec(0, "c0", "from-native", "native", "Shared")).ok
+        producer = driver.create_producer("from-native")
+        body = bytes(range(256)) * 40
+        assert send_all(producer, [body], key=b"the-key") == [None]
+        msg = official.receive(timeout_millis=5000)  # the C++ client checks the CRC32C
+        assert msg.data() == body
+        assert msg.partition_key() == "the-key"
+        deliveries.wait_for(1)  # and so does the native consumer, verify_checksum=True
+        assert deliveries.by_consumer[0][0][0] == body
+    finally:
+        client.close()
+
+
+def test_an_unreachable_broker_fails_fast_and_says_where(native):
+    driver, _ = native(url="pulsar://127.0.0.1:1")
+    started = time.monotonic()
+    with pytest.raises(DriverError, match=r"127\.0\.0\.1:1: Connection refused"):
+        driver.create_producer("t")
+    result = driver.subscribe(ConsumerSpec(0, "c0", "t", "s", "Shared"))
+    assert time.monotonic() - started < 5
+    assert not result.ok
+    assert result.error == "cannot connect to 127.0.0.1:1: Connection refused"
+
+
+def test_close_ends_the_consumers_and_producers(broker, native):
+    driver, _ = native(consumers_per_connection=2)
+    specs = [ConsumerSpec(i, f"c{i}", "closing", "s", "Shared") for i in range(4)]
+    assert all(r.ok for r in subscribe_all(driver, specs))
+    producer = driver.create_producer("closing")
+    assert len(stats(broker, "closing")["subscriptions"]["s"]["consumers"]) == 4
+    driver.close()
+    done: list = []
+    producer.send_async(None, b"late", done.append)
+    assert isinstance(done[0], DriverError)
+    with gevent.Timeout(WAIT, False):
+        while stats(broker, "closing")["subscriptions"]["s"]["consumers"]:
+            gevent.sleep(0.05)
+    assert stats(broker, "closing")["subscriptions"]["s"]["consumers"] == []
+    assert stats(broker, "closing")["publishers"] == []

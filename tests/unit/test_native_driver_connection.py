@@ -1,0 +1,437 @@
+"""The native driver's connection and producer against a scripted broker on a socketpair.
+
+The test plays the broker's end of the pair with the project's codec: it reads what the
+driver writes and writes exactly the frames a case needs (several in one write, to check what
+one recv delivers). Every wait is bounded by a gevent.Timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import gevent
+import pytest
+from gevent import socket
+from gevent.pool import Group
+
+from broker.wire import pulsar_api_pb2 as pb
+from broker.wire.commands import T, command, message_command_bytes
+from broker.wire.frames import Frame, FrameDecoder, encode_frame, encode_raw_frame
+from broker.wire.payload import decode_payload, encode_payload, join_batch
+from drivers.base import BrokerStamps, ConsumerSpec, DriverError
+from drivers.pulsar import connection as connection_module
+from drivers.pulsar.connection import Connection, RequestFailed, RequestTimeout, connect_socket
+from drivers.pulsar.producer import PulsarProducer
+from drivers.pulsar.settings import Settings
+
+WAIT = 2.0
+
+
+@dataclass
+class Deliveries:
+    """A ConsumerCallback that keeps what it is given."""
+
+    got: list[tuple[int, bytes, int, BrokerStamps | None]] = field(default_factory=list)
+
+    def message_received(self, consumer_index, payload, receive_us, stamps) -> None:
+        self.got.append((consumer_index, payload, receive_us, stamps))
+
+    def wait_for(self, n: int) -> None:
+        with gevent.Timeout(WAIT):
+            while len(self.got) < n:
+                gevent.sleep(0.001)
+
+
+class FakeBroker:
+    def __init__(self, sock: socket.socket, settings: Settings) -> None:
+        self.sock = sock
+        self.settings = settings
+        self.decoder = FrameDecoder()
+
+    def next_frame(self) -> Frame:
+        with gevent.Timeout(WAIT):
+            while (frame := self.decoder.next_frame()) is None:
+                data = self.sock.recv(65536)
+                assert data, "the driver closed the connection"
+                self.decoder.receive_data(data)
+        return frame
+
+    def expect(self, type_: int) -> pb.BaseCommand:
+        cmd = self.next_frame().command
+        assert cmd.type == type_, f"expected {pb.BaseCommand.Type.Name(type_)}, got {cmd}"
+        return cmd
+
+    def send(self, *frames: bytes) -> None:
+        self.sock.sendall(b"".join(frames))
+
+    def answer_lookup(self, url: str | None = None) -> None:
+        rid = self.expect(T.PARTITIONED_METADATA).partitionMetadata.request_id
+        self.send(encode_frame(command(
+            T.PARTITIONED_METADATA_RESPONSE, request_id=rid, partitions=0,
+            response=pb.CommandPartitionedTopicMetadataResponse.Success)))
+        rid = self.expect(T.LOOKUP).lookupTopic.request_id
+        self.send(encode_frame(command(
+            T.LOOKUP_RESPONSE, request_id=rid, brokerServiceUrl=url or self.settings.service_url,
+            response=pb.CommandLookupTopicResponse.Connect)))
+
+
+@dataclass
+class Wire:
+    conn: Connection
+    broker: FakeBroker
+    deliveries: Deliveries
+    group: Group
+
+
+@pytest.fixture
+def make_wire() -> Iterator:
+    made: list[Wire] = []
+
+    def make(**overrides) -> Wire:
+        settings = Settings(host="127.0.0.1", port=6650, **overrides)
+        group = Group()
+        ours, theirs = socket.socketpair()
+        deliveries = Deliveries()
+        conn = Connection(1, settings, deliveries, group)
+        broker = FakeBroker(theirs, settings)
+        conn.start(ours)
+        broker.expect(T.CONNECT)
+        broker.send(encode_frame(command(T.CONNECTED, server_version="fake", protocol_version=20)))
+        conn.wait_ready()
+        wire = Wire(conn, broker, deliveries, group)
+        made.append(wire)
+        return wire
+
+    yield make
+    for wire in made:
+        wire.conn.close()
+        wire.group.kill()
+        wire.broker.sock.close()
+
+
+def subscribe(wire: Wire, spec: ConsumerSpec, lookup: bool = True) -> int:
+    """Run a subscribe through the fake broker; returns the consumer id."""
+    task = gevent.spawn(wire.conn.subscribe, spec)
+    if lookup:
+        wire.broker.answer_lookup()
+    sub = wire.broker.expect(T.SUBSCRIBE).subscribe
+    wire.broker.send(encode_frame(command(T.SUCCESS, request_id=sub.request_id)))
+    flow = wire.broker.expect(T.FLOW).flow
+    assert flow.consumer_id == sub.consumer_id
+    assert flow.messagePermits == wire.conn._settings.receiver_queue_size
+    task.get(timeout=WAIT)
+    return sub.consumer_id
+
+
+def section(body: bytes) -> bytes:
+    return encode_payload(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1),
+                          body)
+
+
+def message(consumer_id: int, entry_id: int, payload: bytes, dispatch_us: int = 0) -> bytes:
+    bem = pb.BrokerEntryMetadata(received_us=1, persist_start_us=2, durable_us=3, notified_us=4,
+                                 dispatch_us=dispatch_us or 5).SerializeToString()
+    return encode_raw_frame(message_command_bytes(consumer_id, 1, entry_id), payload, bem)
+
+
+SPEC = ConsumerSpec(4, "c4", "topic", "sub", "Broadcast")
+
+
+# -- handshake and keep-alive -------------------------------------------------------------------
+def test_connect_asks_for_protocol_20_and_broker_entry_metadata():
+    settings = Settings(host="127.0.0.1", port=6650)
+    ours, theirs = socket.socketpair()
+    group = Group()
+    conn = Connection(1, settings, Deliveries(), group)
+    try:
+        conn.start(ours)
+        connect = FakeBroker(theirs, settings).expect(T.CONNECT).connect
+        assert connect.protocol_version == 20
+        assert connect.client_version == "fanout-bench"
+        assert connect.feature_flags.supports_broker_entry_metadata
+    finally:
+        conn.close()
+        group.kill()
+        theirs.close()
+
+
+def test_broker_pings_are_answered(make_wire):
+    wire = make_wire()
+    wire.broker.send(encode_frame(command(T.PING)))
+    wire.broker.expect(T.PONG)
+    wire.conn.ping()
+    wire.broker.expect(T.PING)
+
+
+# -- deliveries ---------------------------------------------------------------------------------
+def test_one_clock_read_stamps_everything_one_recv_returned(make_wire, monkeypatch):
+    wire = make_wire()
+    consumer_id = subscribe(wire, SPEC)
+    reads = iter(range(1_000, 100_000, 1_000))
+    clock_reads = []
+
+    def fake_clock() -> int:
+        clock_reads.append(next(reads))
+        return clock_reads[-1]
+
+    monkeypatch.setattr(connection_module, "now_us", fake_clock)
+    wire.broker.send(*(message(consumer_id, e, section(b"m%d" % e)) for e in range(3)))
+    wire.deliveries.wait_for(3)
+    assert clock_reads == [1_000]
+    assert [(i, body, at) for i, body, at, _ in wire.deliveries.got] == [
+        (4, b"m0", 1_000), (4, b"m1", 1_000), (4, b"m2", 1_000)
+    ]
+    wire.broker.send(message(consumer_id, 3, section(b"m3")))
+    wire.deliveries.wait_for(4)
+    assert wire.deliveries.got[3][2] == 2_000
+    assert clock_reads == [1_000, 2_000]
+
+
+def test_deliveries_carry_the_broker_stamps(make_wire):
+    wire = make_wire()
+    consumer_id = subscribe(wire, SPEC)
+    wire.broker.send(message(consumer_id, 0, section(b"x"), dispatch_us=99))
+    wire.deliveries.wait_for(1)
+    stamps = wire.deliveries.got[0][3]
+    assert stamps == BrokerStamps(1, 2, 3, 4, 99)
+    assert stamps.complete
+
+
+def test_a_batch_is_split_into_its_messages(make_wire):
+    wire = make_wire(receiver_queue_size=6)
+    consumer_id = subscribe(wire, SPEC)
+    data = join_batch([(pb.SingleMessageMetadata(), b) for b in (b"a", b"b", b"c")])
+    meta = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
+                              num_messages_in_batch=3)
+    wire.broker.send(message(consumer_id, 0, encode_payload(meta, data)))
+    wire.deliveries.wait_for(3)
+    assert [body for _, body, _, _ in wire.deliveries.got] == [b"a", b"b", b"c"]
+    assert len({id(stamps) for _, _, _, stamps in wire.deliveries.got}) == 1
+    # Permits count messages: three of a queue of six is half, so they come back at once.
+    assert wire.broker.expect(T.FLOW).flow.messagePermits == 3
+
+
+def test_permits_come_back_when_half_the_queue_was_delivered(make_wire):
+    wire = make_wire(receiver_queue_size=4)
+    consumer_id = subscribe(wire, SPEC)
+    wire.broker.send(message(consumer_id, 0, section(b"a")))
+    wire.deliveries.wait_for(1)
+    wire.broker.send(message(consumer_id, 1, section(b"b")))
+    flow = wire.broker.expect(T.FLOW).flow
+    assert (flow.consumer_id, flow.messagePermits) == (consumer_id, 2)
+
+
+def test_acks_are_grouped_into_one_cumulative_ack(make_wire):
+    wire = make_wire(ack_group_time_ms=20)
+    consumer_id = subscribe(wire, SPEC)
+    for entry in range(3):
+        wire.broker.send(message(consumer_id, entry, section(b"x")))
+    ack = wire.broker.expect(T.ACK).ack
+    assert ack.ack_type == pb.CommandAck.Cumulative
+    assert [(m.ledgerId, m.entryId) for m in ack.message_id] == [(1, 2)]
+
+
+def test_individual_acks_of_several_consumers_leave_in_one_flush(make_wire):
+    wire = make_wire(ack_group_time_ms=20, ack_mode="individual")
+    first = subscribe(wire, SPEC)
+    second = subscribe(wire, ConsumerSpec(5, "c5", "topic", "sub", "Broadcast"), lookup=False)
+    wire.broker.send(*(message(c, e, section(b"x")) for e in range(2) for c in (first, second)))
+    acks = {cmd.ack.consumer_id: cmd.ack for cmd in (wire.broker.expect(T.ACK) for _ in "12")}
+    assert set(acks) == {first, second}
+    assert all(a.ack_type == pb.CommandAck.Individual for a in acks.values())
+    assert [m.entryId for m in acks[first].message_id] == [0, 1]
+
+
+def test_a_bad_checksum_is_dropped_only_when_verifying(make_wire):
+    wire = make_wire(verify_checksum=True)
+    consumer_id = subscribe(wire, SPEC)
+    corrupt = bytearray(section(b"bad"))
+    corrupt[-1] ^= 0xFF
+    wire.broker.send(message(consumer_id, 0, bytes(corrupt)),
+                     message(consumer_id, 1, section(b"ok")))
+    wire.deliveries.wait_for(1)
+    assert [body for _, body, _, _ in wire.deliveries.got] == [b"ok"]
+
+
+# -- requests -----------------------------------------------------------------------------------
+def test_an_error_answer_names_the_server_error(make_wire):
+    wire = make_wire()
+    task = gevent.spawn(wire.conn.subscribe, SPEC)
+    wire.broker.answer_lookup()
+    rid = wire.broker.expect(T.SUBSCRIBE).subscribe.request_id
+    wire.broker.send(encode_frame(command(T.ERROR, request_id=rid, error=pb.ConsumerBusy,
+                                          message="exclusive consumer already attached")))
+    with pytest.raises(RequestFailed, match="^ConsumerBusy: exclusive consumer already attached$"):
+        task.get(timeout=WAIT)
+    assert not wire.conn.consumers
+
+
+def test_an_unanswered_subscribe_times_out_and_is_closed(make_wire):
+    wire = make_wire(operation_timeout=0.1)
+    task = gevent.spawn(wire.conn.subscribe, SPEC)
+    wire.broker.answer_lookup()
+    consumer_id = wire.broker.expect(T.SUBSCRIBE).subscribe.consumer_id
+    with pytest.raises(RequestTimeout, match="^timeout$"):
+        task.get(timeout=WAIT)
+    assert wire.broker.expect(T.CLOSE_CONSUMER).close_consumer.consumer_id == consumer_id
+
+
+def test_a_lookup_is_made_once_per_topic_per_connection(make_wire):
+    wire = make_wire()
+    subscribe(wire, SPEC)
+    subscribe(wire, ConsumerSpec(5, "c5", "topic", "sub", "Broadcast"), lookup=False)
+    subscribe(wire, ConsumerSpec(6, "c6", "other", "sub", "Broadcast"))
+
+
+def test_a_redirecting_lookup_is_refused(make_wire):
+    wire = make_wire()
+    task = gevent.spawn(wire.conn.subscribe, SPEC)
+    wire.broker.answer_lookup(url="pulsar://192.0.2.7:6650")
+    with pytest.raises(DriverError, match="redirects not supported yet"):
+        task.get(timeout=WAIT)
+
+
+def test_a_partitioned_topic_is_refused(make_wire):
+    wire = make_wire()
+    task = gevent.spawn(wire.conn.subscribe, SPEC)
+    rid = wire.broker.expect(T.PARTITIONED_METADATA).partitionMetadata.request_id
+    wire.broker.send(encode_frame(command(
+        T.PARTITIONED_METADATA_RESPONSE, request_id=rid, partitions=4,
+        response=pb.CommandPartitionedTopicMetadataResponse.Success)))
+    with pytest.raises(DriverError, match="4 partitions"):
+        task.get(timeout=WAIT)
+
+
+def test_a_lost_connection_fails_what_waits_on_it(make_wire):
+    wire = make_wire()
+    task = gevent.spawn(wire.conn.subscribe, SPEC)
+    wire.broker.expect(T.PARTITIONED_METADATA)
+    wire.broker.sock.close()
+    with pytest.raises(RequestFailed, match="closed by the broker"):
+        task.get(timeout=WAIT)
+    assert wire.conn.closed
+
+
+# -- sockets ------------------------------------------------------------------------------------
+def test_connections_can_come_from_another_loopback_address():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    try:
+        sock = connect_socket("127.0.0.1", listener.getsockname()[1], "127.0.0.3", 2.0)
+        with gevent.Timeout(WAIT):
+            accepted, peer = listener.accept()
+        assert peer[0] == "127.0.0.3"
+        accepted.close()
+        sock.close()
+    finally:
+        listener.close()
+
+
+# -- producer -----------------------------------------------------------------------------------
+def open_producer(wire: Wire) -> PulsarProducer:
+    producer = PulsarProducer(wire.conn, "topic", wire.conn._settings, wire.group)
+    task = gevent.spawn(producer.open)
+    wire.broker.answer_lookup()
+    rid = wire.broker.expect(T.PRODUCER).producer.request_id
+    wire.broker.send(encode_frame(command(T.PRODUCER_SUCCESS, request_id=rid,
+                                          producer_name="fake-producer")))
+    task.get(timeout=WAIT)
+    return producer
+
+
+def receipt(sequence_id: int, producer_id: int = 1) -> bytes:
+    return encode_frame(command(
+        T.SEND_RECEIPT, producer_id=producer_id, sequence_id=sequence_id,
+        message_id=pb.MessageIdData(ledgerId=1, entryId=sequence_id)))
+
+
+def test_sends_carry_metadata_and_settle_in_fifo_order(make_wire):
+    wire = make_wire()
+    producer = open_producer(wire)
+    done: list[tuple[int, Exception | None]] = []
+    for k in range(3):
+        producer.send_async(b"key" if k == 1 else None, b"body%d" % k,
+                            lambda error, k=k: done.append((k, error)))
+    frames = [wire.broker.next_frame() for _ in range(3)]
+    for k, frame in enumerate(frames):
+        assert frame.command.send.sequence_id == k
+        payload = decode_payload(frame.payload, verify=True)
+        assert payload.data == b"body%d" % k
+        assert payload.metadata.producer_name == "fake-producer"
+        assert payload.metadata.sequence_id == k
+        assert payload.metadata.publish_time > 0
+    assert decode_payload(frames[1].payload).metadata.partition_key == "key"
+    assert not decode_payload(frames[0].payload).metadata.HasField("partition_key")
+    wire.broker.send(receipt(0), receipt(1), receipt(2))
+    with gevent.Timeout(WAIT):
+        while len(done) < 3:
+            gevent.sleep(0.001)
+    assert done == [(0, None), (1, None), (2, None)]
+
+
+def test_a_send_error_fails_that_send_only(make_wire):
+    wire = make_wire()
+    producer = open_producer(wire)
+    done: list[Exception | None] = []
+    for _ in range(2):
+        producer.send_async(None, b"x", done.append)
+    wire.broker.send(
+        encode_frame(command(T.SEND_ERROR, producer_id=1, sequence_id=0,
+                             error=pb.PersistenceError, message="disk full")),
+        receipt(1),
+    )
+    with gevent.Timeout(WAIT):
+        while len(done) < 2:
+            gevent.sleep(0.001)
+    assert isinstance(done[0], DriverError)
+    assert "PersistenceError: disk full" in str(done[0])
+    assert done[1] is None
+
+
+def test_sends_without_a_receipt_time_out(make_wire):
+    wire = make_wire(send_timeout_ms=50)
+    producer = open_producer(wire)
+    done: list[Exception | None] = []
+    producer.send_async(None, b"x", done.append)
+    with gevent.Timeout(WAIT):
+        while not done:
+            gevent.sleep(0.005)
+    assert "timed out" in str(done[0])
+    wire.broker.send(receipt(0))  # a late receipt is ignored
+    producer.send_async(None, b"y", done.append)
+    wire.broker.send(receipt(1))
+    with gevent.Timeout(WAIT):
+        while len(done) < 2:
+            gevent.sleep(0.001)
+    assert done[1] is None
+
+
+def test_a_full_producer_blocks_its_sender(make_wire):
+    wire = make_wire(max_pending_messages=2)
+    producer = open_producer(wire)
+    done: list[Exception | None] = []
+    sender = gevent.spawn(lambda: [producer.send_async(None, b"x", done.append) for _ in "123"])
+    for _ in range(2):
+        wire.broker.next_frame()
+    gevent.sleep(0.02)
+    assert not sender.ready()
+    wire.broker.send(receipt(0))
+    assert wire.broker.next_frame().command.send.sequence_id == 2
+    sender.get(timeout=WAIT)
+
+
+def test_a_lost_connection_fails_pending_and_later_sends(make_wire):
+    wire = make_wire()
+    producer = open_producer(wire)
+    done: list[Exception | None] = []
+    producer.send_async(None, b"x", done.append)
+    wire.broker.next_frame()
+    wire.broker.sock.close()
+    with gevent.Timeout(WAIT):
+        while not done:
+            gevent.sleep(0.001)
+    producer.send_async(None, b"y", done.append)
+    assert len(done) == 2
+    assert all("closed by the broker" in str(error) for error in done)

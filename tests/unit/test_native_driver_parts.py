@@ -1,0 +1,259 @@
+"""The native driver's parts that need no broker: delivery decoding, settings, subscribe
+commands, permits and acks, the connection layout, and what the driver refuses up front."""
+
+from __future__ import annotations
+
+import resource
+from types import SimpleNamespace
+
+import pytest
+from gevent.pool import Group
+
+from broker.wire import pulsar_api_pb2 as pb
+from broker.wire.commands import T
+from broker.wire.errors import RemoteProtocolError
+from broker.wire.frames import FrameDecoder, encode_frame
+from broker.wire.payload import encode_payload, join_batch
+from drivers.base import ConsumerSpec, DriverError
+from drivers.pulsar.consumer import ConsumerState, subscribe_command
+from drivers.pulsar.delivery import DeliveryDecoder, broker_stamps, message_bodies
+from drivers.pulsar.driver import PulsarDriver
+from drivers.pulsar.pool import FD_MARGIN, ConnectionPool, socket_budget, source_address
+from drivers.pulsar.settings import Settings, parse_service_url, settings_from
+
+
+def single(body: bytes, **meta) -> bytes:
+    return encode_payload(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
+                                             **meta), body)
+
+
+def batch(*bodies: bytes) -> bytes:
+    data = join_batch([(pb.SingleMessageMetadata(), b) for b in bodies])
+    meta = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
+                              num_messages_in_batch=len(bodies))
+    return encode_payload(meta, data)
+
+
+def decoded(frame: bytes) -> pb.BaseCommand:
+    decoder = FrameDecoder()
+    decoder.receive_data(frame)
+    found = decoder.next_frame()
+    assert found is not None
+    return found.command
+
+
+# -- delivery decoding ------------------------------------------------------------------------
+def test_a_single_message_is_its_body():
+    assert message_bodies(single(b"hello"), verify=True) == [b"hello"]
+
+
+def test_a_batch_delivers_each_message_in_order():
+    assert message_bodies(batch(b"a", b"bb", b"ccc"), verify=False) == [b"a", b"bb", b"ccc"]
+
+
+def test_a_batch_of_one_uses_the_batch_layout():
+    assert message_bodies(batch(b"only"), verify=False) == [b"only"]
+
+
+def test_checksums_are_checked_only_when_asked():
+    corrupt = bytearray(single(b"hello"))
+    corrupt[-1] ^= 0xFF
+    assert message_bodies(bytes(corrupt), verify=False) == [b"hell" + bytes([ord("o") ^ 0xFF])]
+    with pytest.raises(RemoteProtocolError, match="checksum"):
+        message_bodies(bytes(corrupt), verify=True)
+
+
+def test_compressed_payloads_are_refused_by_name():
+    with pytest.raises(RemoteProtocolError, match="LZ4"):
+        message_bodies(single(b"x", compression=pb.LZ4), verify=False)
+
+
+def test_stamps_from_the_bundled_broker_are_complete():
+    bem = pb.BrokerEntryMetadata(broker_timestamp=1, received_us=10, persist_start_us=11,
+                                 durable_us=12, notified_us=13, dispatch_us=14)
+    stamps = broker_stamps(bem.SerializeToString())
+    assert (stamps.received_us, stamps.persist_start_us, stamps.durable_us,
+            stamps.notified_us, stamps.dispatch_us, stamps.broker_ms) == (10, 11, 12, 13, 14, 1)
+    assert stamps.complete
+
+
+def test_stamps_from_a_real_pulsar_carry_only_the_broker_timestamp():
+    stamps = broker_stamps(pb.BrokerEntryMetadata(broker_timestamp=7, index=3).SerializeToString())
+    assert stamps.broker_ms == 7
+    assert not stamps.complete
+
+
+def test_the_decoder_reuses_what_it_decoded_for_identical_bytes():
+    decoder = DeliveryDecoder(verify=True)
+    section = single(b"x" * 100)
+    first = decoder.bodies(section)
+    assert decoder.bodies(bytes(section)) is first
+    assert decoder.bodies(single(b"y")) == [b"y"]
+    bem = pb.BrokerEntryMetadata(received_us=5).SerializeToString()
+    assert decoder.stamps(bem) is decoder.stamps(bytes(bem))
+    assert decoder.stamps(None) is None
+
+
+# -- settings ---------------------------------------------------------------------------------
+def test_settings_fall_back_to_the_bundled_defaults():
+    s = settings_from(None, consumers_per_connection=10, service_url="pulsar://127.0.0.1:6651")
+    assert (s.host, s.port, s.consumers_per_connection) == ("127.0.0.1", 6651, 10)
+    assert (s.receiver_queue_size, s.ack_group_time_ms, s.ack_mode) == (1000, 100, "cumulative")
+    assert (s.connect_timeout, s.operation_timeout, s.max_pending_messages) == (10, 30, 1000)
+    assert not s.verify_checksum
+
+
+def test_settings_read_a_driver_config_shape():
+    config = SimpleNamespace(
+        client=SimpleNamespace(source_addresses=3, connect_timeout_seconds=2,
+                               operation_timeout_seconds=4),
+        producer=SimpleNamespace(batching_enabled=False, max_pending_messages=5,
+                                 send_timeout_ms=700),
+        consumer=SimpleNamespace(receiver_queue_size=8, ack_group_time_ms=0,
+                                 ack_mode="individual"),
+    )
+    s = settings_from(config, consumers_per_connection=1, service_url="pulsar://localhost")
+    assert (s.port, s.source_addresses, s.connect_timeout, s.operation_timeout) == (6650, 3, 2, 4)
+    assert (s.max_pending_messages, s.send_timeout_ms) == (5, 700)
+    assert (s.receiver_queue_size, s.ack_group_time_ms, s.ack_mode) == (8, 0, "individual")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [("pulsar+ssl://h:6651", "no TLS"), ("pulsar://a:1,b:2", "one broker"),
+     ("http://h:8080", "only pulsar://"), ("pulsar://:6650", "no host")],
+)
+def test_service_urls_the_driver_cannot_use(url, message):
+    with pytest.raises(DriverError, match=message):
+        parse_service_url(url)
+
+
+def test_bad_values_are_refused():
+    consumer = SimpleNamespace(ack_mode="sometimes")
+    with pytest.raises(DriverError, match="ackMode"):
+        settings_from(SimpleNamespace(consumer=consumer), consumers_per_connection=1,
+                      service_url="pulsar://127.0.0.1:6650")
+    with pytest.raises(DriverError, match="consumers per connection"):
+        settings_from(None, consumers_per_connection=0, service_url="pulsar://127.0.0.1:6650")
+
+
+def test_source_addresses_need_a_loopback_broker():
+    client = SimpleNamespace(source_addresses=2)
+    with pytest.raises(DriverError, match="loopback"):
+        settings_from(SimpleNamespace(client=client), consumers_per_connection=1,
+                      service_url="pulsar://192.0.2.1:6650")
+
+
+def test_lookup_answers_for_the_same_broker_are_recognized():
+    s = Settings(host="127.0.0.1", port=6650)
+    assert s.is_service_url("pulsar://127.0.0.1:6650")
+    assert s.is_service_url("pulsar://localhost:6650")
+    assert not s.is_service_url("pulsar://127.0.0.1:6651")
+    assert not s.is_service_url("pulsar://192.0.2.1:6650")
+
+
+# -- subscribe, permits and acknowledgements ------------------------------------------------------
+def decoded_subscribe(spec: ConsumerSpec) -> pb.CommandSubscribe:
+    cmd = decoded(encode_frame(subscribe_command(spec, 7, 9)))
+    assert cmd.type == T.SUBSCRIBE
+    return cmd.subscribe
+
+
+def test_broadcast_subscribes_shared_with_the_broadcast_property():
+    spec = ConsumerSpec(3, "c3", "t", "s", "Broadcast")
+    sub = decoded_subscribe(spec)
+    assert sub.subType == pb.CommandSubscribe.Shared
+    assert [(kv.key, kv.value) for kv in sub.metadata] == [("subscriptionMode", "broadcast")]
+    assert (sub.consumer_name, sub.consumer_id, sub.request_id) == ("c3", 7, 9)
+    assert sub.initialPosition == pb.CommandSubscribe.Latest
+
+
+@pytest.mark.parametrize(
+    ("name", "sub_type"),
+    [("Exclusive", 0), ("Shared", 1), ("Failover", 2), ("Key_Shared", 3)],
+)
+def test_the_four_wire_subscription_types(name, sub_type):
+    sub = decoded_subscribe(ConsumerSpec(0, "c", "t", "s", name))
+    assert sub.subType == sub_type
+    assert not sub.metadata
+
+
+def test_an_unknown_subscription_type_is_a_driver_error():
+    with pytest.raises(DriverError, match="Fanout"):
+        subscribe_command(ConsumerSpec(0, "c", "t", "s", "Fanout"), 1, 1)
+
+
+def msg_id(entry: int) -> pb.MessageIdData:
+    return pb.MessageIdData(ledgerId=1, entryId=entry)
+
+
+def test_permits_are_given_back_at_half_the_queue():
+    state = ConsumerState(0, 5, receiver_queue_size=10, individual_acks=False)
+    assert [state.delivered(msg_id(e), 1) for e in range(4)] == [None] * 4
+    flow = decoded(state.delivered(msg_id(4), 1))
+    assert (flow.flow.consumer_id, flow.flow.messagePermits) == (5, 5)
+    assert decoded(state.delivered(msg_id(5), 6)).flow.messagePermits == 6  # a batch: 6 messages
+
+
+def test_cumulative_acks_carry_the_latest_id_only():
+    state = ConsumerState(0, 5, receiver_queue_size=100, individual_acks=False)
+    for entry in range(3):
+        state.delivered(msg_id(entry), 1)
+    ack = decoded(state.take_ack()).ack
+    assert ack.ack_type == pb.CommandAck.Cumulative
+    assert [(m.ledgerId, m.entryId) for m in ack.message_id] == [(1, 2)]
+    assert state.take_ack() is None
+
+
+def test_individual_acks_carry_every_id_in_one_command():
+    state = ConsumerState(0, 5, receiver_queue_size=100, individual_acks=True)
+    for entry in range(3):
+        state.delivered(msg_id(entry), 1)
+    ack = decoded(state.take_ack()).ack
+    assert ack.ack_type == pb.CommandAck.Individual
+    assert [m.entryId for m in ack.message_id] == [0, 1, 2]
+    assert state.take_ack() is None
+
+
+# -- layout -----------------------------------------------------------------------------------
+def test_source_addresses_go_round_robin_from_127_0_0_2():
+    assert [source_address(i, 3) for i in range(4)] == [
+        "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.2"
+    ]
+    assert source_address(5, 0) is None
+
+
+def test_the_socket_budget_is_the_file_limit_minus_a_margin(monkeypatch):
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (20000, 20000))
+    assert socket_budget() == 20000 - FD_MARGIN
+
+
+def test_more_connections_than_the_budget_is_a_clear_error():
+    group = Group()
+    settings = Settings(host="127.0.0.1", port=1, consumers_per_connection=50)
+    pool = ConnectionPool(settings, callback=None, group=group, max_connections=0)
+    try:
+        with pytest.raises(DriverError, match="consumersPerConnection=50") as info:
+            pool.for_consumer(0)
+        assert "open-file limit" in str(info.value)
+    finally:
+        pool.close()
+        group.kill()
+
+
+# -- the driver ---------------------------------------------------------------------------------
+def test_producer_batching_is_refused_until_supported():
+    driver = PulsarDriver()
+    config = SimpleNamespace(producer=SimpleNamespace(batching_enabled=True))
+    driver.initialize(config, callback=None, consumers_per_connection=1,
+                      service_url="pulsar://127.0.0.1:1")
+    try:
+        with pytest.raises(DriverError, match="batchingEnabled: false"):
+            driver.create_producer("t")
+    finally:
+        driver.close()
+
+
+def test_the_driver_must_be_initialized_first():
+    with pytest.raises(DriverError, match="initialize"):
+        PulsarDriver().subscribe(ConsumerSpec(0, "c", "t", "s", "Shared"))
