@@ -29,6 +29,8 @@ from harness.users import ConsumerUser, ProducerUser
 
 # Sockets one worker may hold: the per-process open-file cap here is 20,000 (DESIGN.md).
 SOCKETS_PER_WORKER = 15000
+MAX_EXTRA_DRAIN_S = 120.0
+STALL_S = 10.0
 
 
 class RunError(RuntimeError):
@@ -243,6 +245,8 @@ class Coordinator:
             "failed": total("failed"),
             "sent": total("sent"),
             "received": total("received"),
+            "total_sent": total("total_sent"),
+            "total_received": total("total_received"),
             "p99_ms": max(p99s) if p99s else None,
         }
 
@@ -317,7 +321,40 @@ class Coordinator:
                 t["p99_ms"],
                 self.phases["drain_end"] - now,
             )
+        self._drain_backlog()
         self.progress.done()
+
+    def _drain_backlog(self) -> None:
+        """Past the drain time, wait while deliveries still arrive, so that "lost" in the
+        summary means never delivered, not delivered late. Bounded: at most MAX_EXTRA_DRAIN_S,
+        and no longer than STALL_S without a new delivery."""
+        w = self.plan.workload
+        cap = time.time() + MAX_EXTRA_DRAIN_S
+        last_count, last_change = -1, time.time()
+        while time.time() < cap:
+            self._check_workers()
+            t = self._totals()
+            if t["connected"] < w.total_consumers or any(s.lost for s in self.workers.values()):
+                return
+            expected = t["total_sent"] * w.expected_deliveries_per_message
+            if t["total_received"] >= expected:
+                return
+            if t["total_received"] != last_count:
+                last_count, last_change = t["total_received"], time.time()
+            elif time.time() - last_change > STALL_S:
+                return
+            self.progress.show(
+                "drain",
+                t["connected"],
+                w.total_consumers,
+                t["failed"],
+                t["sent"],
+                t["received"],
+                t["p99_ms"],
+                cap - time.time(),
+            )
+            gevent.sleep(0.5)
+            self.phases["drain_end"] = time.time()
 
     def _finish_workers(self, timeout: float = 60.0) -> None:
         self.runner.send_message("finish", {})

@@ -15,14 +15,23 @@ class BrokerStartError(RuntimeError):
     pass
 
 
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1", low: int = 20000, high: int = 32000) -> int:
-    """A free TCP port below the ephemeral range (32768+), so no outgoing connection takes it."""
+    """A free TCP port below the ephemeral range (32768+), so no outgoing connection takes it.
+
+    Never the same port twice in one process: a port handed out may not be bound yet.
+    """
     for port in range(low + os.getpid() % 5000, high):
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
+            _handed_out.add(port)
             return port
     raise BrokerStartError(f"no free port between {low} and {high}")
 

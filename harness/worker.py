@@ -9,8 +9,8 @@ the coordinator's, otherwise to a local folder that is shipped to the master at 
 from __future__ import annotations
 
 import itertools
-import math
 import logging
+import math
 import os
 import random
 import socket
