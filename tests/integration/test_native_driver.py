@@ -45,12 +45,20 @@ class Deliveries:
 
 def config(**consumer) -> SimpleNamespace:
     return SimpleNamespace(
-        client=SimpleNamespace(source_addresses=0, connect_timeout_seconds=3,
-                               operation_timeout_seconds=5),
-        producer=SimpleNamespace(batching_enabled=False, max_pending_messages=100,
-                                 send_timeout_ms=5000),
-        consumer=SimpleNamespace(**{"receiver_queue_size": 1000, "ack_group_time_ms": 20,
-                                    "ack_mode": "cumulative", **consumer}),
+        client=SimpleNamespace(
+            source_addresses=0, connect_timeout_seconds=3, operation_timeout_seconds=5
+        ),
+        producer=SimpleNamespace(
+            batching_enabled=False, max_pending_messages=100, send_timeout_ms=5000
+        ),
+        consumer=SimpleNamespace(
+            **{
+                "receiver_queue_size": 1000,
+                "ack_group_time_ms": 20,
+                "ack_mode": "cumulative",
+                **consumer,
+            }
+        ),
     )
 
 
@@ -76,8 +84,11 @@ def _bindable(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory) -> Iterator[BrokerProcess]:
-    b = start_broker(tmp_path_factory.mktemp("native") / "data", *free_ports(),
-                     ("--set", "journalSyncData=false"))
+    b = start_broker(
+        tmp_path_factory.mktemp("native") / "data",
+        *free_ports(),
+        ("--set", "journalSyncData=false"),
+    )
     yield b
     b.stop()
 
@@ -86,12 +97,18 @@ def broker(tmp_path_factory) -> Iterator[BrokerProcess]:
 def native(broker) -> Iterator:
     drivers: list[PulsarDriver] = []
 
-    def make(consumers_per_connection: int = 1, cfg: SimpleNamespace | None = None,
-             url: str | None = None) -> tuple[PulsarDriver, Deliveries]:
+    def make(
+        consumers_per_connection: int = 1,
+        cfg: SimpleNamespace | None = None,
+        url: str | None = None,
+    ) -> tuple[PulsarDriver, Deliveries]:
         driver, deliveries = PulsarDriver(), Deliveries()
-        driver.initialize(cfg or config(), deliveries,
-                          consumers_per_connection=consumers_per_connection,
-                          service_url=url or broker.url)
+        driver.initialize(
+            cfg or config(),
+            deliveries,
+            consumers_per_connection=consumers_per_connection,
+            service_url=url or broker.url,
+        )
         drivers.append(driver)
         return driver, deliveries
 
@@ -158,8 +175,11 @@ def test_shared_with_one_subscription_per_consumer(broker, native):
     assert all(r.ok for r in results)
     assert len({r.connection for r in results}) == 10
     topic = stats(broker, "per-sub")
-    addresses = {c["address"].rsplit(":", 1)[0]
-                 for s in topic["subscriptions"].values() for c in s["consumers"]}
+    addresses = {
+        c["address"].rsplit(":", 1)[0]
+        for s in topic["subscriptions"].values()
+        for c in s["consumers"]
+    }
     assert addresses == {"127.0.0.2", "127.0.0.3"}
 
     producer = driver.create_producer("per-sub")
@@ -190,9 +210,12 @@ def test_the_official_producer_reaches_the_native_consumer(broker, native):
     try:
         plain = client.create_producer("from-official", batching_enabled=False)
         plain.send(b"plain")
-        batched = client.create_producer("from-official", batching_enabled=True,
-                                         batching_max_messages=3,
-                                         batching_max_publish_delay_ms=1000)
+        batched = client.create_producer(
+            "from-official",
+            batching_enabled=True,
+            batching_max_messages=3,
+            batching_max_publish_delay_ms=1000,
+        )
         for body in (b"b1", b"b2", b"b3"):
             batched.send_async(body, None)
         batched.flush()

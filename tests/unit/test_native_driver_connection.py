@@ -67,13 +67,27 @@ class FakeBroker:
 
     def answer_lookup(self, url: str | None = None) -> None:
         rid = self.expect(T.PARTITIONED_METADATA).partitionMetadata.request_id
-        self.send(encode_frame(command(
-            T.PARTITIONED_METADATA_RESPONSE, request_id=rid, partitions=0,
-            response=pb.CommandPartitionedTopicMetadataResponse.Success)))
+        self.send(
+            encode_frame(
+                command(
+                    T.PARTITIONED_METADATA_RESPONSE,
+                    request_id=rid,
+                    partitions=0,
+                    response=pb.CommandPartitionedTopicMetadataResponse.Success,
+                )
+            )
+        )
         rid = self.expect(T.LOOKUP).lookupTopic.request_id
-        self.send(encode_frame(command(
-            T.LOOKUP_RESPONSE, request_id=rid, brokerServiceUrl=url or self.settings.service_url,
-            response=pb.CommandLookupTopicResponse.Connect)))
+        self.send(
+            encode_frame(
+                command(
+                    T.LOOKUP_RESPONSE,
+                    request_id=rid,
+                    brokerServiceUrl=url or self.settings.service_url,
+                    response=pb.CommandLookupTopicResponse.Connect,
+                )
+            )
+        )
 
 
 @dataclass
@@ -125,13 +139,15 @@ def subscribe(wire: Wire, spec: ConsumerSpec, lookup: bool = True) -> int:
 
 
 def section(body: bytes) -> bytes:
-    return encode_payload(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1),
-                          body)
+    return encode_payload(
+        pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), body
+    )
 
 
 def message(consumer_id: int, entry_id: int, payload: bytes, dispatch_us: int = 0) -> bytes:
-    bem = pb.BrokerEntryMetadata(received_us=1, persist_start_us=2, durable_us=3, notified_us=4,
-                                 dispatch_us=dispatch_us or 5).SerializeToString()
+    bem = pb.BrokerEntryMetadata(
+        received_us=1, persist_start_us=2, durable_us=3, notified_us=4, dispatch_us=dispatch_us or 5
+    ).SerializeToString()
     return encode_raw_frame(message_command_bytes(consumer_id, 1, entry_id), payload, bem)
 
 
@@ -180,7 +196,9 @@ def test_one_clock_read_stamps_everything_one_recv_returned(make_wire, monkeypat
     wire.deliveries.wait_for(3)
     assert clock_reads == [1_000]
     assert [(i, body, at) for i, body, at, _ in wire.deliveries.got] == [
-        (4, b"m0", 1_000), (4, b"m1", 1_000), (4, b"m2", 1_000)
+        (4, b"m0", 1_000),
+        (4, b"m1", 1_000),
+        (4, b"m2", 1_000),
     ]
     wire.broker.send(message(consumer_id, 3, section(b"m3")))
     wire.deliveries.wait_for(4)
@@ -202,8 +220,9 @@ def test_a_batch_is_split_into_its_messages(make_wire):
     wire = make_wire(receiver_queue_size=6)
     consumer_id = subscribe(wire, SPEC)
     data = join_batch([(pb.SingleMessageMetadata(), b) for b in (b"a", b"b", b"c")])
-    meta = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
-                              num_messages_in_batch=3)
+    meta = pb.MessageMetadata(
+        producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=3
+    )
     wire.broker.send(message(consumer_id, 0, encode_payload(meta, data)))
     wire.deliveries.wait_for(3)
     assert [body for _, body, _, _ in wire.deliveries.got] == [b"a", b"b", b"c"]
@@ -248,8 +267,9 @@ def test_a_bad_checksum_is_dropped_only_when_verifying(make_wire):
     consumer_id = subscribe(wire, SPEC)
     corrupt = bytearray(section(b"bad"))
     corrupt[-1] ^= 0xFF
-    wire.broker.send(message(consumer_id, 0, bytes(corrupt)),
-                     message(consumer_id, 1, section(b"ok")))
+    wire.broker.send(
+        message(consumer_id, 0, bytes(corrupt)), message(consumer_id, 1, section(b"ok"))
+    )
     wire.deliveries.wait_for(1)
     assert [body for _, body, _, _ in wire.deliveries.got] == [b"ok"]
 
@@ -260,8 +280,16 @@ def test_an_error_answer_names_the_server_error(make_wire):
     task = gevent.spawn(wire.conn.subscribe, SPEC)
     wire.broker.answer_lookup()
     rid = wire.broker.expect(T.SUBSCRIBE).subscribe.request_id
-    wire.broker.send(encode_frame(command(T.ERROR, request_id=rid, error=pb.ConsumerBusy,
-                                          message="exclusive consumer already attached")))
+    wire.broker.send(
+        encode_frame(
+            command(
+                T.ERROR,
+                request_id=rid,
+                error=pb.ConsumerBusy,
+                message="exclusive consumer already attached",
+            )
+        )
+    )
     with pytest.raises(RequestFailed, match="^ConsumerBusy: exclusive consumer already attached$"):
         task.get(timeout=WAIT)
     assert not wire.conn.consumers
@@ -296,9 +324,16 @@ def test_a_partitioned_topic_is_refused(make_wire):
     wire = make_wire()
     task = gevent.spawn(wire.conn.subscribe, SPEC)
     rid = wire.broker.expect(T.PARTITIONED_METADATA).partitionMetadata.request_id
-    wire.broker.send(encode_frame(command(
-        T.PARTITIONED_METADATA_RESPONSE, request_id=rid, partitions=4,
-        response=pb.CommandPartitionedTopicMetadataResponse.Success)))
+    wire.broker.send(
+        encode_frame(
+            command(
+                T.PARTITIONED_METADATA_RESPONSE,
+                request_id=rid,
+                partitions=4,
+                response=pb.CommandPartitionedTopicMetadataResponse.Success,
+            )
+        )
+    )
     with pytest.raises(DriverError, match="4 partitions"):
         task.get(timeout=WAIT)
 
@@ -335,16 +370,22 @@ def open_producer(wire: Wire) -> PulsarProducer:
     task = gevent.spawn(producer.open)
     wire.broker.answer_lookup()
     rid = wire.broker.expect(T.PRODUCER).producer.request_id
-    wire.broker.send(encode_frame(command(T.PRODUCER_SUCCESS, request_id=rid,
-                                          producer_name="fake-producer")))
+    wire.broker.send(
+        encode_frame(command(T.PRODUCER_SUCCESS, request_id=rid, producer_name="fake-producer"))
+    )
     task.get(timeout=WAIT)
     return producer
 
 
 def receipt(sequence_id: int, producer_id: int = 1) -> bytes:
-    return encode_frame(command(
-        T.SEND_RECEIPT, producer_id=producer_id, sequence_id=sequence_id,
-        message_id=pb.MessageIdData(ledgerId=1, entryId=sequence_id)))
+    return encode_frame(
+        command(
+            T.SEND_RECEIPT,
+            producer_id=producer_id,
+            sequence_id=sequence_id,
+            message_id=pb.MessageIdData(ledgerId=1, entryId=sequence_id),
+        )
+    )
 
 
 def test_sends_carry_metadata_and_settle_in_fifo_order(make_wire):
@@ -352,8 +393,9 @@ def test_sends_carry_metadata_and_settle_in_fifo_order(make_wire):
     producer = open_producer(wire)
     done: list[tuple[int, Exception | None]] = []
     for k in range(3):
-        producer.send_async(b"key" if k == 1 else None, b"body%d" % k,
-                            lambda error, k=k: done.append((k, error)))
+        producer.send_async(
+            b"key" if k == 1 else None, b"body%d" % k, lambda error, k=k: done.append((k, error))
+        )
     frames = [wire.broker.next_frame() for _ in range(3)]
     for k, frame in enumerate(frames):
         assert frame.command.send.sequence_id == k
@@ -378,8 +420,15 @@ def test_a_send_error_fails_that_send_only(make_wire):
     for _ in range(2):
         producer.send_async(None, b"x", done.append)
     wire.broker.send(
-        encode_frame(command(T.SEND_ERROR, producer_id=1, sequence_id=0,
-                             error=pb.PersistenceError, message="disk full")),
+        encode_frame(
+            command(
+                T.SEND_ERROR,
+                producer_id=1,
+                sequence_id=0,
+                error=pb.PersistenceError,
+                message="disk full",
+            )
+        ),
         receipt(1),
     )
     with gevent.Timeout(WAIT):

@@ -23,14 +23,16 @@ from drivers.pulsar.settings import Settings, parse_service_url, settings_from
 
 
 def single(body: bytes, **meta) -> bytes:
-    return encode_payload(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
-                                             **meta), body)
+    return encode_payload(
+        pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, **meta), body
+    )
 
 
 def batch(*bodies: bytes) -> bytes:
     data = join_batch([(pb.SingleMessageMetadata(), b) for b in bodies])
-    meta = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
-                              num_messages_in_batch=len(bodies))
+    meta = pb.MessageMetadata(
+        producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=len(bodies)
+    )
     return encode_payload(meta, data)
 
 
@@ -69,11 +71,23 @@ def test_compressed_payloads_are_refused_by_name():
 
 
 def test_stamps_from_the_bundled_broker_are_complete():
-    bem = pb.BrokerEntryMetadata(broker_timestamp=1, received_us=10, persist_start_us=11,
-                                 durable_us=12, notified_us=13, dispatch_us=14)
+    bem = pb.BrokerEntryMetadata(
+        broker_timestamp=1,
+        received_us=10,
+        persist_start_us=11,
+        durable_us=12,
+        notified_us=13,
+        dispatch_us=14,
+    )
     stamps = broker_stamps(bem.SerializeToString())
-    assert (stamps.received_us, stamps.persist_start_us, stamps.durable_us,
-            stamps.notified_us, stamps.dispatch_us, stamps.broker_ms) == (10, 11, 12, 13, 14, 1)
+    assert (
+        stamps.received_us,
+        stamps.persist_start_us,
+        stamps.durable_us,
+        stamps.notified_us,
+        stamps.dispatch_us,
+        stamps.broker_ms,
+    ) == (10, 11, 12, 13, 14, 1)
     assert stamps.complete
 
 
@@ -105,12 +119,13 @@ def test_settings_fall_back_to_the_bundled_defaults():
 
 def test_settings_read_a_driver_config_shape():
     config = SimpleNamespace(
-        client=SimpleNamespace(source_addresses=3, connect_timeout_seconds=2,
-                               operation_timeout_seconds=4),
-        producer=SimpleNamespace(batching_enabled=False, max_pending_messages=5,
-                                 send_timeout_ms=700),
-        consumer=SimpleNamespace(receiver_queue_size=8, ack_group_time_ms=0,
-                                 ack_mode="individual"),
+        client=SimpleNamespace(
+            source_addresses=3, connect_timeout_seconds=2, operation_timeout_seconds=4
+        ),
+        producer=SimpleNamespace(
+            batching_enabled=False, max_pending_messages=5, send_timeout_ms=700
+        ),
+        consumer=SimpleNamespace(receiver_queue_size=8, ack_group_time_ms=0, ack_mode="individual"),
     )
     s = settings_from(config, consumers_per_connection=1, service_url="pulsar://localhost")
     assert (s.port, s.source_addresses, s.connect_timeout, s.operation_timeout) == (6650, 3, 2, 4)
@@ -120,8 +135,12 @@ def test_settings_read_a_driver_config_shape():
 
 @pytest.mark.parametrize(
     ("url", "message"),
-    [("pulsar+ssl://h:6651", "no TLS"), ("pulsar://a:1,b:2", "one broker"),
-     ("http://h:8080", "only pulsar://"), ("pulsar://:6650", "no host")],
+    [
+        ("pulsar+ssl://h:6651", "no TLS"),
+        ("pulsar://a:1,b:2", "one broker"),
+        ("http://h:8080", "only pulsar://"),
+        ("pulsar://:6650", "no host"),
+    ],
 )
 def test_service_urls_the_driver_cannot_use(url, message):
     with pytest.raises(DriverError, match=message):
@@ -131,8 +150,11 @@ def test_service_urls_the_driver_cannot_use(url, message):
 def test_bad_values_are_refused():
     consumer = SimpleNamespace(ack_mode="sometimes")
     with pytest.raises(DriverError, match="ackMode"):
-        settings_from(SimpleNamespace(consumer=consumer), consumers_per_connection=1,
-                      service_url="pulsar://127.0.0.1:6650")
+        settings_from(
+            SimpleNamespace(consumer=consumer),
+            consumers_per_connection=1,
+            service_url="pulsar://127.0.0.1:6650",
+        )
     with pytest.raises(DriverError, match="consumers per connection"):
         settings_from(None, consumers_per_connection=0, service_url="pulsar://127.0.0.1:6650")
 
@@ -140,8 +162,11 @@ def test_bad_values_are_refused():
 def test_source_addresses_need_a_loopback_broker():
     client = SimpleNamespace(source_addresses=2)
     with pytest.raises(DriverError, match="loopback"):
-        settings_from(SimpleNamespace(client=client), consumers_per_connection=1,
-                      service_url="pulsar://192.0.2.1:6650")
+        settings_from(
+            SimpleNamespace(client=client),
+            consumers_per_connection=1,
+            service_url="pulsar://192.0.2.1:6650",
+        )
 
 
 def test_lookup_answers_for_the_same_broker_are_recognized():
@@ -218,7 +243,10 @@ def test_individual_acks_carry_every_id_in_one_command():
 # -- layout -----------------------------------------------------------------------------------
 def test_source_addresses_go_round_robin_from_127_0_0_2():
     assert [source_address(i, 3) for i in range(4)] == [
-        "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.2"
+        "127.0.0.2",
+        "127.0.0.3",
+        "127.0.0.4",
+        "127.0.0.2",
     ]
     assert source_address(5, 0) is None
 
@@ -245,8 +273,9 @@ def test_more_connections_than_the_budget_is_a_clear_error():
 def test_producer_batching_is_refused_until_supported():
     driver = PulsarDriver()
     config = SimpleNamespace(producer=SimpleNamespace(batching_enabled=True))
-    driver.initialize(config, callback=None, consumers_per_connection=1,
-                      service_url="pulsar://127.0.0.1:1")
+    driver.initialize(
+        config, callback=None, consumers_per_connection=1, service_url="pulsar://127.0.0.1:1"
+    )
     try:
         with pytest.raises(DriverError, match="batchingEnabled: false"):
             driver.create_producer("t")

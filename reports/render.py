@@ -1,0 +1,216 @@
+"""report.html for one run and for one sweep: one self-contained file each, readable offline."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from reports import charts
+from reports.charts import PALETTE, Chart, Series, StageRow, Threshold, TimePanel
+from reports.metrics import LATENCY_LABELS
+from reports.results import RunSummary, SweepSummary, load_summary, load_sweep
+from reports.sweeps import scaling_charts, scaling_rows, series_by_type
+from reports.templating import write_page
+
+REPORT_FILE = "report.html"
+PERCENTILES = ("min", "p50", "p75", "p95", "p99", "p99_9", "p99_99", "max", "mean")
+# The thresholds of summary.client_bound.flag (docs/results.md), drawn where they apply.
+CLIENT_CPU_LIMIT = 90.0
+CLIENT_LAG_LIMIT_MS = 100.0
+
+RUN_CHARTS = (
+    "connection-distribution",
+    "stage-breakdown",
+    "latency-spectrum",
+    "rates-over-time",
+    "e2e-p99-over-time",
+    "client-resources",
+    "broker-resources",
+)
+SWEEP_CHARTS = ("connection-vs-consumers", "e2e-p99-vs-consumers")
+
+
+def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Nested config as `a.b.c → value` rows: workloads nest, tables do not."""
+    if isinstance(value, Mapping):
+        rows: list[tuple[str, str]] = []
+        for key, item in value.items():
+            rows.extend(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return rows
+    if isinstance(value, list) and all(not isinstance(v, Mapping | list) for v in value):
+        return [(prefix, ", ".join(str(v) for v in value))]
+    if isinstance(value, list):
+        return [(prefix, json.dumps(value, ensure_ascii=False))]
+    return [(prefix, "null" if value is None else str(value))]
+
+
+def _broker_why(run: RunSummary) -> str:
+    driver = run.section("driver").get("name")
+    if driver and driver != "bundled":
+        return (
+            f"broker stats are collected only from the bundled broker; this run used "
+            f"driver {driver!r} against another broker"
+        )
+    return "no broker stats were recorded (the broker is not the bundled one, or it wrote none)"
+
+
+def run_charts(run: RunSummary) -> dict[str, Chart]:
+    """Every chart of a run report, keyed by its data-chart marker (see RUN_CHARTS)."""
+    series = run.section("series")
+    t = series.get("t_s") or []
+    broker_t = series.get("broker_t_s") or []
+    built = [
+        charts.connection_histogram(run.section("connection")),
+        charts.stage_breakdown([StageRow(run.label, run.section("stages"))]),
+        charts.latency_spectrum(
+            [
+                (LATENCY_LABELS.get(name, name), [(name, points)])
+                for name, points in run.section("spectrum").items()
+                if isinstance(points, list)
+            ]
+        ),
+        charts.time_chart(
+            "rates-over-time",
+            "Rates and backlog",
+            t,
+            [
+                TimePanel(
+                    "Publish rate", "msg/s", [Series("publish", series.get("publish_rate") or [])]
+                ),
+                TimePanel(
+                    "Consume rate",
+                    "deliveries/s",
+                    [Series("consume", series.get("consume_rate") or [], PALETTE[2])],
+                ),
+                TimePanel(
+                    "Backlog",
+                    "messages",
+                    [Series("backlog", series.get("backlog") or [], PALETTE[1])],
+                ),
+                TimePanel(
+                    "Errors",
+                    "per s",
+                    [Series("errors", series.get("error_rate") or [], PALETTE[5])],
+                ),
+            ],
+            note="Per second of the measure phase; "
+            "the consume rate counts deliveries to every consumer.",
+        ),
+        charts.time_chart(
+            "e2e-p99-over-time",
+            "End-to-end P99 per second",
+            t,
+            [
+                TimePanel(
+                    "End-to-end P99", "ms", [Series("e2e P99", series.get("e2e_p99_ms") or [])]
+                )
+            ],
+            note="A steady line means a steady broker; steps and spikes point at GC, "
+            "persistence stalls or the client falling behind.",
+        ),
+        charts.time_chart(
+            "client-resources",
+            "Client (load generator)",
+            t,
+            [
+                TimePanel(
+                    "CPU",
+                    "% of a core",
+                    [Series("client CPU", series.get("client_cpu") or [])],
+                    [Threshold(CLIENT_CPU_LIMIT, "client-bound above 90 %")],
+                ),
+                TimePanel(
+                    "Memory (RSS)",
+                    "MiB",
+                    [Series("client RSS", series.get("client_rss_mib") or [], PALETTE[2])],
+                ),
+                TimePanel(
+                    "Event-loop lag",
+                    "ms",
+                    [Series("loop lag", series.get("loop_lag_ms") or [], PALETTE[5])],
+                    [Threshold(CLIENT_LAG_LIMIT_MS, "client-bound above 100 ms")],
+                ),
+            ],
+            note="When the client runs out of CPU or its loop lags, latency measures the client.",
+        ),
+        charts.time_chart(
+            "broker-resources",
+            "Broker",
+            broker_t,
+            [
+                TimePanel(
+                    "CPU", "% of a core", [Series("broker CPU", series.get("broker_cpu") or [])]
+                ),
+                TimePanel(
+                    "Memory (RSS)",
+                    "MiB",
+                    [Series("broker RSS", series.get("broker_rss_mib") or [], PALETTE[2])],
+                ),
+            ],
+            note="Sampled every 5 s by the bundled broker.",
+            empty_why=_broker_why(run),
+        ),
+    ]
+    return {chart.chart_id: chart for chart in built}
+
+
+def _latency_label(run: RunSummary, name: str) -> str:
+    """Without broker timestamps `stage.producing` spans stages 1 to 5, and says so."""
+    if name == "stage.producing" and run.section("stages").get("broker_timestamps") is False:
+        return f"stage {charts.COMBINED_STAGE_LABEL}"
+    return LATENCY_LABELS.get(name, name)
+
+
+def render_run(summary_path: Path, out: Path | None = None) -> Path:
+    """Writes a run's report.html (next to its summary.json unless `out` says otherwise)."""
+    run = load_summary(Path(summary_path))
+    latency = run.section("latency")
+    return write_page(
+        "run.html",
+        out or run.run_dir / REPORT_FILE,
+        run=run,
+        h=run.headline,
+        cb=run.section("client_bound"),
+        conn=run.section("connection"),
+        e2e=latency.get("e2e") or {},
+        charts=run_charts(run),
+        percentiles=PERCENTILES,
+        latency_rows=[
+            (_latency_label(run, name), values)
+            for name, values in latency.items()
+            if isinstance(values, Mapping)
+        ],
+        workload_rows=flatten(run.section("workload")),
+        driver_rows=flatten(run.section("driver")),
+        environment_rows=flatten(run.section("environment")),
+    )
+
+
+def render_sweep(sweep_summary_path: Path) -> Path:
+    """Writes a sweep's report.html in the sweep folder: every case's headline and the fits."""
+    sweep = load_sweep(Path(sweep_summary_path))
+    grouped = series_by_type(sweep.cases)
+    named = [(kind, cases, sweep.fits.get(kind)) for kind, cases in grouped.items()]
+    return write_page(
+        "sweep.html",
+        sweep.sweep_dir / REPORT_FILE,
+        sweep=sweep,
+        case_links=_case_links(sweep),
+        charts=scaling_charts(named),
+        side_by_side=scaling_rows(list(grouped.items())) if len(grouped) > 1 else [],
+        types=list(grouped),
+        bound=[
+            str(c.get("label") or c.get("run_id")) for c in sweep.cases if c.get("client_bound")
+        ],
+    )
+
+
+def _case_links(sweep: SweepSummary) -> dict[str, str]:
+    """Relative links to case reports that exist, so the sweep page never links to nothing."""
+    return {
+        run_id: f"{folder.name}/{REPORT_FILE}"
+        for run_id, folder in sweep.case_dirs().items()
+        if (folder / REPORT_FILE).exists()
+    }

@@ -1,0 +1,149 @@
+"""Reading the results contract (docs/results.md) from the reports' side.
+
+Reports read only `summary.json` and `sweep-summary.json`: everything else in a results
+folder belongs to the harness and the analysis, and may change shape under us.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SUMMARY_FILE = "summary.json"
+SWEEP_FILE = "sweep-summary.json"
+SUMMARY_SCHEMA = "fanout-bench/summary/1"
+SWEEP_SCHEMA = "fanout-bench/sweep/1"
+
+
+class ResultsError(Exception):
+    """A path is not a summary this version can read; the message names the file and why."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run's summary.json, kept as parsed JSON with the few accessors every page needs."""
+
+    path: Path
+    data: Mapping[str, Any]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def run_id(self) -> str:
+        return str(self.data.get("run_id") or self.run_dir.name)
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        """A top-level object, empty when absent (partial runs may lack some)."""
+        value = self.data.get(name)
+        return value if isinstance(value, Mapping) else {}
+
+    @property
+    def headline(self) -> Mapping[str, Any]:
+        return self.section("headline")
+
+    @property
+    def label(self) -> str:
+        """Subscription type and consumers, e.g. Broadcast 20,000: what runs are compared by."""
+        kind = self.headline.get("subscription_type") or "?"
+        consumers = self.headline.get("consumers")
+        return f"{kind} {consumers:,}" if isinstance(consumers, int) else str(kind)
+
+    @property
+    def client_bound(self) -> bool:
+        return bool(self.section("client_bound").get("flag"))
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.data.get("partial"))
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """One sweep's sweep-summary.json."""
+
+    path: Path
+    data: Mapping[str, Any]
+
+    @property
+    def sweep_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def sweep_id(self) -> str:
+        return str(self.data.get("sweep_id") or self.sweep_dir.name)
+
+    @property
+    def cases(self) -> list[Mapping[str, Any]]:
+        return [c for c in self.data.get("cases") or [] if isinstance(c, Mapping)]
+
+    @property
+    def fits(self) -> Mapping[str, Mapping[str, Any]]:
+        fits = self.data.get("fits")
+        return fits if isinstance(fits, Mapping) else {}
+
+    def case_dirs(self) -> dict[str, Path]:
+        """Case folders by run id, found through their own summary.json.
+
+        The contract names case folders by case id and lists run ids in sweep.json; rather than
+        assume the two are equal, each sub-folder's summary says which run it holds.
+        """
+        found: dict[str, Path] = {}
+        for candidate in sorted(self.sweep_dir.glob(f"*/{SUMMARY_FILE}")):
+            try:
+                found[load_summary(candidate).run_id] = candidate.parent
+            except ResultsError:
+                continue
+        return found
+
+
+def _read_json(path: Path, schema: str) -> Mapping[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: expected a JSON object")
+    if data.get("schema") != schema:
+        raise ResultsError(
+            f"{path}: schema is {data.get('schema')!r}; this version reads {schema!r}"
+        )
+    return data
+
+
+def load_summary(path: Path) -> RunSummary:
+    """A run's summary, from its summary.json or the run folder."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / SUMMARY_FILE
+    return RunSummary(path, _read_json(path, SUMMARY_SCHEMA))
+
+
+def load_sweep(path: Path) -> SweepSummary:
+    """A sweep's summary, from its sweep-summary.json or the sweep folder."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / SWEEP_FILE
+    return SweepSummary(path, _read_json(path, SWEEP_SCHEMA))
+
+
+def load_any(path: Path) -> RunSummary | SweepSummary:
+    """A run or a sweep: folders are told apart by the file they hold, files by their name."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / SWEEP_FILE).exists():
+            return load_sweep(path)
+        if (path / SUMMARY_FILE).exists():
+            return load_summary(path)
+        raise ResultsError(
+            f"{path}: holds neither {SUMMARY_FILE} nor {SWEEP_FILE} (has `bench analyze` run?)"
+        )
+    if path.name == SWEEP_FILE:
+        return load_sweep(path)
+    return load_summary(path)

@@ -1,0 +1,242 @@
+"""Synthetic summary.json and sweep-summary.json documents shaped as docs/results.md says.
+
+The report, compare and gate tests (unit and browser) build their inputs here, so that one
+factory follows the contract instead of one copy per test module. The numbers are plausible
+for seed 000's scenario (1 msg/s, 10 KB, thousands of consumers) and deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from reports.metrics import STAGES
+from reports.results import SUMMARY_FILE, SUMMARY_SCHEMA, SWEEP_FILE, SWEEP_SCHEMA
+
+_TAIL_SHARE = (0.08, 0.01, 0.16, 0.01, 0.02, 0.72)
+_STAGE_P99_FRACTION = (0.08, 0.01, 0.16, 0.01, 0.02, 0.65)
+_SPECTRUM = ((50.0, 0.33), (75.0, 0.5), (90.0, 0.62), (95.0, 0.74), (99.0, 1.0), (99.9, 1.6),
+             (99.99, 1.8), (99.999, 1.87))  # fmt: skip
+
+
+def _wave(i: int, amplitude: float) -> float:
+    """Deterministic jitter, so series look measured without a random seed to manage."""
+    return amplitude * math.sin(i * 0.7) * math.cos(i * 0.13)
+
+
+def _latency(p99: float) -> dict[str, float]:
+    return {
+        "count": 60_000,
+        "min": round(p99 * 0.08, 3),
+        "mean": round(p99 * 0.4, 3),
+        "p50": round(p99 * 0.33, 3),
+        "p75": round(p99 * 0.5, 3),
+        "p95": round(p99 * 0.74, 3),
+        "p99": p99,
+        "p99_9": round(p99 * 1.6, 3),
+        "p99_99": round(p99 * 1.8, 3),
+        "max": round(p99 * 1.9, 3),
+    }
+
+
+def sample_summary(
+    *,
+    run_id: str = "20261122-101500-sample",
+    consumers: int = 1000,
+    subscription_type: str = "Broadcast",
+    connection_time_s: float = 3.2,
+    e2e_p99_ms: float = 12.3,
+    publish_p99_ms: float = 2.0,
+    deliveries_lost: int = 0,
+    failed: int = 0,
+    client_bound: bool = False,
+    partial: bool = False,
+    broker_stats: bool = True,
+    broker_timestamps: bool = True,
+    seconds: int = 60,
+) -> dict[str, Any]:
+    """A complete summary.json document; keyword arguments set the numbers tests care about."""
+    messages = seconds
+    expected = messages * consumers
+    bins = 40
+    width = round(connection_time_s / bins, 6)
+    weights = [math.exp(-i / 6) + 0.02 for i in range(bins)]
+    ok = consumers - failed
+    counts = [int(ok * w / sum(weights)) for w in weights]
+    counts[0] += ok - sum(counts)
+    stage_p99 = {
+        s: round(e2e_p99_ms * f, 3) for s, f in zip(STAGES, _STAGE_P99_FRACTION, strict=True)
+    }
+    share = dict(zip(STAGES, _TAIL_SHARE, strict=True))
+    if not broker_timestamps:
+        for stage in ("broker_in", "persistence", "notification", "broker_out"):
+            stage_p99.pop(stage)
+            share["producing"] += share.pop(stage)
+    t = list(range(seconds))
+    broker_t = list(range(0, seconds, 5)) if broker_stats else []
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "run_id": run_id,
+        "partial": partial,
+        "partial_reasons": ["worker w1 stopped heartbeating at 42 s"] if partial else [],
+        "units": {"latency": "ms", "connect": "s", "rate": "msg/s", "time": "s", "memory": "MiB"},
+        "workload": {
+            "name": "sample",
+            "topics": 1,
+            "partitionsPerTopic": 1,
+            "messageSize": 10240,
+            "producerRate": 1,
+            "subscriptionsPerTopic": 1 if subscription_type == "Broadcast" else consumers,
+            "consumerPerSubscription": consumers if subscription_type == "Broadcast" else 1,
+            "testDurationMinutes": 1,
+            "fanout": {"subscriptionType": subscription_type, "consumersPerConnection": 50},
+        },
+        "driver": {"name": "bundled", "connectConcurrency": 512, "listenBacklog": 4096},
+        "environment": {
+            "hosts": {"coordinator": "bench-host"},
+            "versions": {"python": "3.11.7", "fanout_bench": "0.1.0"},
+            "git_revision": "abc123def4567890",
+            "workers": ["w0", "w1"],
+        },
+        "headline": {
+            "consumers": consumers,
+            "subscription_type": subscription_type,
+            "subscriptions": 1 if subscription_type == "Broadcast" else consumers,
+            "connection_time_s": connection_time_s,
+            "e2e_p99_ms": e2e_p99_ms,
+            "messages_sent": messages,
+            "deliveries_expected": expected,
+            "deliveries_received": expected - deliveries_lost,
+            "deliveries_lost": deliveries_lost,
+            "client_bound": client_bound,
+        },
+        "latency": {
+            "e2e": _latency(e2e_p99_ms),
+            "e2e_actual": _latency(round(e2e_p99_ms * 0.95, 3)),
+            "publish": _latency(publish_p99_ms),
+            "publish_delay": _latency(0.05),
+            **{f"stage.{s}": _latency(v) for s, v in stage_p99.items()},
+        },
+        "spectrum": {
+            "e2e": [[p, round(e2e_p99_ms * f, 3)] for p, f in _SPECTRUM],
+            "publish": [[p, round(publish_p99_ms * f, 3)] for p, f in _SPECTRUM],
+        },
+        "series": {
+            "t_s": t,
+            "publish_rate": [1 for _ in t],
+            "consume_rate": [consumers - (i % 7 == 3) * consumers // 50 for i in t],
+            "backlog": [max(0, round(_wave(i, 3))) for i in t],
+            "e2e_p99_ms": [round(e2e_p99_ms * (1 + _wave(i, 0.15)), 3) for i in t],
+            "error_rate": [0 for _ in t],
+            "client_cpu": [round((95 if client_bound else 45) + _wave(i, 4), 1) for i in t],
+            "client_rss_mib": [round(120 + i * 0.05, 1) for i in t],
+            "loop_lag_ms": [round((130 if client_bound else 2) + abs(_wave(i, 2)), 2) for i in t],
+            "broker_t_s": broker_t,
+            "broker_cpu": [round(30 + _wave(i, 5), 1) for i in broker_t],
+            "broker_rss_mib": [round(80 + i * 0.1, 1) for i in broker_t],
+        },
+        "connection": {
+            "consumers": consumers,
+            "ok": ok,
+            "failed": failed,
+            "errors": {"ConnectError": failed},
+            "total_s": connection_time_s,
+            "first_start_us": 1_763_800_000_100_000,
+            "last_end_us": 1_763_800_000_100_000 + int(connection_time_s * 1e6),
+            "per_consumer": {
+                "min": round(width / 2, 4),
+                "p50": round(connection_time_s * 0.12, 4),
+                "p90": round(connection_time_s * 0.45, 4),
+                "p99": round(connection_time_s * 0.85, 4),
+                "max": connection_time_s,
+                "mean": round(connection_time_s * 0.2, 4),
+            },
+            "distribution": {
+                "bin_width_s": width,
+                "bins_start_s": [round(i * width, 6) for i in range(bins)],
+                "counts": counts,
+            },
+        },
+        "stages": {
+            "sample_fraction": 0.01,
+            "samples": expected // 100,
+            "broker_timestamps": broker_timestamps,
+            "p99_ms": stage_p99,
+            "tail": {"threshold_ms": e2e_p99_ms, "count": expected // 10_000, "share": share},
+        },
+        "client_bound": {
+            "flag": client_bound,
+            "reasons": ["w0 CPU above 90 % for 80 % of the measure phase"] if client_bound else [],
+            "max_cpu": 99.0 if client_bound else 49.0,
+            "max_loop_lag_ms": 132.0 if client_bound else 4.0,
+        },
+    }
+
+
+def sample_sweep(
+    *, sweep_id: str = "20261122-sweep", types: tuple[str, ...] = ("Shared", "Broadcast")
+) -> dict[str, Any]:
+    """A sweep-summary.json document: 2K..10K consumers per type, Shared growing quadratically."""
+    cases, fits = [], {}
+    for kind in types:
+        shared = kind == "Shared"
+        coefficients = [0.5, 0.004, 6e-7] if shared else [0.3, 0.0007, 0.0]
+        points = []
+        for consumers in (2000, 4000, 6000, 8000, 10000):
+            conn = round(sum(c * consumers**i for i, c in enumerate(coefficients)), 2)
+            p99 = round((0.09 if shared else 0.015) * consumers**0.9, 1)
+            points.append([consumers, conn])
+            cases.append(
+                {
+                    "run_id": f"{sweep_id}-{kind.lower()}-{consumers}",
+                    "label": f"{kind} {consumers}",
+                    "subscription_type": kind,
+                    "consumers": consumers,
+                    "connection_time_s": conn,
+                    "e2e_p50_ms": round(p99 / 3, 1),
+                    "e2e_p99_ms": p99,
+                    "e2e_max_ms": round(p99 * 1.9, 1),
+                    "deliveries_lost": 0,
+                    "client_bound": shared and consumers == 10000,
+                }
+            )
+        fits[kind] = {
+            "degree": 2,
+            "coefficients": coefficients,
+            "extrapolated_100k_s": round(
+                sum(c * 100_000**i for i, c in enumerate(coefficients)), 1
+            ),
+            "points": points,
+        }
+    return {"schema": SWEEP_SCHEMA, "sweep_id": sweep_id, "cases": cases, "fits": fits}
+
+
+def write_run(folder: Path, summary: dict[str, Any]) -> Path:
+    """Writes `summary` as folder/summary.json and returns that path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / SUMMARY_FILE
+    path.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return path
+
+
+def write_sweep(folder: Path, sweep: dict[str, Any], with_cases: bool = True) -> Path:
+    """Writes folder/sweep-summary.json and, when asked, a summary.json per case sub-folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if with_cases:
+        for case in sweep["cases"]:
+            write_run(
+                folder / case["run_id"],
+                sample_summary(
+                    run_id=case["run_id"],
+                    consumers=case["consumers"],
+                    subscription_type=case["subscription_type"],
+                    connection_time_s=case["connection_time_s"],
+                    e2e_p99_ms=case["e2e_p99_ms"],
+                    client_bound=case["client_bound"],
+                ),
+            )
+    path = folder / SWEEP_FILE
+    path.write_text(json.dumps(sweep, indent=2), encoding="utf-8")
+    return path

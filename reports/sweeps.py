@@ -1,0 +1,108 @@
+"""Sweep cases as series: grouped by subscription type, charted against consumers, lined up.
+
+Both the sweep report and the sweep comparison draw the same figures and tables from
+`sweep-summary.json` cases; they differ only in how many series they put side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reports import charts
+from reports.charts import PALETTE, Chart, ScalingSeries
+from reports.metrics import ratio
+
+# A series name, its cases, and its fit from sweep-summary.json (None when there is none).
+Named = tuple[str, Sequence[Mapping[str, Any]], Mapping[str, Any] | None]
+
+
+def series_by_type(cases: list[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Cases grouped by subscription type, in the order the sweep ran them."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for case in cases:
+        grouped.setdefault(str(case.get("subscription_type", "?")), []).append(case)
+    return grouped
+
+
+def _points(cases: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float, float]]:
+    return [
+        (float(c["consumers"]), float(c[key]))
+        for c in cases
+        if isinstance(c.get("consumers"), int | float) and isinstance(c.get(key), int | float)
+    ]
+
+
+def scaling_charts(named: Sequence[Named], prefix: str = "") -> dict[str, Chart]:
+    """Connection time (with fits to 100K) and P99 against consumers, one series per name."""
+    connection = charts.scaling_chart(
+        f"{prefix}connection-vs-consumers",
+        "Connection time against consumers",
+        "s",
+        [
+            ScalingSeries(
+                name,
+                _points(cases, "connection_time_s"),
+                PALETTE[i % len(PALETTE)],
+                tuple((fit or {}).get("coefficients") or ()),
+            )
+            for i, (name, cases, fit) in enumerate(named)
+        ],
+        note="Seed 000, figure 4: dots are measured cases; the line is the least-squares fit, "
+        "dashed where it extrapolates (to 100,000 consumers).",
+    )
+    p99 = charts.scaling_chart(
+        f"{prefix}e2e-p99-vs-consumers",
+        "End-to-end P99 against consumers",
+        "ms",
+        [
+            ScalingSeries(name, _points(cases, "e2e_p99_ms"), PALETTE[i % len(PALETTE)])
+            for i, (name, cases, _) in enumerate(named)
+        ],
+    )
+    return {c.chart_id: c for c in (connection, p99)}
+
+
+@dataclass(frozen=True)
+class ScalingCell:
+    """One series' case at a consumer count, with ratios to the first series' case there."""
+
+    case: Mapping[str, Any] | None
+    connection_ratio: float | None
+    p99_ratio: float | None
+
+
+@dataclass(frozen=True)
+class ScalingRow:
+    consumers: int
+    cells: tuple[ScalingCell, ...]
+
+
+def number(case: Mapping[str, Any] | None, key: str) -> float | None:
+    """A numeric field of a case or fit; None when absent, so a missing case has no ratio."""
+    value = case.get(key) if case else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def scaling_rows(series: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> list[ScalingRow]:
+    """Sweep cases lined up by consumer count, so Shared and Broadcast at 20K share a row."""
+    by_count: list[dict[int, Mapping[str, Any]]] = [
+        {int(c["consumers"]): c for c in cases if isinstance(c.get("consumers"), int)}
+        for _, cases in series
+    ]
+    rows = []
+    for consumers in sorted({n for cases in by_count for n in cases}):
+        first = by_count[0].get(consumers)
+        cells = []
+        for cases in by_count:
+            case = cases.get(consumers)
+            cells.append(
+                ScalingCell(
+                    case,
+                    ratio(number(case, "connection_time_s"), number(first, "connection_time_s")),
+                    ratio(number(case, "e2e_p99_ms"), number(first, "e2e_p99_ms")),
+                )
+            )
+        rows.append(ScalingRow(consumers, tuple(cells)))
+    return rows

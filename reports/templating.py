@@ -1,0 +1,47 @@
+"""The jinja2 environment every page shares: autoescaping, number filters, atomic writes."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from reports import formatting
+
+
+@cache
+def environment() -> Environment:
+    """Autoescape is on for everything: run ids, workload values and error texts come from files."""
+    env = Environment(
+        loader=PackageLoader("reports", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        ms=formatting.fmt_ms,
+        s=formatting.fmt_s,
+        minutes=formatting.fmt_minutes,
+        int=formatting.fmt_int,
+        pct=formatting.fmt_pct,
+        ratio=formatting.fmt_ratio,
+        value=formatting.fmt_value,
+        sig=formatting.sig,
+        px=lambda v: f"{v:.1f}",
+    )
+    return env
+
+
+def write_page(template: str, out: Path, **context: Any) -> Path:
+    """Renders `template` to `out` through a temporary file, so a reader never sees half a page."""
+    html = environment().get_template(template).render(**context)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, out)
+    return out

@@ -1,0 +1,83 @@
+"""The report in a real headless Chromium (Debian's package): it loads offline, logs no
+console errors, and every chart drew data marks."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from reports.compare import render_comparison
+from reports.render import render_run, render_sweep
+from reports.samples import sample_summary, sample_sweep, write_run, write_sweep
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: run .ci/install-chromium.sh")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def _open(browser, path):
+    page = browser.new_page()
+    errors: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(path.resolve().as_uri())
+    page.wait_for_load_state("load")
+    return page, errors, requests
+
+
+def _assert_rendered(page, errors, requests):
+    assert errors == []
+    assert all(url.startswith("file://") for url in requests), requests
+    charts = page.locator("figure.chart")
+    assert charts.count() > 0
+    for i in range(charts.count()):
+        chart = charts.nth(i)
+        name = chart.get_attribute("data-chart")
+        no_data = chart.locator(".no-data").count()
+        marks = chart.locator("svg .mark").count()
+        assert marks > 0 or no_data == 1, f"chart {name} drew nothing and says nothing"
+        if marks:
+            box = chart.locator("svg").first.bounding_box()
+            assert box and box["width"] > 100 and box["height"] > 50, name
+
+
+def test_run_report_renders_every_chart(browser, tmp_path):
+    path = render_run(write_run(tmp_path / "run", sample_summary(client_bound=True)))
+    page, errors, requests = _open(browser, path)
+    _assert_rendered(page, errors, requests)
+    assert page.locator('[data-warning="client-bound"]').is_visible()
+    drawn = page.locator("figure.chart:has(svg .mark)").count()
+    assert drawn >= 7
+
+
+def test_sweep_and_comparison_pages_render(browser, tmp_path):
+    sweep = render_sweep(write_sweep(tmp_path / "sweep", sample_sweep()))
+    _assert_rendered(*_open(browser, sweep))
+    a = write_run(tmp_path / "a", sample_summary(run_id="a", subscription_type="Shared"))
+    b = write_run(tmp_path / "b", sample_summary(run_id="b"))
+    cmp = render_comparison([a, b], tmp_path / "cmp.html")
+    _assert_rendered(*_open(browser, cmp))
