@@ -335,7 +335,11 @@ class Connection:
         if reason != "closed by the driver":
             log.warning(
                 "connection %d to %s: %s (%d consumers, %d producers on it)",
-                self.id, self._settings.address, reason, len(self.consumers), len(self.producers),
+                self.id,
+                self._settings.address,
+                reason,
+                len(self.consumers),
+                len(self.producers),
             )
         if not self._ready.ready():
             self._ready.set_exception(error)
@@ -397,8 +401,9 @@ class Connection:
         try:
             bodies = self._deliveries.bodies(frame.payload)
         except RemoteProtocolError as exc:
-            log.warning("connection %d: dropped a delivery to consumer %d: %s",
-                        self.id, consumer.index, exc)
+            log.warning(
+                "connection %d: dropped a delivery to consumer %d: %s", self.id, consumer.index, exc
+            )
             bodies = []
         stamps = self._deliveries.stamps(frame.broker_entry_metadata)
         index, received = consumer.index, self._callback.message_received
@@ -423,8 +428,10 @@ class Connection:
     def _on_error(self, frame: Frame, receive_us: int) -> None:
         if not self._ready.ready():
             err = frame.command.error
-            self._fail(f"CONNECT refused by {self._settings.address}: "
-                       f"{server_error_text(err.error, err.message)}")
+            self._fail(
+                f"CONNECT refused by {self._settings.address}: "
+                f"{server_error_text(err.error, err.message)}"
+            )
             return
         self._on_response(frame, receive_us)
 

@@ -60,7 +60,13 @@ class ConsumerState:
     """Bookkeeping of one consumer, touched by its connection's reader and ack flusher only."""
 
     __slots__ = (
-        "index", "consumer_id", "ack_queued", "_refill_at", "_delivered", "_individual", "_last",
+        "index",
+        "consumer_id",
+        "ack_queued",
+        "_refill_at",
+        "_delivered",
+        "_individual",
+        "_last",
     )
 
     def __init__(

@@ -33,7 +33,11 @@ class PulsarDriver:
         self._producers: list[PulsarProducer] = []
 
     def initialize(
-        self, config: Any, callback: ConsumerCallback, *, consumers_per_connection: int,
+        self,
+        config: Any,
+        callback: ConsumerCallback,
+        *,
+        consumers_per_connection: int,
         service_url: str,
     ) -> None:
         self._settings = settings_from(
@@ -68,7 +72,11 @@ class PulsarDriver:
             end_us = conn.subscribe(spec)
         except RequestFailed as exc:
             return SubscribeResult(
-                spec.index, conn.id if conn else -1, start_us, max(start_us, now_us()), False,
+                spec.index,
+                conn.id if conn else -1,
+                start_us,
+                max(start_us, now_us()),
+                False,
                 str(exc),
             )
         return SubscribeResult(spec.index, conn.id, start_us, max(start_us, end_us), True)

@@ -114,9 +114,7 @@ def _check(s: Settings) -> None:
     if s.receiver_queue_size < 1:
         raise DriverError(f"consumer.receiverQueueSize must be >= 1, got {s.receiver_queue_size}")
     if s.max_pending_messages < 1:
-        raise DriverError(
-            f"producer.maxPendingMessages must be >= 1, got {s.max_pending_messages}"
-        )
+        raise DriverError(f"producer.maxPendingMessages must be >= 1, got {s.max_pending_messages}")
     if s.ack_mode not in ACK_MODES:
         raise DriverError(f"consumer.ackMode must be one of {ACK_MODES}, got {s.ack_mode!r}")
     if s.source_addresses and not _is_loopback(_resolve(s.host)):
