@@ -8,6 +8,7 @@ them to the workers as absolute times; producers then send on their schedule by 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
@@ -26,6 +27,9 @@ from harness.embedded_broker import EmbeddedBroker, free_port
 from harness.progress import Progress
 from harness.run_plan import RunPlan
 from harness.users import ConsumerUser, ProducerUser
+
+# Locust warns about spawn rates above 100 per worker; a connect storm is what we measure.
+logging.getLogger("locust.runners").setLevel(logging.ERROR)
 
 # Sockets one worker may hold: the per-process open-file cap here is 20,000 (DESIGN.md).
 SOCKETS_PER_WORKER = 15000

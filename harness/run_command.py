@@ -60,6 +60,12 @@ def main(argv: list[str]) -> int:
     try:
         spec = load_workload(args.workload)
         driver = load_driver(args.driver)
+        for case in spec.cases:
+            if case.partitions_per_topic > 1:
+                raise ConfigError(
+                    f"{args.workload}: partitionsPerTopic: {case.partitions_per_topic} is not "
+                    "supported yet (the harness runs non-partitioned topics); set it to 1"
+                )
     except ConfigError as exc:
         print(f"bench run: {exc}", file=sys.stderr)
         return 2

@@ -7,7 +7,9 @@ readers all sit near the tail; the ledger log serves older entries from disk.
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections import deque
 from typing import Protocol
 
 from broker.core.entry import Entry
@@ -38,9 +40,11 @@ class EntryLog(Protocol):
 class MemoryEntryLog:
     """Non-persistent topics: 'durable' once appended, trimmed behind the slowest cursor."""
 
-    def __init__(self, ledger_id: int = 0) -> None:
+    def __init__(self, ledger_id: int = 0, max_bytes: int = 256 * 1024 * 1024) -> None:
         self._ledger_id = ledger_id
-        self._entries: list[Entry] = []
+        self._entries: deque[Entry] = deque()
+        self._bytes = 0
+        self._max_bytes = max_bytes
         self.first_index = 0
         self.next_index = 0
 
@@ -59,21 +63,28 @@ class MemoryEntryLog:
             publish_time_ms=publish_ms,
         )
         self._entries.append(entry)
+        self._bytes += len(payload)
         self.next_index += 1
+        # A stalled consumer must not grow broker memory without bound: past the cap the oldest
+        # entries go, and readers behind them skip ahead, as Pulsar drops non-persistent
+        # messages a consumer cannot take.
+        while self._bytes > self._max_bytes and len(self._entries) > 1:
+            self._bytes -= len(self._entries.popleft().payload)
+            self.first_index += 1
         return entry
 
     def read(self, start: int, limit: int) -> list[Entry]:
         lo = max(start, self.first_index) - self.first_index
-        return self._entries[lo : lo + limit]
+        return list(itertools.islice(self._entries, lo, lo + limit))
 
     def index_of(self, ledger_id: int, entry_id: int) -> int:
         return entry_id
 
     def trim_before(self, index: int) -> None:
         drop = min(index, self.next_index) - self.first_index
-        if drop > 0:
-            del self._entries[:drop]
-            self.first_index += drop
+        for _ in range(max(0, drop)):
+            self._bytes -= len(self._entries.popleft().payload)
+            self.first_index += 1
 
     def close(self) -> None:
         self._entries.clear()

@@ -74,7 +74,10 @@ class BrokerService:
                     cursors=cursors,
                 )
             else:
-                topic = Topic(full, MemoryEntryLog(), persistent=persistent, loop=self.loop)
+                cap = self.config.managedLedgerCacheSizeMB * 1024 * 1024
+                topic = Topic(
+                    full, MemoryEntryLog(max_bytes=cap), persistent=persistent, loop=self.loop
+                )
             self.topics[full] = topic
         return topic
 

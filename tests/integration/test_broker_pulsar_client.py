@@ -261,3 +261,12 @@ def test_malformed_frame_closes_only_that_connection(client, broker):
     consumer = client.subscribe("still-ok", "s", initial_position=pulsar.InitialPosition.Earliest)
     producer.send(b"fine")
     assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"fine"
+
+
+def test_non_persistent_topic_delivers_to_connected_consumers(client):
+    topic = "non-persistent://public/default/np"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"m{i}".encode())
+    assert [m.data() for m in _drain(consumer, 10)] == [f"m{i}".encode() for i in range(10)]

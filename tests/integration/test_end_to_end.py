@@ -1,0 +1,70 @@
+"""The whole path on loopback, as `make bench` runs it: workload → bundled broker → Locust
+workers with the native driver → HDR histograms → Spark (local) → summary.json → report.html."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def _run(*args: str) -> tuple[Path, subprocess.CompletedProcess]:
+    result = subprocess.run([sys.executable, "-m", "harness", "run", *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return Path(result.stdout.strip().splitlines()[-1]), result
+
+
+def test_broadcast_run_end_to_end_with_spark_and_report(tmp_path):
+    workload = tmp_path / "tiny.yaml"
+    workload.write_text(textwrap.dedent("""
+        name: tiny broadcast
+        messageSize: 10240
+        producerRate: 5
+        subscriptionType: Broadcast
+        consumersPerTopic: 300
+        consumersPerConnection: 50
+        warmupDurationSeconds: 1
+        testDurationSeconds: 4
+        drainSeconds: 2
+        stageSampleFraction: 0.5
+    """))
+    report, _ = _run(str(workload), "--results", str(tmp_path / "results"), "--workers", "2",
+                     "--spark-master", "local[1]")
+    assert report.name == "report.html" and report.exists()
+    summary = json.loads((report.parent / "summary.json").read_text())
+    head = summary["headline"]
+    assert head["consumers"] == 300 and head["subscription_type"] == "Broadcast"
+    assert head["messages_sent"] >= 20
+    assert head["deliveries_received"] == head["messages_sent"] * 300
+    assert head["deliveries_lost"] == 0
+    assert summary["connection"]["ok"] == 300
+    assert summary["stages"]["broker_timestamps"] is True
+    assert summary["latency"]["e2e"]["count"] > 0
+    omb = json.loads((report.parent / "omb-result.json").read_text())
+    assert omb["consumersPerTopic"] == 300
+    html = report.read_text()
+    assert "Broadcast" in html and 'data-chart="connection-distribution"' in html
+
+
+def test_an_omb_workload_file_runs_with_short_durations(tmp_path):
+    source = (ROOT / "tests/data/omb/1-topic-1-partition-1kb.yaml").read_text()
+    assert "testDurationMinutes: 15" in source
+    (tmp_path / "omb.yaml").write_text(
+        source.replace("testDurationMinutes: 15", "testDurationSeconds: 3\nwarmupDurationSeconds: 1")
+    )
+    run_dir, _ = _run(str(tmp_path / "omb.yaml"), "--results", str(tmp_path / "results"),
+                      "--workers", "1", "--no-analysis")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["partial"] is False
+    assert manifest["workload"]["producerRate"] == 50000
+    totals = manifest["worker_totals"]["w0"]
+    assert totals["sent"] > 0 and totals["received"] > 0
