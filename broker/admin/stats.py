@@ -33,6 +33,7 @@ def _ranges(topic: Topic, acked: set[int]) -> str:
 def subscription_stats(sub: Subscription) -> dict[str, Any]:
     return {
         "type": sub.mode,
+        "msgRateOut": round(sub.rate_messages, 3),
         "msgBacklog": sub.backlog(),
         "msgOutCounter": sub.messages_out,
         "consumers": [
@@ -52,6 +53,9 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
 
 def topic_stats(topic: Topic) -> dict[str, Any]:
     return {
+        "msgRateIn": round(topic.rate_messages, 3),
+        "msgThroughputIn": round(topic.rate_bytes, 3),
+        "msgRateOut": round(sum(s.rate_messages for s in topic.subscriptions.values()), 3),
         "msgInCounter": topic.messages_in,
         "bytesInCounter": topic.bytes_in,
         "publishers": [

@@ -61,6 +61,8 @@ class Topic:
         self.permits_freed_by_ack = False
         self.messages_in = 0
         self.bytes_in = 0
+        self.rate_messages = 0.0  # msgRateIn, updated by the service once a second
+        self.rate_bytes = 0.0
         self._trim_handle: asyncio.TimerHandle | None = None
         for sub_name, (mode, mark_delete, acked) in (cursors or {}).items():
             sub = SUBSCRIPTION_CLASSES[mode](self, sub_name, mark_delete)

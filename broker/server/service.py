@@ -132,6 +132,7 @@ class BrokerService:
         )
         if self.config.statsDir:
             self._stats_task = asyncio.ensure_future(self._write_stats())
+        self._rates_task = asyncio.ensure_future(self._measure_rates())
         log.info("broker listening on %s", self.config.advertised_url)
 
     async def stop(self) -> None:
@@ -141,10 +142,28 @@ class BrokerService:
             conn.close()
         if self._stats_task is not None:
             self._stats_task.cancel()
+        self._rates_task.cancel()
         for topic in self.topics.values():
             topic.close()
         if self.storage is not None:
             await self.storage.close()
+
+    async def _measure_rates(self, interval: float = 1.0) -> None:
+        """msgRateIn/Out as Pulsar reports them: counter deltas over the last interval."""
+        last: dict[int, tuple[float, int, int]] = {}
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for topic in list(self.topics.values()):
+                counters = [(topic, topic.messages_in, topic.bytes_in)]
+                counters += [(sub, sub.messages_out, 0) for sub in topic.subscriptions.values()]
+                for obj, messages, size in counters:
+                    before = last.get(id(obj))
+                    if before is not None and now > before[0]:
+                        dt = now - before[0]
+                        obj.rate_messages = (messages - before[1]) / dt
+                        obj.rate_bytes = (size - before[2]) / dt
+                    last[id(obj)] = (now, messages, size)
 
     async def _write_stats(self) -> None:
         """Periodic broker/stats-<n>.json for the results contract (cpu, rss, topic stats)."""

@@ -42,6 +42,8 @@ class Subscription:
         self.redeliver: set[int] = set()
         self.redelivery_counts: dict[int, int] = {}
         self.messages_out = 0
+        self.rate_messages = 0.0  # msgRateOut, updated by the service once a second
+        self.rate_bytes = 0.0
         self._dispatch_handle: asyncio.Handle | None = None
         self.closed = False
 

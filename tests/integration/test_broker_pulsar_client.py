@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 import urllib.request
 
 import pulsar
@@ -270,3 +271,59 @@ def test_non_persistent_topic_delivers_to_connected_consumers(client):
     for i in range(10):
         producer.send(f"m{i}".encode())
     assert [m.data() for m in _drain(consumer, 10)] == [f"m{i}".encode() for i in range(10)]
+
+
+def _admin_get(broker, path):
+    with urllib.request.urlopen(f"{broker.admin}{path}", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def test_admin_internal_stats_show_the_ack_hole_and_metrics(client, broker):
+    consumer = client.subscribe("holes", "s", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer("holes", batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(6)]
+    for msg in _drain(consumer, 6, ack=False):
+        if msg.data() != b"m2":
+            consumer.acknowledge(msg)
+    ledger = ids[0].ledger_id()
+    expected_mark = f"{ledger}:{ids[1].entry_id()}"
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        stats = json.loads(
+            _admin_get(broker, "/admin/v2/persistent/public/default/holes/internalStats")
+        )
+        cursor = stats["cursors"]["s"]
+        if (
+            cursor["markDeletePosition"] == expected_mark
+            and cursor["individuallyDeletedMessages"] != "[]"
+        ):
+            break
+        time.sleep(0.1)
+    assert cursor["markDeletePosition"] == expected_mark
+    assert cursor["individuallyDeletedMessages"] == (
+        f"[({ledger}:{ids[2].entry_id()}..{ledger}:{ids[5].entry_id()}]]"
+    )
+    topic = json.loads(_admin_get(broker, "/admin/v2/persistent/public/default/holes/stats"))
+    assert topic["subscriptions"]["s"]["msgBacklog"] == 1
+    assert "msgRateIn" in topic
+    metrics = _admin_get(broker, "/metrics")
+    assert 'pulsar_subscription_back_log{topic="persistent://public/default/holes",' in metrics
+
+
+def test_admin_created_broadcast_subscription_is_used_without_a_property(client, broker):
+    req = urllib.request.Request(
+        f"{broker.admin}/admin/v2/persistent/public/default/pre/subscription/all"
+        "?subscriptionMode=broadcast",
+        method="PUT",
+    )
+    urllib.request.urlopen(req, timeout=5)
+    consumers = [
+        client.subscribe(
+            "pre", "all", consumer_type=pulsar.ConsumerType.Shared, consumer_name=f"c{i}"
+        )
+        for i in range(3)
+    ]
+    producer = client.create_producer("pre", batching_enabled=False)
+    producer.send(b"to everyone")
+    for c in consumers:
+        assert c.receive(timeout_millis=RECEIVE_MS).data() == b"to everyone"

@@ -17,15 +17,21 @@ pytestmark = pytest.mark.integration
 
 
 def _run(*args: str) -> tuple[Path, subprocess.CompletedProcess]:
-    result = subprocess.run([sys.executable, "-m", "harness", "run", *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "run", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return Path(result.stdout.strip().splitlines()[-1]), result
 
 
 def test_broadcast_run_end_to_end_with_spark_and_report(tmp_path):
     workload = tmp_path / "tiny.yaml"
-    workload.write_text(textwrap.dedent("""
+    workload.write_text(
+        textwrap.dedent("""
         name: tiny broadcast
         messageSize: 10240
         producerRate: 5
@@ -36,9 +42,17 @@ def test_broadcast_run_end_to_end_with_spark_and_report(tmp_path):
         testDurationSeconds: 4
         drainSeconds: 2
         stageSampleFraction: 0.5
-    """))
-    report, _ = _run(str(workload), "--results", str(tmp_path / "results"), "--workers", "2",
-                     "--spark-master", "local[1]")
+    """)
+    )
+    report, _ = _run(
+        str(workload),
+        "--results",
+        str(tmp_path / "results"),
+        "--workers",
+        "2",
+        "--spark-master",
+        "local[1]",
+    )
     assert report.name == "report.html" and report.exists()
     summary = json.loads((report.parent / "summary.json").read_text())
     head = summary["headline"]
@@ -59,10 +73,18 @@ def test_an_omb_workload_file_runs_with_short_durations(tmp_path):
     source = (ROOT / "tests/data/omb/1-topic-1-partition-1kb.yaml").read_text()
     assert "testDurationMinutes: 15" in source
     (tmp_path / "omb.yaml").write_text(
-        source.replace("testDurationMinutes: 15", "testDurationSeconds: 3\nwarmupDurationSeconds: 1")
+        source.replace(
+            "testDurationMinutes: 15", "testDurationSeconds: 3\nwarmupDurationSeconds: 1"
+        )
     )
-    run_dir, _ = _run(str(tmp_path / "omb.yaml"), "--results", str(tmp_path / "results"),
-                      "--workers", "1", "--no-analysis")
+    run_dir, _ = _run(
+        str(tmp_path / "omb.yaml"),
+        "--results",
+        str(tmp_path / "results"),
+        "--workers",
+        "1",
+        "--no-analysis",
+    )
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["partial"] is False
     assert manifest["workload"]["producerRate"] == 50000
