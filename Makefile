@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-WORKLOAD ?= workloads/quickstart.yaml
+WORKLOAD ?= workloads/laptop-sweep.yaml
 DRIVER ?=
 BENCH_ARGS ?=
 

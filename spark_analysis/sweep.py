@@ -80,7 +80,7 @@ def sweep_summary(sweep_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         if not points:
             continue
         points.sort()
-        degree = min(MAX_DEGREE, len({x for x, _ in points}) - 1)
+        degree = fit_degree(len({x for x, _ in points}))
         coefficients = fit_polynomial(points, degree)
         fits[subscription_type] = {
             "degree": degree,
@@ -89,6 +89,15 @@ def sweep_summary(sweep_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "points": [[x, y] for x, y in points],
         }
     return {"schema": SCHEMA, "sweep_id": sweep_id, "cases": rows, "fits": fits}
+
+
+def fit_degree(distinct_points: int) -> int:
+    """Degree 2 (seed 000's curve) only with 4+ distinct consumer counts: through 3 points a
+    quadratic interpolates exactly, noise included, and its extrapolation to 100K can come out
+    negative. With 2-3 points a line, with 1 a constant."""
+    if distinct_points >= MAX_DEGREE + 2:
+        return MAX_DEGREE
+    return min(1, distinct_points - 1)
 
 
 def fit_polynomial(points: Sequence[tuple[float, float]], degree: int) -> list[float]:
