@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from broker.core.consumer import Consumer
 from broker.core.entry_log import now_us
-from broker.core.topic import Producer
+from broker.core.topic import Producer, Topic
 from broker.subscriptions.base import SubscriptionError
 from broker.wire import pulsar_api_pb2 as pb
 from broker.wire.commands import T, command
@@ -169,12 +169,18 @@ class ServerConnection(asyncio.Protocol):
             )
         )
 
-    def _on_producer(self, cmd, frame, now) -> None:
-        req = cmd.producer
+    def _topic_for(self, req) -> Topic | None:
+        """The request's topic, or None after answering InvalidTopicName."""
         try:
-            topic = self.service.topic(req.topic)
+            return self.service.topic(req.topic)
         except ValueError as exc:
             self._error(req.request_id, pb.InvalidTopicName, str(exc))
+            return None
+
+    def _on_producer(self, cmd, frame, now) -> None:
+        req = cmd.producer
+        topic = self._topic_for(req)
+        if topic is None:
             return
         name = req.producer_name or f"fanout-{self.service.instance_id}-{next(_producer_names)}"
         producer = Producer(req.producer_id, name, topic, self.address)
@@ -252,10 +258,8 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_subscribe(self, cmd, frame, now) -> None:
         req = cmd.subscribe
-        try:
-            topic = self.service.topic(req.topic)
-        except ValueError as exc:
-            self._error(req.request_id, pb.InvalidTopicName, str(exc))
+        topic = self._topic_for(req)
+        if topic is None:
             return
         if req.consumer_id in self.consumers:
             # The client re-subscribes after a timeout with the same id: answer success again.
