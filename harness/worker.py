@@ -66,7 +66,10 @@ class FanoutContext:
         self.worker_id = data["worker_id"]
         self.worker_index = data["worker_index"]
         self.worker_count = data["worker_count"]
-        same_host = data["coordinator_host"] == socket.gethostname()
+        # FANOUT_SHIP_RAW=1 makes a local worker behave as a remote one (tests use it).
+        same_host = data["coordinator_host"] == socket.gethostname() and not os.environ.get(
+            "FANOUT_SHIP_RAW"
+        )
         if same_host:
             self._results_dir = Path(data["raw_dir"]) / self.worker_id
         else:

@@ -4,6 +4,7 @@ driver (no broker) where the numbers must be known, and the real broker where th
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -25,13 +26,14 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def _bench(*args: str, timeout: float = 240, env: dict | None = None):
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -207,3 +209,28 @@ def test_missing_workload_and_misspelled_key_are_one_line_errors(tmp_path):
     assert result.returncode == 2
     assert "bad.yaml" in result.stderr and "mesageSize" in result.stderr
     assert result.stderr.strip().count("\n") == 0
+
+
+def test_workers_elsewhere_ship_their_raw_files_to_the_coordinator(tmp_path, listener):
+    """A worker on another host writes locally and sends its files at the end; the run folder
+    on the coordinator's host ends up with the same files (forced here on one host)."""
+    driver = _double_driver(tmp_path, listener, 5, 0)
+    workload = _workload(tmp_path, consumers=4, rate=4, test_s=2)
+    result = _bench(
+        "run",
+        str(workload),
+        "--driver",
+        str(driver),
+        "--workers",
+        "2",
+        "--results",
+        str(tmp_path / "results"),
+        "--no-analysis",
+        env={"FANOUT_SHIP_RAW": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = Path(result.stdout.strip().splitlines()[-1])
+    for worker in ("w0", "w1"):
+        names = sorted(p.name for p in (run_dir / "raw" / worker).iterdir())
+        assert names == ["connections.csv", "histograms.hlog", "stages.csv", "timeline.csv"]
+    assert _merged(run_dir, "e2e").get_total_count() > 0
