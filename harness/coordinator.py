@@ -24,6 +24,7 @@ import gevent
 from locust.env import Environment
 
 from harness.embedded_broker import EmbeddedBroker, free_port
+from harness.hlog import decode, new_histogram
 from harness.progress import Progress
 from harness.run_plan import RunPlan
 from harness.users import ConsumerUser, ProducerUser
@@ -243,7 +244,10 @@ class Coordinator:
         def total(key):
             return sum(p.get(key) or 0 for p in live)
 
-        p99s = [p["p99_ms"] for p in live if p.get("p99_ms") is not None]
+        merged = new_histogram()
+        for p in live:
+            if p.get("e2e_hist"):
+                merged.add(decode(p["e2e_hist"]))
         return {
             "connected": total("connected"),
             "failed": total("failed"),
@@ -251,7 +255,9 @@ class Coordinator:
             "received": total("received"),
             "total_sent": total("total_sent"),
             "total_received": total("total_received"),
-            "p99_ms": max(p99s) if p99s else None,
+            "p99_ms": merged.get_value_at_percentile(99) / 1000
+            if merged.get_total_count()
+            else None,
         }
 
     def _connect_phase(self) -> None:
