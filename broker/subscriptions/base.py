@@ -163,18 +163,28 @@ class Subscription:
         """
         if self.redeliver:
             wanted = sorted(self.redeliver)[:limit]
-            entries = [e for i in wanted for e in self.topic.log.read(i, 1)[:1]]
+            entries = []
             for i in wanted:
-                self.redeliver.discard(i)
-            return entries, True
-        entries = [
-            e for e in self.topic.log.read(self.read_index, limit) if e.index not in self.acked
-        ]
-        if entries:
-            self.read_index = entries[-1].index + 1
-        else:
-            self.read_index = max(self.read_index, min(self.topic.log.next_index, self.read_index))
-        return entries, False
+                found = self.topic.log.read(i, 1)
+                if found and found[0].index == i:
+                    entries.append(found[0])
+                    self.redeliver.discard(i)
+                elif i < self.topic.log.first_index:
+                    self.redeliver.discard(i)  # gone with retention: nothing left to resend
+            if entries:
+                return entries, True
+            if self.redeliver:
+                return [], True
+        while True:
+            read = self.topic.log.read(self.read_index, limit)
+            if not read:
+                return [], False
+            # Past what was read, acknowledged or not: entries acked individually (after a
+            # rewind) are skipped, never read again and again.
+            self.read_index = read[-1].index + 1
+            entries = [e for e in read if e.index not in self.acked]
+            if entries:
+                return entries, False
 
     def send(self, consumer: Consumer, entries: list[Entry], track: bool = True) -> None:
         dispatch_us = now_us()
