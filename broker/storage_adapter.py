@@ -10,6 +10,7 @@ import asyncio
 import bisect
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.storage")
 MiB = 1024 * 1024
+CATCH_UP_BATCH = 500
 
 
 def _entry_facts(payload: bytes) -> tuple[int, bytes, int]:
@@ -55,6 +57,12 @@ class LedgerEntryLog:
         self.first_index = self._rows[0][1] if self._rows else 0
         self.next_index = index
         self._cache: OrderedDict[int, Entry] = OrderedDict()
+        # Entries read back for readers behind the tail live apart, so a catch-up never
+        # evicts the tail that every other reader needs (nor its own batch).
+        self._behind: OrderedDict[int, Entry] = OrderedDict()
+        self._behind_bytes = 0
+        self._loading: set[int] = set()
+        self.on_readable: Callable[[], None] | None = None
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
 
@@ -93,6 +101,8 @@ class LedgerEntryLog:
             self._cache_bytes -= len(old.payload)
 
     def position_of(self, index: int) -> Position:
+        if not self._rows:
+            return Position(0, index)
         i = max(0, bisect.bisect_right([r[1] for r in self._rows], index) - 1)
         ledger_id, first, _ = self._rows[i]
         return Position(ledger_id, index - first)
@@ -110,31 +120,62 @@ class LedgerEntryLog:
         out: list[Entry] = []
         index = start
         while index < end:
-            entry = self._cache.get(index)
+            entry = self._cache.get(index) or self._behind.get(index)
             if entry is None:
                 break
             out.append(entry)
             index += 1
         if index < end and self._rows:
-            # Catch-up read from disk (a reader far behind the tail): no stage stamps.
-            for stored in self.ledger.read(self.position_of(index), end - index):
-                count, key, publish_ms = _entry_facts(stored.data)
-                idx = self.index_of(stored.position.ledger_id, stored.position.entry_id)
-                out.append(
-                    Entry(
-                        idx,
-                        stored.position.ledger_id,
-                        stored.position.entry_id,
-                        stored.data,
-                        count,
-                        key,
-                        stored.received_us,
-                        0,
-                        0,
-                        publish_time_ms=publish_ms,
-                    )
-                )
+            self._fetch(index, self._catch_up_count())
         return out
+
+    def _catch_up_count(self) -> int:
+        """Entries per catch-up read: up to CATCH_UP_BATCH, and half of what fits aside."""
+        sample = next(iter(self._cache.values()), None) or next(iter(self._behind.values()), None)
+        size = len(sample.payload) if sample else 16 * 1024
+        return max(1, min(CATCH_UP_BATCH, self._cache_limit // 4 // 2 // max(1, size)))
+
+    def _fetch(self, index: int, count: int) -> None:
+        """Catch-up read (a reader far behind the tail) on a thread, never on the event loop;
+        readers get the entries from the cache once `on_readable` has called them back."""
+        if index in self._loading:
+            return
+        self._loading.add(index)
+        loop = asyncio.get_running_loop()
+        position = self.position_of(index)
+        future = loop.run_in_executor(None, self.ledger.read, position, count)
+        future.add_done_callback(lambda f: self._fetched(index, f))
+
+    def _fetched(self, index: int, future: asyncio.Future) -> None:
+        self._loading.discard(index)
+        if future.cancelled() or future.exception() is not None:
+            log.error("catch-up read at index %d failed: %s", index, future.exception())
+            return
+        for stored in future.result():
+            count, key, publish_ms = _entry_facts(stored.data)
+            pos = stored.position
+            idx = self.index_of(pos.ledger_id, pos.entry_id)
+            # Read back from disk: no stage stamps (they describe a first dispatch only).
+            entry = Entry(
+                idx,
+                pos.ledger_id,
+                pos.entry_id,
+                stored.data,
+                count,
+                key,
+                stored.received_us,
+                0,
+                0,
+                publish_time_ms=publish_ms,
+            )
+            if idx not in self._behind:
+                self._behind[idx] = entry
+                self._behind_bytes += len(entry.payload)
+        while self._behind_bytes > self._cache_limit // 4 and self._behind:
+            _, old = self._behind.popitem(last=False)
+            self._behind_bytes -= len(old.payload)
+        if self.on_readable is not None:
+            self.on_readable()
 
     def trim_before(self, index: int) -> None:
         """Retention: whole ledgers below the slowest cursor go (seed 001)."""

@@ -10,10 +10,10 @@ from broker.subscriptions.base import Subscription
 
 def _position(topic: Topic, index: int) -> str:
     """Index → "ledger:entry" as Pulsar prints positions."""
-    if index < topic.log.first_index:
-        return f"{index}:-1" if index < 0 else f"0:{index}"
-    entries = topic.log.read(index, 1)
-    return f"{entries[0].ledger_id}:{entries[0].entry_id}" if entries else f"0:{index}"
+    if index < 0:
+        return "-1:-1"
+    ledger_id, entry_id = topic.log.position_of(index)
+    return f"{ledger_id}:{entry_id}"
 
 
 def _ranges(topic: Topic, acked: set[int]) -> str:

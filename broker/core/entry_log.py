@@ -32,6 +32,8 @@ class EntryLog(Protocol):
 
     def index_of(self, ledger_id: int, entry_id: int) -> int: ...
 
+    def position_of(self, index: int) -> tuple[int, int]: ...
+
     def trim_before(self, index: int) -> None: ...
 
     def close(self) -> None: ...
@@ -79,6 +81,9 @@ class MemoryEntryLog:
 
     def index_of(self, ledger_id: int, entry_id: int) -> int:
         return entry_id
+
+    def position_of(self, index: int) -> tuple[int, int]:
+        return self._ledger_id, index
 
     def trim_before(self, index: int) -> None:
         drop = min(index, self.next_index) - self.first_index

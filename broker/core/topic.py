@@ -64,6 +64,8 @@ class Topic:
         self.rate_messages = 0.0  # msgRateIn, updated by the service once a second
         self.rate_bytes = 0.0
         self._trim_handle: asyncio.TimerHandle | None = None
+        if hasattr(log, "on_readable"):
+            log.on_readable = self._entries_readable
         for sub_name, (mode, mark_delete, acked) in (cursors or {}).items():
             sub = SUBSCRIPTION_CLASSES[mode](self, sub_name, mark_delete)
             sub.acked = set(acked)
@@ -79,6 +81,11 @@ class Topic:
         if not self.subscriptions and not self.persistent:
             self.log.trim_before(self.log.next_index)
         return entry
+
+    def _entries_readable(self) -> None:
+        """Entries read back from disk are cached: readers waiting on them try again."""
+        for sub in self.subscriptions.values():
+            sub.schedule_dispatch()
 
     def subscription(self, name: str, mode: str, initial_earliest: bool) -> Subscription:
         """The named subscription, created in `mode` when new.

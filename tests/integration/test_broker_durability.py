@@ -46,3 +46,27 @@ def test_acknowledged_sends_survive_kill_9_and_acks_survive_the_persist_window(t
         client.close()
     finally:
         broker.stop()
+
+
+def test_a_reader_far_behind_the_cache_catches_up_from_disk_in_order(tmp_path):
+    # A 1 MiB cache holds ~100 entries of 10 KB: the first 200 of 300 must come from disk.
+    broker = start_broker(
+        tmp_path / "data",
+        extra=("--set", "managedLedgerCacheSizeMB=1", "--set", "journalSyncData=false"),
+    )
+    try:
+        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        slow = client.subscribe("behind", "s", receiver_queue_size=1)
+        producer = client.create_producer("behind", batching_enabled=False)
+        body = b"x" * 10_000
+        for i in range(300):
+            producer.send(str(i).encode() + b":" + body)
+        got = []
+        for _ in range(300):
+            msg = slow.receive(timeout_millis=5000)
+            got.append(int(msg.data().split(b":", 1)[0]))
+            slow.acknowledge(msg)
+        assert got == list(range(300))
+        client.close()
+    finally:
+        broker.stop()
