@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 USAGE = """bench <command> [options]
 
@@ -75,6 +74,3 @@ def _worker(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-__all__ = ["main", "Path"]

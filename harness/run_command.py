@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
     run_dirs: list[Path] = []
     try:
         for i, case in enumerate(spec.cases):
-            run_dir = base / f"{i:02d}-{case_slug(case, spec)}" if spec.is_sweep else base
+            run_dir = base / f"{i:02d}-{_slug(case.slug)}" if spec.is_sweep else base
             run_id = f"{stamp}-{i:02d}" if spec.is_sweep else stamp
             plan = RunPlan(
                 run_id=run_id.replace("-", ""),
@@ -86,9 +86,7 @@ def main(argv: list[str]) -> int:
                 driver=driver,
                 service_url=driver.client.service_url or "",
             )
-            label = (
-                f" ({i + 1}/{len(spec.cases)}: {case_label(case, spec)})" if spec.is_sweep else ""
-            )
+            label = f" ({i + 1}/{len(spec.cases)}: {case.label})" if spec.is_sweep else ""
             progress.note(
                 f"run {run_dir}{label}: {case.total_consumers} consumers, {case.subscription_type}"
             )
@@ -133,11 +131,3 @@ def main(argv: list[str]) -> int:
         return 130
     print(os.path.abspath(report))
     return 0
-
-
-def case_label(case, spec) -> str:
-    return spec.label(case) if hasattr(spec, "label") else getattr(case, "label", case.name)
-
-
-def case_slug(case, spec) -> str:
-    return _slug(getattr(case, "slug", None) or case_label(case, spec))
