@@ -115,6 +115,7 @@ class Panel:
     dots: tuple[Dot, ...] = ()
     labels: tuple[Label, ...] = ()
     refs: tuple[RefLine, ...] = ()
+    keys: tuple[Key, ...] = ()
 
     @property
     def bottom(self) -> float:
@@ -126,6 +127,16 @@ class LegendItem:
     label: str
     color: str
     dashed: bool = False
+
+
+@dataclass(frozen=True)
+class Key:
+    """A legend entry drawn inside a panel, beside its title, when colours are per panel."""
+
+    x: float
+    y: float
+    color: str
+    label: str
 
 
 @dataclass(frozen=True)
@@ -499,7 +510,32 @@ def _spectrum_x(percentile: float) -> float:
     return 1.0 / (1.0 - percentile / 100.0)
 
 
-Curves = Sequence[tuple[str, Sequence[Any]]]
+@dataclass(frozen=True)
+class Curve:
+    """One spectrum line: [percentile, ms] pairs; `color` pins a colour (stages keep theirs)."""
+
+    name: str
+    points: Sequence[Any]
+    color: str | None = None
+
+
+@dataclass(frozen=True)
+class SpectrumPanel:
+    """Curves that share a scale; unit "s" shows ms values in seconds (connect times)."""
+
+    title: str
+    curves: Sequence[Curve]
+    unit: str = "ms"
+
+
+def _keys(title: str, items: Sequence[tuple[str, str]], left: float, top: float) -> tuple[Key, ...]:
+    """Legend entries in a row after the panel title; widths estimated from character counts."""
+    x = left + len(title) * 7.4 + 16
+    keys = []
+    for label, color in items:
+        keys.append(Key(x, top - 10, color, label))
+        x += 16 + len(label) * 6.2 + 12
+    return tuple(keys)
 
 
 def _spectrum_points(points: Sequence[Any]) -> list[tuple[float, float]]:
@@ -510,20 +546,23 @@ def _spectrum_points(points: Sequence[Any]) -> list[tuple[float, float]]:
     )
 
 
-def latency_spectrum(
-    panels: Sequence[tuple[str, Curves]], chart_id: str = "latency-spectrum"
-) -> Chart:
+def latency_spectrum(panels: Sequence[SpectrumPanel], chart_id: str = "latency-spectrum") -> Chart:
     """Latency by percentile, HDR style, so the tail is as visible as the median.
 
-    One panel per quantity (publish latency is a hundredth of end-to-end and would lie flat on
-    a shared axis); panels share the percentile axis.
+    Quantities that differ by orders of magnitude (publish vs end-to-end) get their own
+    panels, sharing the percentile axis; curves within a panel are told apart by its key.
     """
     title = "Latency by percentile"
     prepared = []
-    for panel_title, curves in panels:
-        kept = [(name, pts) for name, points in curves if (pts := _spectrum_points(points))]
+    for panel in panels:
+        divisor = 1000.0 if panel.unit == "s" else 1.0
+        kept = [
+            (c, [(p, v / divisor) for p, v in pts])
+            for c in panel.curves
+            if (pts := _spectrum_points(c.points))
+        ]
         if kept:
-            prepared.append((panel_title, kept))
+            prepared.append((panel, kept))
     if not prepared:
         return no_data(chart_id, title, "the summary has no latency spectrum")
     top_x = max(_spectrum_x(p) for _, curves in prepared for _, pts in curves for p, _ in pts)
@@ -534,26 +573,29 @@ def latency_spectrum(
     )
     plot_h = 240 if len(prepared) == 1 else 150
     built: list[Panel] = []
-    legend: list[LegendItem] = []
-    color_index = 0
-    for n, (panel_title, curves) in enumerate(prepared):
-        top = TOP + n * (plot_h + PANEL_GAP)
+    for n, (panel, curves) in enumerate(prepared):
+        top = TOP + n * (plot_h + PANEL_GAP + 8)
+        fmt = fmt_s if panel.unit == "s" else fmt_ms
         y_vals = _zero_based(v for _, pts in curves for _, v in pts)
         y = Scale(0, y_vals[-1], top + plot_h, top)
-        lines, dots = [], []
-        for name, pts in curves:
-            color = PALETTE[color_index % len(PALETTE)]
-            color_index += 1
-            legend.append(LegendItem(name, color))
-            lines.append(Line(_path((x(_spectrum_x(p)), y(v)) for p, v in pts), color, name))
+        lines, dots, key_items = [], [], []
+        for i, (curve, pts) in enumerate(curves):
+            color = curve.color or PALETTE[i % len(PALETTE)]
+            key_items.append((curve.name, color))
+            lines.append(Line(_path((x(_spectrum_x(p)), y(v)) for p, v in pts), color, curve.name))
             dots.extend(
-                Dot(x(_spectrum_x(p)), y(v), color, f"{name} {percentile_label(p)}: {fmt_ms(v)}")
+                Dot(
+                    x(_spectrum_x(p)),
+                    y(v),
+                    color,
+                    f"{curve.name} {percentile_label(p)}: {fmt(v)}",
+                )
                 for p, v in pts
             )
         last = n == len(prepared) - 1
         built.append(
             Panel(
-                title=panel_title,
+                title=panel.title,
                 left=LEFT,
                 top=top,
                 width=PLOT_WIDTH,
@@ -562,9 +604,10 @@ def latency_spectrum(
                 x_labels=last,
                 y_ticks=_y_ticks(y, y_vals),
                 x_title="percentile (log scale of 1/(1−p))" if last else "",
-                y_title="ms",
+                y_title=panel.unit,
                 lines=tuple(lines),
                 dots=tuple(dots),
+                keys=_keys(panel.title, key_items, LEFT, top) if len(key_items) > 1 else (),
             )
         )
     return Chart(
@@ -574,7 +617,6 @@ def latency_spectrum(
         "send time, so a stalled producer shows here instead of hiding (coordinated omission).",
         height=_height(built),
         panels=tuple(built),
-        legend=tuple(legend) if any(len(curves) > 1 for _, curves in prepared) else (),
     )
 
 

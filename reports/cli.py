@@ -12,7 +12,8 @@ from reports.results import ResultsError, SweepSummary, load_any, load_summary
 
 def report_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="bench report", description="Render report.html from summary.json."
+        prog="bench report",
+        description="Render report.html from summary.json (a sweep: each case, then the sweep).",
     )
     parser.add_argument("results", type=Path, help="a run or sweep folder (or its summary file)")
     args = parser.parse_args(argv)
@@ -21,6 +22,9 @@ def report_main(argv: list[str]) -> int:
     try:
         loaded = load_any(args.results)
         if isinstance(loaded, SweepSummary):
+            # Case reports first: the sweep page links only to case reports that exist.
+            for folder in loaded.case_dirs().values():
+                print(render_run(folder / "summary.json"))
             print(render_sweep(loaded.path))
         else:
             print(render_run(loaded.path))

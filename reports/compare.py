@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reports import charts
-from reports.charts import PALETTE, Chart, Series, StageRow, TimePanel
+from reports.charts import PALETTE, Chart, Curve, Series, SpectrumPanel, StageRow, TimePanel
 from reports.metrics import LATENCY_LABELS, METRICS, Metric, metric_value, ratio, verdict
 from reports.results import ResultsError, RunSummary, SweepSummary, load_any
 from reports.sweeps import number, scaling_charts, scaling_rows, series_by_type
@@ -58,11 +58,11 @@ def _run_charts(runs: Sequence[RunSummary], names: Sequence[str]) -> dict[str, C
     built = [
         charts.latency_spectrum(
             [
-                (
+                SpectrumPanel(
                     LATENCY_LABELS["e2e"],
                     [
-                        (n, r.section("spectrum").get("e2e") or [])
-                        for n, r in zip(names, runs, strict=True)
+                        Curve(n, r.section("spectrum").get("e2e") or [], PALETTE[i % len(PALETTE)])
+                        for i, (n, r) in enumerate(zip(names, runs, strict=True))
                     ],
                 )
             ],

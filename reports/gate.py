@@ -166,6 +166,7 @@ def write_junit(outcomes: list[Outcome], path: Path, run: RunSummary, baseline: 
         tests=str(len(outcomes)),
         failures=str(failures),
         errors="0",
+        skipped=str(sum(o.passed and o.baseline is None for o in outcomes)),
     )
     ET.SubElement(
         ET.SubElement(suite, "properties"), "property", name="baseline", value=baseline.run_id
@@ -175,12 +176,19 @@ def write_junit(outcomes: list[Outcome], path: Path, run: RunSummary, baseline: 
         if not o.passed:
             failure = ET.SubElement(case, "failure", message=o.message)
             failure.text = f"baseline {o.baseline}, run {o.value}: {o.message}"
+        elif o.baseline is None:
+            ET.SubElement(case, "skipped", message=o.message)
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
     return path
 
 
+def _show(value: float | None) -> str:
+    return "–" if value is None else sig(value)
+
+
 def markdown(outcomes: list[Outcome], run: RunSummary, baseline: RunSummary) -> str:
+    """A table for a CI job summary ($GITHUB_STEP_SUMMARY) or a pull-request comment."""
     failed = sum(not o.passed for o in outcomes)
     verdict = "passed" if not failed else f"failed ({failed} of {len(outcomes)} rules)"
     lines = [
@@ -188,18 +196,20 @@ def markdown(outcomes: list[Outcome], run: RunSummary, baseline: RunSummary) -> 
         "",
         f"Run `{run.run_id}` against baseline `{baseline.run_id}`.",
         "",
+        *(
+            f"> ⚠ The {role} `{summary.run_id}` is client-bound: its numbers describe the load "
+            "generator as much as the broker.\n"
+            for role, summary in (("run", run), ("baseline", baseline))
+            if summary.client_bound
+        ),
         "| metric | baseline | run | change | result |",
         "|---|---:|---:|---:|---|",
     ]
     for o in outcomes:
-
-        def show(v: float | None) -> str:
-            return "–" if v is None else sig(v)
-
         change = "–" if o.change is None else ("+" if o.change > 0 else "") + sig(o.change)
         mark = "pass" if o.passed else "**FAIL**"
         lines.append(
-            f"| {o.rule.metric} | {show(o.baseline)} | {show(o.value)} | {change} | "
+            f"| {o.rule.metric} | {_show(o.baseline)} | {_show(o.value)} | {change} | "
             f"{mark}: {o.message} |"
         )
     return "\n".join(lines) + "\n"

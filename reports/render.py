@@ -8,8 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from reports import charts
-from reports.charts import PALETTE, Chart, Series, StageRow, Threshold, TimePanel
-from reports.metrics import LATENCY_LABELS
+from reports.charts import (
+    PALETTE,
+    Chart,
+    Curve,
+    Series,
+    SpectrumPanel,
+    StageRow,
+    Threshold,
+    TimePanel,
+)
+from reports.metrics import LATENCY_LABELS, STAGES
 from reports.results import RunSummary, SweepSummary, load_summary, load_sweep
 from reports.sweeps import scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
@@ -56,6 +65,36 @@ def _broker_why(run: RunSummary) -> str:
     return "no broker stats were recorded (the broker is not the bundled one, or it wrote none)"
 
 
+# Spectrum curves that share a panel because they share a scale; anything else gets its own.
+SPECTRUM_GROUPS = (
+    ("End-to-end", ("e2e", "e2e_actual"), "ms"),
+    ("Publish", ("publish", "publish_delay"), "ms"),
+    ("Connect, per consumer", ("connect",), "s"),
+    ("Stages", tuple(f"stage.{s}" for s in STAGES), "ms"),
+)
+
+
+def spectrum_panels(spectrum: Mapping[str, Any]) -> list[SpectrumPanel]:
+    """summary.spectrum's metrics grouped into panels; stages keep their stage colours."""
+
+    def curve(name: str) -> Curve:
+        stage = name.removeprefix("stage.")
+        if stage in charts.STAGE_COLORS:
+            return Curve(charts.STAGE_LABELS[stage], spectrum[name], charts.STAGE_COLORS[stage])
+        return Curve(LATENCY_LABELS.get(name, name), spectrum[name])
+
+    present = [name for name, points in spectrum.items() if isinstance(points, list)]
+    grouped = {name for _, names, _ in SPECTRUM_GROUPS for name in names}
+    panels = [
+        SpectrumPanel(title, [curve(n) for n in names if n in present], unit)
+        for title, names, unit in SPECTRUM_GROUPS
+    ]
+    panels += [
+        SpectrumPanel(LATENCY_LABELS.get(n, n), [curve(n)]) for n in present if n not in grouped
+    ]
+    return [panel for panel in panels if panel.curves]
+
+
 def run_charts(run: RunSummary) -> dict[str, Chart]:
     """Every chart of a run report, keyed by its data-chart marker (see RUN_CHARTS)."""
     series = run.section("series")
@@ -64,13 +103,7 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
     built = [
         charts.connection_histogram(run.section("connection")),
         charts.stage_breakdown([StageRow(run.label, run.section("stages"))]),
-        charts.latency_spectrum(
-            [
-                (LATENCY_LABELS.get(name, name), [(name, points)])
-                for name, points in run.section("spectrum").items()
-                if isinstance(points, list)
-            ]
-        ),
+        charts.latency_spectrum(spectrum_panels(run.section("spectrum"))),
         charts.time_chart(
             "rates-over-time",
             "Rates and backlog",

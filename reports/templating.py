@@ -27,10 +27,8 @@ def environment() -> Environment:
         s=formatting.fmt_s,
         minutes=formatting.fmt_minutes,
         int=formatting.fmt_int,
-        pct=formatting.fmt_pct,
         ratio=formatting.fmt_ratio,
         value=formatting.fmt_value,
-        sig=formatting.sig,
         px=lambda v: f"{v:.1f}",
     )
     return env

@@ -1,133 +1,241 @@
-"""Report rendering, comparison and the gate, from synthetic summaries (reports/samples.py)."""
+"""report.html, sweep pages and comparisons, from synthetic summaries (reports/samples.py)."""
 
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from reports.cli import gate_main
-from reports.compare import render_comparison
-from reports.gate import GateError, load_rules
-from reports.render import RUN_CHARTS, render_run, render_sweep
+from reports.cli import compare_main, report_main
+from reports.compare import COMPARE_RUN_CHARTS, COMPARE_SWEEP_CHARTS, render_comparison, run_rows
+from reports.metrics import ratio
+from reports.render import RUN_CHARTS, SWEEP_CHARTS, render_run, render_sweep
+from reports.results import ResultsError, load_summary, load_sweep
 from reports.samples import sample_summary, sample_sweep, write_run, write_sweep
+from reports.sweeps import scaling_rows
 
 
-def _charts(html: str) -> set[str]:
-    return set(re.findall(r'data-chart="([^"]+)"', html))
+def figures(html: str) -> dict[str, str]:
+    """Each figure's markup by its data-chart marker."""
+    return dict(
+        re.findall(r'<figure class="chart" data-chart="([^"]+)">(.*?)</figure>', html, re.S)
+    )
 
 
-def test_run_report_has_every_chart_and_no_external_url(tmp_path):
-    path = write_run(tmp_path / "run", sample_summary())
-    html = render_run(path).read_text()
-    assert set(RUN_CHARTS) <= _charts(html)
-    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html)
+def drawn(html: str) -> set[str]:
+    """Charts whose SVG holds at least one data mark."""
+    return {
+        name for name, body in figures(html).items() if re.search(r'<svg.*class="mark', body, re.S)
+    }
+
+
+def assert_offline(html: str) -> None:
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html)
     assert "http://" not in html and "https://" not in html
-    assert 'data-warning="client-bound"' not in html
-    assert 'data-warning="partial"' not in html
+    assert "<script" not in html
 
 
-def test_warnings_appear_only_when_they_apply(tmp_path):
-    path = write_run(tmp_path / "run", sample_summary(client_bound=True, partial=True))
-    html = render_run(path).read_text()
-    assert 'data-warning="client-bound"' in html
-    assert 'data-warning="partial"' in html
+def test_run_report_is_written_next_to_the_summary_with_every_chart_drawn(tmp_path: Path) -> None:
+    summary = write_run(tmp_path / "run", sample_summary())
+    out = render_run(summary)
+    assert out == tmp_path / "run" / "report.html"
+    html = out.read_text()
+    assert list(figures(html)) == list(RUN_CHARTS)
+    assert drawn(html) == set(RUN_CHARTS)
+    assert_offline(html)
 
 
-def test_missing_broker_series_says_why_instead_of_a_broken_chart(tmp_path):
-    path = write_run(tmp_path / "run", sample_summary(broker_stats=False))
-    html = render_run(path).read_text()
-    assert "no data:" in html
-
-
-def test_sweep_report_shows_connection_time_against_consumers(tmp_path):
-    path = write_sweep(tmp_path / "sweep", sample_sweep())
-    html = render_sweep(path).read_text()
-    assert len(_charts(html)) >= 1
-    assert "100" in html  # the extrapolation to 100K consumers is labelled
-
-
-def test_comparison_gives_ratios_to_the_first_run(tmp_path):
-    a = write_run(tmp_path / "a", sample_summary(run_id="a", e2e_p99_ms=100.0))
-    b = write_run(tmp_path / "b", sample_summary(run_id="b", e2e_p99_ms=25.0))
-    html = render_comparison([a, b], tmp_path / "cmp.html").read_text()
-    assert "×0.25" in html or "0.25" in html
-
-
-def _gate(tmp_path, base_kw, run_kw, *extra):
-    base = write_run(tmp_path / "base", sample_summary(run_id="base", **base_kw))
-    run = write_run(tmp_path / "run", sample_summary(run_id="run", **run_kw))
-    junit = tmp_path / "out" / "junit.xml"
-    md = tmp_path / "out" / "gate.md"
-    code = gate_main(
-        [str(run), "--baseline", str(base), "--junit", str(junit), "--markdown", str(md), *extra]
-    )
-    return code, ET.parse(junit).getroot(), md.read_text()
-
-
-def test_gate_fails_on_a_regression_and_writes_junit(tmp_path):
-    code, suite, md = _gate(tmp_path, {"e2e_p99_ms": 100.0}, {"e2e_p99_ms": 200.0})
-    assert code == 1
-    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
-    # The sample's P50 scales with its P99, so both regress; nothing else does.
-    assert failed == ["e2e_p99_ms", "e2e_p50_ms"]
-    assert suite.get("failures") == "2"
-    assert "FAIL" in md
-
-
-def test_gate_passes_on_noise_within_its_rules(tmp_path):
-    # +20 % and +2 ms: under both default thresholds (25 % and 5 ms).
-    code, suite, md = _gate(tmp_path, {"e2e_p99_ms": 10.0}, {"e2e_p99_ms": 12.0})
-    assert code == 0
-    assert suite.get("failures") == "0"
-    assert int(suite.get("tests")) >= 6
-    assert "passed" in md
-
-
-def test_gate_fails_on_any_lost_delivery_and_on_a_partial_run(tmp_path):
-    code, suite, _ = _gate(tmp_path, {}, {"deliveries_lost": 1, "partial": True})
-    failed = {c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None}
-    assert code == 1
-    assert failed == {"deliveries_lost", "run_complete"}
-
-
-def test_gate_rules_file_overrides_a_default(tmp_path):
-    rules = tmp_path / "gates.yaml"
-    rules.write_text(
-        "rules:\n"
-        "  - metric: e2e_p99_ms\n    relative: 1.5\n"
-        "  - metric: e2e_p50_ms\n    relative: 1.5\n"
-    )
-    code, _, _ = _gate(
-        tmp_path, {"e2e_p99_ms": 100.0}, {"e2e_p99_ms": 200.0}, "--rules", str(rules)
-    )
-    assert code == 0
+def test_run_report_can_be_written_elsewhere(tmp_path: Path) -> None:
+    summary = write_run(tmp_path / "run", sample_summary())
+    out = render_run(summary, tmp_path / "elsewhere" / "r.html")
+    assert out.exists() and not (tmp_path / "run" / "report.html").exists()
 
 
 @pytest.mark.parametrize(
-    "text,needle",
+    ("flags", "expected"),
     [
-        ("rules:\n  - metric: e2e_p99_ms\n    relativ: 0.1\n", "did you mean 'relative'"),
-        ("rules:\n  - relative: 0.1\n", "'metric' is required"),
-        ("rules:\n  - metric: x\n    direction: up\n", "'direction' must be one of"),
-        ("rulez: []\n", "unknown key 'rulez'"),
+        ({}, set()),
+        ({"client_bound": True}, {"client-bound"}),
+        ({"partial": True}, {"partial"}),
+        ({"client_bound": True, "partial": True}, {"client-bound", "partial"}),
     ],
 )
-def test_bad_rules_files_name_the_file_and_the_problem(tmp_path, text, needle):
-    path = tmp_path / "gates.yaml"
-    path.write_text(text)
-    with pytest.raises(GateError) as info:
-        load_rules(path)
-    assert str(path) in str(info.value) and needle in str(info.value)
+def test_warnings_appear_only_when_they_apply(tmp_path: Path, flags: dict, expected: set) -> None:
+    html = render_run(write_run(tmp_path / "run", sample_summary(**flags))).read_text()
+    assert set(re.findall(r'data-warning="([^"]+)"', html)) == expected
 
 
-def test_gate_with_a_missing_baseline_is_a_usage_error(tmp_path, capsys):
+def test_client_bound_warning_follows_the_flag_section(tmp_path: Path) -> None:
+    # results.md has the flag twice (headline.client_bound, client_bound.flag); the report
+    # follows client_bound.flag, which carries the reasons.
+    doc = sample_summary(client_bound=True)
+    doc["headline"]["client_bound"] = False
+    html = render_run(write_run(tmp_path / "run", doc)).read_text()
+    assert 'data-warning="client-bound"' in html
+    assert "w0 CPU above 90 %" in html
+
+
+def test_headline_shows_the_numbers_that_matter(tmp_path: Path) -> None:
+    doc = sample_summary(
+        consumers=20000, connection_time_s=242.0, e2e_p99_ms=680.0, deliveries_lost=7
+    )
+    html = render_run(write_run(tmp_path / "run", doc)).read_text()
+    band = html[html.index('class="headline"') : html.index("Connection storm")]
+    for text in ("20,000", "Broadcast", "242 s", "≈ 4.03 min", "680 ms", ">7<"):
+        assert text in band
+    assert 'class="tile bad"' in band  # lost messages are flagged
+
+
+def test_a_broker_that_is_not_ours_gets_a_note_not_a_broken_chart(tmp_path: Path) -> None:
+    doc = sample_summary(broker_stats=False)
+    doc["driver"]["name"] = "pulsar"
+    html = render_run(write_run(tmp_path / "run", doc)).read_text()
+    broker = figures(html)["broker-resources"]
+    assert "<svg" not in broker
+    assert "no data:" in broker and "driver &#39;pulsar&#39;" in broker
+    assert drawn(html) == set(RUN_CHARTS) - {"broker-resources"}
+
+
+def test_sections_the_analysis_leaves_empty_render_as_notes(tmp_path: Path) -> None:
+    # What spark_analysis writes for a run where nobody connected and nothing was delivered.
+    doc = sample_summary()
+    doc["connection"].update(per_consumer=None, distribution=None, ok=0, failed=1000)
+    doc["stages"].update(samples=0, p99_ms={}, tail=None)
+    doc["spectrum"] = {}
+    doc["series"] = {key: [] for key in doc["series"]}
+    html = render_run(write_run(tmp_path / "run", doc)).read_text()
+    assert drawn(html) == set()
+    assert html.count('class="no-data"') == len(RUN_CHARTS)
+
+
+def test_series_gaps_break_the_line_instead_of_dropping_to_zero(tmp_path: Path) -> None:
+    doc = sample_summary(seconds=10)
+    doc["series"]["e2e_p99_ms"][4] = None
+    html = render_run(write_run(tmp_path / "run", doc)).read_text()
+    path = re.search(r'class="mark line" d="([^"]+)"', figures(html)["e2e-p99-over-time"])
+    assert path is not None and path.group(1).count("M") == 2
+
+
+def test_without_broker_timestamps_stages_one_to_five_are_one_span(tmp_path: Path) -> None:
+    html = render_run(
+        write_run(tmp_path / "run", sample_summary(broker_timestamps=False))
+    ).read_text()
+    stages = figures(html)["stage-breakdown"]
+    assert "1–5 producing…broker out" in stages
+    assert "persistence" not in stages.split("<svg")[1].split("</svg>")[0]
+
+
+def test_everything_from_the_summary_is_escaped(tmp_path: Path) -> None:
+    doc = sample_summary(run_id='<script>alert("run")</script>')
+    doc["workload"]["name"] = "<img src=x onerror=alert(1)>"
+    html = render_run(write_run(tmp_path / "run", doc)).read_text()
+    assert "<script>alert" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;" in html and "&lt;img src=x" in html
+
+
+def test_not_a_summary_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    path.write_text('{"schema": "something/else"}')
+    with pytest.raises(ResultsError, match="schema is 'something/else'"):
+        render_run(path)
+
+
+def test_sweep_report_has_each_case_and_the_fit_to_100k(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path / "sweep", sample_sweep())
+    html = render_sweep(sweep).read_text()
+    assert drawn(html) == set(SWEEP_CHARTS)
+    assert_offline(html)
+    for case in load_sweep(sweep).cases:
+        assert case["label"] in html
+    assert "Shared: 6,400 s at 100K" in html and "Broadcast: 70.3 s at 100K" in html
+    # The fit's extrapolated part is dashed, the measured part solid.
+    connection = figures(html)["connection-vs-consumers"]
+    assert 'stroke-dasharray="7 5"' in connection
+    assert re.search(r'class="mark line" d="[^"]+" stroke="[^"]+"><title>Shared fit<', connection)
+    assert 'data-warning="client-bound"' in html  # one Shared case was client-bound
+
+
+def test_bench_report_on_a_sweep_renders_cases_first_and_links_them(tmp_path, capsys) -> None:
+    sweep = write_sweep(tmp_path / "sweep", sample_sweep(types=("Broadcast",)))
+    assert report_main([str(sweep.parent)]) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed[-1] == str(sweep.parent / "report.html")
+    assert len(printed) == 1 + len(load_sweep(sweep).cases)
+    html = Path(printed[-1]).read_text()
+    for case in load_sweep(sweep).cases:
+        assert f'href="{case["run_id"]}/report.html"' in html
+
+
+def test_bench_report_on_an_empty_folder_says_what_is_missing(tmp_path, capsys) -> None:
+    assert report_main([str(tmp_path)]) == 2
+    assert "neither summary.json nor sweep-summary.json" in capsys.readouterr().err
+
+
+def test_ratio_is_to_the_first_and_undefined_only_for_x_over_zero() -> None:
+    assert ratio(25.0, 100.0) == 0.25
+    assert ratio(0.0, 0.0) == 1.0
+    assert ratio(5.0, 0.0) is None
+    assert ratio(None, 1.0) is None
+
+
+def test_run_comparison_ratios_and_verdicts(tmp_path: Path) -> None:
+    shared = load_summary(
+        write_run(tmp_path / "a", sample_summary(run_id="a", subscription_type="Shared",
+                                                  connection_time_s=240.0, e2e_p99_ms=680.0))
+    )  # fmt: skip
+    broadcast = load_summary(
+        write_run(tmp_path / "b", sample_summary(run_id="b", connection_time_s=18.0,
+                                                  e2e_p99_ms=119.0, deliveries_lost=6000))
+    )  # fmt: skip
+    rows = {row.metric.name: row for row in run_rows([shared, broadcast])}
+    assert rows["e2e_p99_ms"].values == (680.0, 119.0)
+    assert rows["e2e_p99_ms"].ratios == (1.0, pytest.approx(0.175))
+    assert rows["e2e_p99_ms"].verdicts == ("", "better")
+    assert rows["connection_time_s"].ratios[1] == pytest.approx(0.075)
+    assert rows["deliveries_lost"].ratios == (1.0, None)  # 0 → 6,000 has no ratio...
+    assert rows["publish_p99_ms"].verdicts[1] == "same"
+    # ...and fewer deliveries received is worse, though the number went down.
+    assert rows["deliveries_received"].verdicts[1] == "worse"
+
+
+def test_comparison_page_shows_the_ratios(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", sample_summary(run_id="a", e2e_p99_ms=100.0))
+    b = write_run(tmp_path / "b", sample_summary(run_id="b", e2e_p99_ms=25.0))
+    html = render_comparison([a, b], tmp_path / "cmp.html").read_text()
+    row = re.search(r'<tr data-metric="e2e_p99_ms">(.*?)</tr>', html, re.S)
+    assert row is not None
+    assert '<span class="ratio better">×0.250</span>' in row.group(1)
+    assert drawn(html) == set(COMPARE_RUN_CHARTS)
+    assert_offline(html)
+
+
+def test_sweep_comparison_lines_cases_up_by_consumers(tmp_path: Path) -> None:
+    shared = sample_sweep(sweep_id="s", types=("Shared",))
+    broadcast = sample_sweep(sweep_id="b", types=("Broadcast",))
+    rows = scaling_rows([("Shared", shared["cases"]), ("Broadcast", broadcast["cases"])])
+    assert [r.consumers for r in rows] == [2000, 4000, 6000, 8000, 10000]
+    first = rows[0].cells
+    assert first[1].connection_ratio == pytest.approx(1.7 / 10.9)
+    paths = [
+        write_sweep(tmp_path / n, d, with_cases=False) for n, d in (("s", shared), ("b", broadcast))
+    ]
+    html = render_comparison(paths, tmp_path / "cmp.html").read_text()
+    assert drawn(html) == set(COMPARE_SWEEP_CHARTS)
+    assert "×0.156" in html
+
+
+def test_runs_and_sweeps_do_not_mix(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", sample_summary())
-    assert gate_main([str(run), "--baseline", str(tmp_path / "nope")]) == 2
-    assert "nope" in capsys.readouterr().err
+    sweep = write_sweep(tmp_path / "sweep", sample_sweep(), with_cases=False)
+    with pytest.raises(ResultsError, match="compare runs with runs"):
+        render_comparison([run, sweep], tmp_path / "cmp.html")
 
 
-def test_samples_module_writes_where_asked(tmp_path):
-    assert write_run(tmp_path / "x", sample_summary()) == Path(tmp_path / "x" / "summary.json")
+def test_bench_compare_writes_beside_the_results_by_default(tmp_path, capsys) -> None:
+    write_run(tmp_path / "results" / "a", sample_summary(run_id="a"))
+    write_run(tmp_path / "results" / "b", sample_summary(run_id="b"))
+    args = [str(tmp_path / "results" / "a"), str(tmp_path / "results" / "b")]
+    assert compare_main(args) == 0
+    out = Path(capsys.readouterr().out.strip())
+    assert out == tmp_path / "results" / "compare-a-vs-b.html" and out.exists()
