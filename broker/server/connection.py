@@ -192,28 +192,12 @@ class ServerConnection(asyncio.Protocol):
         send = cmd.send
         producer = self.producers.get(send.producer_id)
         if producer is None or frame.payload is None:
-            self._send(
-                command(
-                    T.SEND_ERROR,
-                    producer_id=send.producer_id,
-                    sequence_id=send.sequence_id,
-                    error=pb.UnknownError,
-                    message="unknown producer or empty SEND",
-                )
-            )
+            self._send_error(send, pb.UnknownError, "unknown producer or empty SEND")
             return
         try:
             payload = decode_payload(frame.payload, verify=True)
         except RemoteProtocolError as exc:
-            self._send(
-                command(
-                    T.SEND_ERROR,
-                    producer_id=send.producer_id,
-                    sequence_id=send.sequence_id,
-                    error=exc.server_error,
-                    message=str(exc),
-                )
-            )
+            self._send_error(send, exc.server_error, str(exc))
             return
         meta = payload.metadata
         key = meta.ordering_key or meta.partition_key.encode()
@@ -234,15 +218,7 @@ class ServerConnection(asyncio.Protocol):
             entry = await task
         except Exception as exc:  # storage failure: the client must hear it, not time out
             log.exception("persisting a message failed")
-            self._send(
-                command(
-                    T.SEND_ERROR,
-                    producer_id=send.producer_id,
-                    sequence_id=send.sequence_id,
-                    error=pb.PersistenceError,
-                    message=str(exc),
-                )
-            )
+            self._send_error(send, pb.PersistenceError, str(exc))
         else:
             self._send(
                 command(
@@ -255,6 +231,18 @@ class ServerConnection(asyncio.Protocol):
             )
         finally:
             producer.pending.remove(task)
+
+    def _send_error(self, send: pb.CommandSend, error: int, message: str) -> None:
+        """SEND_ERROR for one SEND: the client fails that message instead of timing out."""
+        self._send(
+            command(
+                T.SEND_ERROR,
+                producer_id=send.producer_id,
+                sequence_id=send.sequence_id,
+                error=error,
+                message=message,
+            )
+        )
 
     def _on_subscribe(self, cmd, frame, now) -> None:
         req = cmd.subscribe

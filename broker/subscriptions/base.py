@@ -154,7 +154,8 @@ class Subscription:
             self.dispatch()
 
     def dispatch(self) -> None:
-        raise NotImplementedError
+        """Send what the mode's routing allows now; every mode defines it."""
+        raise NotImplementedError(f"{type(self).__name__} defines no dispatch")
 
     def next_entries(self, limit: int) -> tuple[list[Entry], bool]:
         """Entries to send next: redeliveries first (in order), then new ones.
