@@ -83,9 +83,16 @@ class BenchmarkDriver(Protocol):
         *,
         consumers_per_connection: int,
         service_url: str,
+        admin_url: str | None = None,
     ) -> None:
         """`config` is the parsed driver YAML (harness.driver_config.DriverConfig);
-        `service_url` the broker to use (the bundled one when the YAML names none)."""
+        `service_url` the broker to use (the bundled one when the YAML names none), `admin_url`
+        its admin API when one is known."""
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        """Make `topic` exist with `partitions` partitions before anyone uses it, as OMB's
+        createTopic; 1 means a plain topic (brokers create those on first use). Called once per
+        topic by one worker; raises DriverError when it cannot."""
 
     def create_producer(self, topic: str) -> BenchmarkProducer:
         """Blocks until the producer is ready; raises DriverError when it cannot be."""

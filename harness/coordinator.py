@@ -114,7 +114,13 @@ class Coordinator:
                     settings=plan.driver.broker,
                 )
                 self.broker.start()
-                plan = RunPlan(plan.run_id, plan.workload, plan.driver, self.broker.service_url)
+                plan = RunPlan(
+                    plan.run_id,
+                    plan.workload,
+                    plan.driver,
+                    self.broker.service_url,
+                    self.broker.admin_url,
+                )
                 self.plan = plan
             check_reachable(plan.service_url)
             self._run_master(raw_dir)

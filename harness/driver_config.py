@@ -46,7 +46,7 @@ class ClientConfig:
     service_url: str | None = None
     """pulsar://host:port of a running broker; None = start the bundled broker on loopback."""
     admin_url: str | None = None
-    """http(s):// admin API of that broker, used to pre-create Broadcast subscriptions."""
+    """http(s):// admin API of that broker, used to create partitioned topics."""
     source_addresses: int = 0
     """Spread connections over this many 127.x.y.z source addresses (each has its own
     ephemeral port range); 0 = off."""

@@ -52,6 +52,10 @@ class EmbeddedBroker:
     def service_url(self) -> str:
         return f"pulsar://127.0.0.1:{self.port}"
 
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
     def start(self, timeout: float = 20.0) -> None:
         cmd = [
             sys.executable,

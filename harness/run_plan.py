@@ -50,6 +50,7 @@ class RunPlan:
     workload: Workload
     driver: DriverConfig
     service_url: str
+    admin_url: str | None = None
 
     def topic_name(self, t: int) -> str:
         w = self.workload
@@ -63,6 +64,9 @@ class RunPlan:
         within = global_index % per_topic if per_topic else 0
         subscription = within // w.consumer_per_subscription
         return self.topic_name(topic), f"sub-{subscription}"
+
+    def topic_names(self) -> list[str]:
+        return [self.topic_name(t) for t in range(self.workload.topics)]
 
     def producer_topic(self, global_index: int) -> str:
         return self.topic_name(global_index % self.workload.topics)
@@ -89,6 +93,7 @@ class RunPlan:
             "workload": _plain(self.workload),
             "driver": _plain(self.driver),
             "service_url": self.service_url,
+            "admin_url": self.admin_url,
         }
 
     @classmethod
@@ -98,4 +103,5 @@ class RunPlan:
             workload=workload_from_dict(data["workload"]),
             driver=driver_from_dict(data["driver"]),
             service_url=data["service_url"],
+            admin_url=data.get("admin_url"),
         )

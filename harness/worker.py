@@ -84,7 +84,11 @@ class FanoutContext:
                 self.recorder,
                 consumers_per_connection=workload.consumers_per_connection,
                 service_url=self.plan.service_url,
+                admin_url=self.plan.admin_url,
             )
+            if self.worker_index == 0:  # before any user spawns: the master waits for us
+                for topic in self.plan.topic_names():
+                    self.driver.create_topic(topic, workload.partitions_per_topic)
         except DriverError as exc:
             self.runner.send_message(
                 "worker_error", {"worker_id": self.worker_id, "error": str(exc)}

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from broker.admin.stats import internal_stats, topic_stats
-from broker.server.service import BrokerService
+from broker.server.service import BrokerService, TopicExists
 
 _TOPIC_PATH = re.compile(
     r"^/admin/v2/(persistent|non-persistent)/([^/]+)/([^/]+)/([^/]+)/(stats|internalStats|partitions|subscription/[^/]+)$"
@@ -119,6 +119,9 @@ class AdminServer:
                     else:
                         self._reply(405, {"reason": "method not allowed"})
                         return
+                except TopicExists as exc:
+                    self._reply(409, {"reason": str(exc)})
+                    return
                 except ValueError as exc:
                     self._reply(400, {"reason": str(exc)})
                     return

@@ -24,6 +24,12 @@ log = logging.getLogger("broker")
 
 _TOPIC = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/(.+)$")
 _PARTITION = re.compile(r"^(.*)-partition-(\d+)$")
+
+
+class TopicExists(ValueError):
+    """A topic to create is there already (the admin API answers 409, as Pulsar's does)."""
+
+
 SUBSCRIPTION_MODE_PROPERTY = "subscriptionMode"
 _SUBTYPE_NAMES = {
     pb.CommandSubscribe.Exclusive: "Exclusive",
@@ -56,6 +62,8 @@ class BrokerService:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._stats_task: asyncio.Task | None = None
+        self._stats_written = 0
+        self._process = psutil.Process()
         self.started = time.time()
 
     # -- topics ----------------------------------------------------------------------------
@@ -86,7 +94,12 @@ class BrokerService:
         return self.partitioned.get(full, 0)
 
     def create_partitioned(self, name: str, partitions: int) -> None:
+        """Raises TopicExists as Pulsar answers 409: a partition count is never changed here."""
         _, full = parse_topic(name)
+        if partitions < 1:
+            raise ValueError(f"the number of partitions must be at least 1, got {partitions}")
+        if full in self.partitioned or full in self.topics:
+            raise TopicExists(f"topic {full} already exists")
         self.partitioned[full] = partitions
 
     def subscription_mode(self, req: pb.CommandSubscribe) -> str:
@@ -136,6 +149,8 @@ class BrokerService:
         log.info("broker listening on %s", self.config.advertised_url)
 
     async def stop(self) -> None:
+        if self._stats_task is not None:
+            self._write_stats_file()  # the counters and consumers as the run left them
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -167,24 +182,26 @@ class BrokerService:
 
     async def _write_stats(self) -> None:
         """Periodic broker/stats-<n>.json for the results contract (cpu, rss, topic stats)."""
+        self._process.cpu_percent()  # the first call only starts the measurement
+        while True:
+            await asyncio.sleep(self.config.statsIntervalSeconds)
+            self._write_stats_file()
+
+    def _write_stats_file(self) -> None:
         from broker.admin.stats import topic_stats
 
         directory = Path(self.config.statsDir)
         directory.mkdir(parents=True, exist_ok=True)
-        proc = psutil.Process()
-        proc.cpu_percent()
-        n = 0
-        while True:
-            await asyncio.sleep(self.config.statsIntervalSeconds)
-            snapshot = {
-                "ts": time.time(),
-                "cpu": proc.cpu_percent(),
-                "rss": proc.memory_info().rss,
-                "connections": len(self.connections),
-                "consumers": sum(len(c.consumers) for c in self.connections),
-                "topics": {name: topic_stats(t) for name, t in self.topics.items()},
-            }
-            tmp = directory / f".stats-{n}.json.tmp"
-            tmp.write_text(json.dumps(snapshot))
-            os.replace(tmp, directory / f"stats-{n}.json")
-            n += 1
+        snapshot = {
+            "ts": time.time(),
+            "cpu": self._process.cpu_percent(),
+            "rss": self._process.memory_info().rss,
+            "connections": len(self.connections),
+            "consumers": sum(len(c.consumers) for c in self.connections),
+            "topics": {name: topic_stats(t) for name, t in self.topics.items()},
+        }
+        n = self._stats_written
+        tmp = directory / f".stats-{n}.json.tmp"
+        tmp.write_text(json.dumps(snapshot))
+        os.replace(tmp, directory / f"stats-{n}.json")
+        self._stats_written += 1

@@ -28,6 +28,7 @@ from broker.wire.frames import Frame, FrameDecoder, encode_frame
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
 from drivers.pulsar.consumer import ConsumerState, flow_frame, subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder
+from drivers.pulsar.partitions import partition_names
 from drivers.pulsar.settings import Settings
 
 log = logging.getLogger("drivers.pulsar")
@@ -101,6 +102,13 @@ def connect_socket(host: str, port: int, source: str | None, timeout: float) -> 
         sock.close()
         raise
     return sock
+
+
+def _refused(result: AsyncResult) -> bool:
+    """Whether a request settled leaving nothing on the broker: ERROR, or a lost connection."""
+    if not result.ready():
+        return False
+    return not result.successful() or result.value[0].type == T.ERROR
 
 
 class Connection:
@@ -220,10 +228,19 @@ class Connection:
         An ERROR answer, no answer within operationTimeoutSeconds, and a failed connection all
         raise RequestFailed.
         """
-        result = AsyncResult()
-        self._pending[request_id] = result
+        return self._await(request_id, self._send_request(cmd, request_id))
+
+    def _send_request(self, cmd: pb.BaseCommand, request_id: int) -> AsyncResult:
+        result = self._pending[request_id] = AsyncResult()
         try:
             self.write(encode_frame(cmd))
+        except RequestFailed:
+            self._pending.pop(request_id, None)
+            raise
+        return result
+
+    def _await(self, request_id: int, result: AsyncResult) -> tuple[pb.BaseCommand, int]:
+        try:
             result.wait(self._settings.operation_timeout)
         finally:
             self._pending.pop(request_id, None)
@@ -243,35 +260,36 @@ class Connection:
                 pass
 
     # -- topics and consumers -----------------------------------------------------------------
-    def ensure_topic(self, topic: str) -> None:
-        """PARTITIONED_METADATA and LOOKUP for `topic`, once per connection, as the official
-        clients do before PRODUCER or SUBSCRIBE. Concurrent callers share one lookup."""
+    def ensure_topic(self, topic: str) -> int:
+        """PARTITIONED_METADATA and LOOKUP for `topic` (and for each of its partitions), once
+        per connection, as the official clients do before PRODUCER or SUBSCRIBE. Returns the
+        partition count, 0 for a plain topic. Concurrent callers share one lookup."""
         known = self._lookups.get(topic)
         if known is not None:
-            known.get()
-            return
+            return known.get()
         known = self._lookups[topic] = AsyncResult()
         try:
-            self._lookup(topic)
+            partitions = self._partitions(topic)
+            for name in partition_names(topic, partitions) or [topic]:
+                self._lookup(name)
         except BaseException as exc:
             del self._lookups[topic]
             known.set_exception(
                 exc if isinstance(exc, DriverError) else RequestFailed("lookup interrupted")
             )
             raise
-        known.set(None)
+        known.set(partitions)
+        return partitions
 
-    def _lookup(self, topic: str) -> None:
+    def _partitions(self, topic: str) -> int:
         rid = self.next_request_id()
         answer, _ = self.request(command(T.PARTITIONED_METADATA, topic=topic, request_id=rid), rid)
         meta = answer.partitionMetadataResponse
         if meta.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
             raise RequestFailed(server_error_text(meta.error, meta.message))
-        if meta.partitions:
-            raise DriverError(
-                f"topic {topic!r} has {meta.partitions} partitions: partitioned topics are not "
-                "supported yet"
-            )
+        return meta.partitions
+
+    def _lookup(self, topic: str) -> None:
         rid = self.next_request_id()
         answer, _ = self.request(command(T.LOOKUP, topic=topic, request_id=rid), rid)
         found = answer.lookupTopicResponse
@@ -287,28 +305,35 @@ class Connection:
             )
 
     def subscribe(self, spec: ConsumerSpec) -> int:
-        """Create one consumer and give it its permits; returns the wire time of SUCCESS."""
-        self.ensure_topic(spec.topic)
-        consumer_id = self.next_object_id()
-        rid = self.next_request_id()
-        cmd = subscribe_command(spec, consumer_id, rid)
+        """Create one consumer and give it its permits; returns the wire time of SUCCESS.
+
+        On a partitioned topic the consumer subscribes to every partition at once, as the
+        official clients do, and is ready at the last SUCCESS; if one partition refuses, the
+        others are closed again and the consumer fails as a whole."""
+        partitions = self.ensure_topic(spec.topic)
         s = self._settings
-        state = ConsumerState(
-            spec.index, consumer_id, s.receiver_queue_size, s.ack_mode == "individual"
-        )
-        self.consumers[consumer_id] = state
+        sent: list[tuple[int, int, AsyncResult]] = []
         try:
-            _, success_us = self.request(cmd, rid)
-        except RequestTimeout:
-            self.consumers.pop(consumer_id, None)
-            self._abandon(consumer_id)
-            raise
+            for topic in partition_names(spec.topic, partitions) or [spec.topic]:
+                consumer_id = self.next_object_id()
+                rid = self.next_request_id()
+                self.consumers[consumer_id] = ConsumerState(
+                    spec.index, consumer_id, s.receiver_queue_size, s.ack_mode == "individual"
+                )
+                cmd = subscribe_command(spec, consumer_id, rid, topic)
+                sent.append((consumer_id, rid, self._send_request(cmd, rid)))
+            success_us = max(self._await(rid, result)[1] for _, rid, result in sent)
         except RequestFailed:
-            self.consumers.pop(consumer_id, None)
+            self.consumers.pop(consumer_id, None)  # the one whose SUBSCRIBE could not be sent
+            for cid, rid, result in sent:
+                self._pending.pop(rid, None)
+                self.consumers.pop(cid, None)
+                if not _refused(result):
+                    self._abandon(cid)  # answered SUCCESS, or may still
             raise
         if self._acker is None:
             self._acker = self._group.spawn(self._ack_loop)
-        self.write(flow_frame(consumer_id, s.receiver_queue_size))
+        self.write(b"".join(flow_frame(cid, s.receiver_queue_size) for cid, _, _ in sent))
         return success_us
 
     def _abandon(self, consumer_id: int) -> None:

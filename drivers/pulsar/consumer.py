@@ -25,7 +25,10 @@ SUB_TYPES = {
 BROADCAST_PROPERTY = pb.KeyValue(key="subscriptionMode", value="broadcast")
 
 
-def subscribe_command(spec: ConsumerSpec, consumer_id: int, request_id: int) -> pb.BaseCommand:
+def subscribe_command(
+    spec: ConsumerSpec, consumer_id: int, request_id: int, topic: str | None = None
+) -> pb.BaseCommand:
+    """SUBSCRIBE for `spec`, on `topic` when given (one partition of spec.topic)."""
     try:
         sub_type = SUB_TYPES[spec.subscription_type]
     except KeyError:
@@ -40,7 +43,7 @@ def subscribe_command(spec: ConsumerSpec, consumer_id: int, request_id: int) -> 
         fields["keySharedMeta"] = pb.KeySharedMeta(keySharedMode=pb.AUTO_SPLIT)
     return command(
         T.SUBSCRIBE,
-        topic=spec.topic,
+        topic=topic or spec.topic,
         subscription=spec.subscription,
         subType=sub_type,
         consumer_id=consumer_id,

@@ -36,13 +36,22 @@ class DelayProducer:
 
 class DelayDriver:
     def initialize(
-        self, config, callback, *, consumers_per_connection: int, service_url: str
+        self,
+        config,
+        callback,
+        *,
+        consumers_per_connection: int,
+        service_url: str,
+        admin_url: str | None = None,
     ) -> None:
         self.callback = callback
         settings = dict(config.broker)
         self.delay_s = float(settings.get("delayMs", 50)) / 1000
         self.lag_s = float(settings.get("lagMs", 0)) / 1000
         self.consumers: dict[str, list[int]] = {}
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        pass  # no broker: a topic is a key in self.consumers
 
     def create_producer(self, topic: str) -> DelayProducer:
         return DelayProducer(self, topic)

@@ -108,6 +108,7 @@ def native(broker) -> Iterator:
             deliveries,
             consumers_per_connection=consumers_per_connection,
             service_url=url or broker.url,
+            admin_url=broker.admin,
         )
         drivers.append(driver)
         return driver, deliveries
@@ -191,6 +192,58 @@ def test_shared_with_one_subscription_per_consumer(broker, native):
         while any(s["msgBacklog"] for s in stats(broker, "per-sub")["subscriptions"].values()):
             gevent.sleep(0.05)
     assert all(s["msgBacklog"] == 0 for s in stats(broker, "per-sub")["subscriptions"].values())
+
+
+def test_a_partitioned_topic_end_to_end(broker, native):
+    driver, deliveries = native(consumers_per_connection=10)
+    driver.create_topic("persistent://public/default/parts3", 3)
+    driver.create_topic("persistent://public/default/parts3", 3)  # again: already so, fine
+    with pytest.raises(DriverError, match="already exists with 3 partitions, not 4"):
+        driver.create_topic("persistent://public/default/parts3", 4)
+    specs = [ConsumerSpec(i, f"c{i}", "parts3", "all", "Broadcast") for i in range(20)]
+    assert all(r.ok for r in subscribe_all(driver, specs))
+    producer = driver.create_producer("parts3")
+    unkeyed = [b"u%d" % k for k in range(9)]
+    keyed = [b"k%d" % k for k in range(6)]
+    assert send_all(producer, unkeyed) == [None] * 9
+    assert send_all(producer, keyed, key=b"one-key") == [None] * 6
+    deliveries.wait_for(20 * 15)
+    for index in range(20):
+        got = [body for body, _, _ in deliveries.by_consumer[index]]
+        assert sorted(got) == sorted(unkeyed + keyed)
+        assert [b for b in got if b.startswith(b"k")] == keyed  # one key, one partition: in order
+    counts = [stats(broker, f"parts3-partition-{i}")["msgInCounter"] for i in range(3)]
+    # Round robin puts 3 unkeyed messages on each partition; the key puts all 6 on one.
+    assert sorted(counts) == [3, 3, 9]
+    for i in range(3):
+        consumers = stats(broker, f"parts3-partition-{i}")["subscriptions"]["all"]["consumers"]
+        assert len(consumers) == 20
+
+
+def test_the_official_client_reads_what_the_native_producer_routes(broker, native):
+    driver, _ = native()
+    driver.create_topic("persistent://public/default/parts-official", 2)
+    client = pulsar.Client(broker.url, operation_timeout_seconds=5)
+    try:
+        official = client.subscribe("parts-official", "s")
+        producer = driver.create_producer("parts-official")
+        bodies = [b"m%d" % k for k in range(6)]
+        assert send_all(producer, bodies) == [None] * 6
+        got = sorted(official.receive(timeout_millis=5000).data() for _ in bodies)
+        assert got == sorted(bodies)
+    finally:
+        client.close()
+
+
+def test_partitions_need_an_admin_url(broker):
+    driver = PulsarDriver()
+    driver.initialize(config(), Deliveries(), consumers_per_connection=1, service_url=broker.url)
+    try:
+        driver.create_topic("persistent://public/default/whatever", 1)  # plain: nothing to do
+        with pytest.raises(DriverError, match="set client.adminUrl"):
+            driver.create_topic("persistent://public/default/whatever", 2)
+    finally:
+        driver.close()
 
 
 def test_a_second_exclusive_consumer_is_refused_with_consumer_busy(native):

@@ -65,29 +65,34 @@ class FakeBroker:
     def send(self, *frames: bytes) -> None:
         self.sock.sendall(b"".join(frames))
 
-    def answer_lookup(self, url: str | None = None) -> None:
+    def answer_lookup(self, url: str | None = None, partitions: int = 0) -> list[str]:
+        """Answer PARTITIONED_METADATA, then one LOOKUP per topic; returns the topics looked up."""
         rid = self.expect(T.PARTITIONED_METADATA).partitionMetadata.request_id
         self.send(
             encode_frame(
                 command(
                     T.PARTITIONED_METADATA_RESPONSE,
                     request_id=rid,
-                    partitions=0,
+                    partitions=partitions,
                     response=pb.CommandPartitionedTopicMetadataResponse.Success,
                 )
             )
         )
-        rid = self.expect(T.LOOKUP).lookupTopic.request_id
-        self.send(
-            encode_frame(
-                command(
-                    T.LOOKUP_RESPONSE,
-                    request_id=rid,
-                    brokerServiceUrl=url or self.settings.service_url,
-                    response=pb.CommandLookupTopicResponse.Connect,
+        looked_up = []
+        for _ in range(partitions or 1):
+            lookup = self.expect(T.LOOKUP).lookupTopic
+            looked_up.append(lookup.topic)
+            self.send(
+                encode_frame(
+                    command(
+                        T.LOOKUP_RESPONSE,
+                        request_id=lookup.request_id,
+                        brokerServiceUrl=url or self.settings.service_url,
+                        response=pb.CommandLookupTopicResponse.Connect,
+                    )
                 )
             )
-        )
+        return looked_up
 
 
 @dataclass
@@ -320,22 +325,45 @@ def test_a_redirecting_lookup_is_refused(make_wire):
         task.get(timeout=WAIT)
 
 
-def test_a_partitioned_topic_is_refused(make_wire):
+def test_a_consumer_of_a_partitioned_topic_subscribes_to_every_partition(make_wire):
     wire = make_wire()
     task = gevent.spawn(wire.conn.subscribe, SPEC)
-    rid = wire.broker.expect(T.PARTITIONED_METADATA).partitionMetadata.request_id
+    names = [f"topic-partition-{i}" for i in range(3)]
+    assert wire.broker.answer_lookup(partitions=3) == names
+    subs = [wire.broker.expect(T.SUBSCRIBE).subscribe for _ in names]
+    assert [sub.topic for sub in subs] == names  # all sent before any answer
+    assert {sub.subscription for sub in subs} == {"sub"}
+    assert len({sub.consumer_id for sub in subs}) == 3
+    wire.broker.send(*(encode_frame(command(T.SUCCESS, request_id=s.request_id)) for s in subs))
+    flows = {wire.broker.expect(T.FLOW).flow.consumer_id for _ in names}
+    assert flows == {sub.consumer_id for sub in subs}
+    task.get(timeout=WAIT)
+    # Deliveries from any partition reach the harness as the one consumer, index 4.
+    wire.broker.send(*(message(s.consumer_id, 0, section(b"p")) for s in subs))
+    wire.deliveries.wait_for(3)
+    assert [i for i, *_ in wire.deliveries.got] == [4, 4, 4]
+
+
+def test_one_refused_partition_fails_the_consumer_and_closes_the_others(make_wire):
+    wire = make_wire()
+    task = gevent.spawn(wire.conn.subscribe, SPEC)
+    wire.broker.answer_lookup(partitions=2)
+    first, second = (wire.broker.expect(T.SUBSCRIBE).subscribe for _ in range(2))
     wire.broker.send(
+        encode_frame(command(T.SUCCESS, request_id=first.request_id)),
         encode_frame(
             command(
-                T.PARTITIONED_METADATA_RESPONSE,
-                request_id=rid,
-                partitions=4,
-                response=pb.CommandPartitionedTopicMetadataResponse.Success,
+                T.ERROR,
+                request_id=second.request_id,
+                error=pb.ConsumerBusy,
+                message="Exclusive consumer is already connected",
             )
-        )
+        ),
     )
-    with pytest.raises(DriverError, match="4 partitions"):
+    with pytest.raises(RequestFailed, match="^ConsumerBusy"):
         task.get(timeout=WAIT)
+    assert wire.broker.expect(T.CLOSE_CONSUMER).close_consumer.consumer_id == first.consumer_id
+    assert wire.conn.consumers == {}
 
 
 def test_a_lost_connection_fails_what_waits_on_it(make_wire):

@@ -15,9 +15,11 @@ from broker.wire.errors import RemoteProtocolError
 from broker.wire.frames import FrameDecoder, encode_frame
 from broker.wire.payload import encode_payload, join_batch
 from drivers.base import ConsumerSpec, DriverError
+from drivers.pulsar.admin import topic_path
 from drivers.pulsar.consumer import ConsumerState, subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder, broker_stamps, message_bodies
 from drivers.pulsar.driver import PulsarDriver
+from drivers.pulsar.partitions import PartitionedProducer, key_partition, partition_names
 from drivers.pulsar.pool import FD_MARGIN, ConnectionPool, socket_budget, source_address
 from drivers.pulsar.settings import Settings, parse_service_url, settings_from
 
@@ -286,3 +288,53 @@ def test_producer_batching_is_refused_until_supported():
 def test_the_driver_must_be_initialized_first():
     with pytest.raises(DriverError, match="initialize"):
         PulsarDriver().subscribe(ConsumerSpec(0, "c", "t", "s", "Shared"))
+
+
+# -- partitioned topics -------------------------------------------------------------------------
+class RecordingProducer:
+    def __init__(self) -> None:
+        self.sent: list[bytes | None] = []
+        self.closed = False
+
+    def send_async(self, key, payload, on_done) -> None:
+        self.sent.append(key)
+        on_done(None)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_partition_names_follow_pulsar():
+    assert partition_names("persistent://t/n/x", 2) == [
+        "persistent://t/n/x-partition-0",
+        "persistent://t/n/x-partition-1",
+    ]
+    assert partition_names("persistent://t/n/x", 0) == []
+
+
+def test_keys_stick_to_a_partition_and_spread_over_all():
+    assert {key_partition(b"same", 7) for _ in range(5)} == {key_partition(b"same", 7)}
+    used = {key_partition(b"key-%d" % i, 7) for i in range(200)}
+    assert used == set(range(7))
+
+
+def test_the_partitioned_producer_routes_by_key_else_round_robin():
+    parts = [RecordingProducer() for _ in range(3)]
+    producer = PartitionedProducer("t", parts)
+    done: list = []
+    for _ in range(6):
+        producer.send_async(None, b"x", done.append)
+    assert [len(p.sent) for p in parts] == [2, 2, 2]
+    for _ in range(4):
+        producer.send_async(b"k", b"x", done.append)
+    assert parts[key_partition(b"k", 3)].sent.count(b"k") == 4
+    assert done == [None] * 10
+    producer.close()
+    assert all(p.closed for p in parts)
+
+
+def test_admin_paths_name_the_topic_as_the_admin_api_does():
+    assert topic_path("persistent://public/default/a b") == "persistent/public/default/a%20b"
+    assert topic_path("non-persistent://t/n/x") == "non-persistent/t/n/x"
+    with pytest.raises(DriverError, match="expected persistent://tenant/namespace/name"):
+        topic_path("public/default/x")

@@ -1,0 +1,72 @@
+"""Creating partitioned topics through a broker's admin REST API.
+
+Partition counts are metadata, not part of the binary protocol: the official clients can only
+read them (PARTITIONED_METADATA), so creating them goes over HTTP, as OMB's Pulsar driver does
+with PulsarAdmin. The same endpoint is served by Apache Pulsar and by the bundled broker.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from urllib.parse import quote
+
+from drivers.base import DriverError
+
+TIMEOUT_SECONDS = 30.0
+
+
+def topic_path(topic: str) -> str:
+    """`persistent://tenant/ns/name` → `persistent/tenant/ns/name`, as the admin API spells it."""
+    domain, sep, rest = topic.partition("://")
+    parts = rest.split("/")
+    if not sep or domain not in ("persistent", "non-persistent") or len(parts) != 3:
+        raise DriverError(
+            f"topic {topic!r}: expected persistent://tenant/namespace/name "
+            "(or non-persistent://...)"
+        )
+    return "/".join([domain, *(quote(p, safe="") for p in parts)])
+
+
+def _call(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        url, data=body, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise DriverError(f"admin API {url} is unreachable ({reason})") from None
+
+
+def partitions_of(admin_url: str, topic: str) -> int:
+    """The partition count the broker has for `topic` (0: not partitioned)."""
+    url = f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}/partitions"
+    status, body = _call("GET", url)
+    if status != 200:
+        raise DriverError(f"GET {url} answered {status}: {body[:200]!r}")
+    try:
+        return int(json.loads(body)["partitions"])
+    except (ValueError, KeyError, TypeError):
+        raise DriverError(f"GET {url} answered {body[:200]!r}, not partition metadata") from None
+
+
+def create_partitioned_topic(admin_url: str, topic: str, partitions: int) -> None:
+    """PUT the partition count; a topic that already has exactly that many is fine."""
+    url = f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}/partitions"
+    status, body = _call("PUT", url, str(partitions).encode())
+    if status in (200, 204):
+        return
+    if status == 409:  # exists: fine if it is what we asked for
+        have = partitions_of(admin_url, topic)
+        if have == partitions:
+            return
+        raise DriverError(
+            f"topic {topic!r} already exists with {have} partitions, not {partitions}; "
+            "use a fresh topic name or delete it"
+        )
+    raise DriverError(f"PUT {url} answered {status}: {body[:200]!r}")

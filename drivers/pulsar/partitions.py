@@ -1,0 +1,48 @@
+"""Partitioned topics on the client side: partition names, message routing, the producer.
+
+A partitioned topic is N plain topics named `<topic>-partition-<i>` plus a partition count the
+broker keeps as metadata. Clients do the rest: a consumer subscribes to every partition, and a
+producer picks one partition per message.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+import mmh3
+
+from drivers.base import BenchmarkProducer
+
+
+def partition_names(topic: str, partitions: int) -> list[str]:
+    """The partitions' own topic names; [] for a plain topic (0 partitions)."""
+    return [f"{topic}-partition-{i}" for i in range(partitions)]
+
+
+def key_partition(key: bytes, partitions: int) -> int:
+    """The partition of a keyed message: Murmur3_32 of the key, as Pulsar's
+    HashingScheme.Murmur3_32Hash (hash & Integer.MAX_VALUE, then modulo), so one key always
+    lands on one partition and Key_Shared ordering per key holds across the topic."""
+    return (mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF) % partitions
+
+
+class PartitionedProducer:
+    """One producer per partition; keyed messages go by key hash, others round robin (Pulsar's
+    RoundRobinPartition routing without batching: one message per partition in turn)."""
+
+    def __init__(self, topic: str, producers: Sequence[BenchmarkProducer]) -> None:
+        self.topic = topic
+        self._producers = list(producers)
+        self._turn = itertools.cycle(range(len(self._producers)))
+
+    def send_async(
+        self, key: bytes | None, payload: bytes, on_done: Callable[[Exception | None], None]
+    ) -> None:
+        n = len(self._producers)
+        index = key_partition(key, n) if key is not None else next(self._turn)
+        self._producers[index].send_async(key, payload, on_done)
+
+    def close(self) -> None:
+        for producer in self._producers:
+            producer.close()
