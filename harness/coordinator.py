@@ -7,6 +7,7 @@ them to the workers as absolute times; producers then send on their schedule by 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -21,8 +22,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import gevent
+from gevent.event import AsyncResult
 from locust.env import Environment
 
+from harness.clock import PINGS, ClockOffset, ClockSample, estimate
 from harness.embedded_broker import EmbeddedBroker, free_port
 from harness.hlog import decode, new_histogram
 from harness.progress import Progress
@@ -36,6 +39,10 @@ logging.getLogger("locust.runners").setLevel(logging.ERROR)
 SOCKETS_PER_WORKER = 15000
 MAX_EXTRA_DRAIN_S = 120.0
 STALL_S = 10.0
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
 
 
 class RunError(RuntimeError):
@@ -98,6 +105,10 @@ class Coordinator:
         self.partial_reasons: list[str] = []
         self.phases: dict[str, float] = {}
         self.broker: EmbeddedBroker | None = None
+        self.clocks: dict[str, ClockOffset] = {}
+        self.worker_hosts: dict[str, str] = {}
+        self._ping_ids = itertools.count()
+        self._pongs: dict[int, AsyncResult] = {}
 
     # -- the whole run -------------------------------------------------------------------------
     def run(self) -> Path:
@@ -142,9 +153,11 @@ class Coordinator:
         runner.register_message("finished", self._on_finished, concurrent=True)
         runner.register_message("raw_file", self._on_raw_file, concurrent=True)
         runner.register_message("worker_error", self._on_worker_error, concurrent=True)
+        runner.register_message("clock_pong", self._on_clock_pong, concurrent=True)
         self._worker_error: str | None = None
         try:
             self._start_workers()
+            self._sync_clocks()
             self._configure_workers(raw_dir)
             total_users = w.total_consumers + w.total_producers
             rate = w.spawn_rate if w.spawn_rate > 0 else max(total_users, 1)
@@ -199,6 +212,7 @@ class Coordinator:
                     "worker_count": len(self.client_ids),
                     "raw_dir": str(raw_dir.resolve()),
                     "coordinator_host": socket.gethostname(),
+                    "clock_offset_us": self.clocks[worker_id].applied_us,
                 },
                 client_id=client_id,
             )
@@ -209,6 +223,41 @@ class Coordinator:
             if time.monotonic() > deadline:
                 raise RunError("workers did not confirm their configuration within 60 s")
             gevent.sleep(0.1)
+
+    def _sync_clocks(self, timeout: float = 5.0) -> None:
+        """Measure every worker's clock offset (harness/clock.py) before it is configured."""
+        for worker_id, client_id in self.client_ids.items():
+            samples = []
+            for _ in range(PINGS):
+                seq = next(self._ping_ids)
+                answer = self._pongs[seq] = AsyncResult()
+                sent_us = now_us()
+                self.runner.send_message(
+                    "clock_ping", {"seq": seq, "sent_us": sent_us}, client_id=client_id
+                )
+                try:
+                    worker_us, received_us, host = answer.get(timeout=timeout)
+                except gevent.Timeout:
+                    raise RunError(
+                        f"worker {worker_id} did not answer a clock ping within {timeout:g} s"
+                    ) from None
+                finally:
+                    self._pongs.pop(seq, None)
+                samples.append(ClockSample(sent_us, worker_us, received_us))
+            clock = self.clocks[worker_id] = estimate(samples)
+            self.worker_hosts[worker_id] = host
+            if clock.applied_us:
+                self.progress.note(
+                    f"worker {worker_id} on {host}: clock {clock.offset_us / 1000:+.1f} ms from "
+                    f"the coordinator's (±{clock.uncertainty_us / 1000:.1f} ms); its timestamps "
+                    "are corrected by that much"
+                )
+
+    def _on_clock_pong(self, msg, **_kw) -> None:
+        received_us = now_us()
+        answer = self._pongs.get(msg.data["seq"])
+        if answer is not None:
+            answer.set((msg.data["worker_us"], received_us, msg.data["host"]))
 
     def _on_configured(self, msg, **_kw) -> None:
         self.workers[msg.data["worker_id"]].configured = True
@@ -416,7 +465,8 @@ class Coordinator:
             "stage_sample_fraction": w.stage_sample_fraction,
             "workers": sorted(self.workers),
             "worker_totals": {k: s.totals for k, s in self.workers.items()},
-            "hosts": {"coordinator": socket.gethostname()},
+            "hosts": {"coordinator": socket.gethostname(), "workers": self.worker_hosts},
+            "clocks": {k: c.to_dict(self.worker_hosts[k]) for k, c in self.clocks.items()},
             "versions": versions(),
             "git_revision": git_revision(),
             "started": started,

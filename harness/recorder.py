@@ -64,13 +64,22 @@ class Phases:
 
 
 class Recorder:
+    """Everything it writes is on the coordinator's clock: this host's readings, and the
+    driver's, less `clock_offset_us` (harness/clock.py)."""
+
     def __init__(
-        self, directory: Path, stage_sample_fraction: float, consumer_names: dict[int, str]
+        self,
+        directory: Path,
+        stage_sample_fraction: float,
+        consumer_names: dict[int, str],
+        *,
+        clock_offset_us: int = 0,
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.phases = Phases()
-        self._start = time.time()
+        self._offset_us = clock_offset_us
+        self._start = self._now()
         self._hlog_file = open(directory / "histograms.hlog", "w", encoding="ascii")  # noqa: SIM115
         self._hlog = HlogWriter(self._hlog_file, self._start)
         self._intervals = {m: new_histogram() for m in METRICS}
@@ -99,11 +108,15 @@ class Recorder:
         self.out_of_range = 0
         self.loop_lag_ms = 0.0
 
+    def _now(self) -> float:
+        return time.time() - self._offset_us / 1e6
+
     # -- hot path: one call per delivery -----------------------------------------------------
     def message_received(
         self, consumer_index: int, payload: bytes, receive_us: int, stamps: BrokerStamps | None
     ) -> None:
         self.received += 1
+        receive_us -= self._offset_us
         try:
             intended_us, actual_us, seq = read_stamp(payload)
         except struct.error:
@@ -181,8 +194,8 @@ class Recorder:
             (
                 self._names.get(result.index, str(result.index)),
                 result.connection,
-                result.start_us,
-                result.end_us if result.ok else "",
+                result.start_us - self._offset_us,
+                result.end_us - self._offset_us if result.ok else "",
                 int(result.ok),
                 result.error,
             )
@@ -191,7 +204,7 @@ class Recorder:
     # -- once a second -------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> dict:
         """Close the interval: histograms to the log, one timeline row; return progress."""
-        now = time.time() if now is None else now
+        now = self._now() if now is None else now
         length = now - self._interval_start
         for metric, hist in self._intervals.items():
             if hist.get_total_count():
@@ -238,8 +251,8 @@ class Recorder:
     def close(self) -> None:
         # One timeline row per second: wait for the next second rather than repeat this one.
         last = int(self._interval_start)
-        if int(time.time()) == last:
-            time.sleep(last + 1 - time.time())
+        if int(self._now()) == last:
+            time.sleep(max(0.0, last + 1 - self._now()))
         self.tick()
         for f in (self._hlog_file, self._stage_file, self._conn_file, self._timeline_file):
             f.flush()

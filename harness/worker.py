@@ -46,6 +46,8 @@ class FanoutContext:
         self.worker_id = ""
         self.worker_index = 0
         self.worker_count = 1
+        self.clock_offset_us = 0
+        """This host's clock minus the coordinator's, as applied (harness/clock.py)."""
         self.recorder: Recorder | None = None
         self.driver = None
         self.configured = gevent.event.Event()
@@ -66,6 +68,7 @@ class FanoutContext:
         self.worker_id = data["worker_id"]
         self.worker_index = data["worker_index"]
         self.worker_count = data["worker_count"]
+        self.clock_offset_us = data["clock_offset_us"]
         # FANOUT_SHIP_RAW=1 makes a local worker behave as a remote one (tests use it).
         same_host = data["coordinator_host"] == socket.gethostname() and not os.environ.get(
             "FANOUT_SHIP_RAW"
@@ -76,7 +79,12 @@ class FanoutContext:
             self._results_dir = Path(tempfile.mkdtemp(prefix="fanout-raw-")) / self.worker_id
             self._ship = True
         workload = self.plan.workload
-        self.recorder = Recorder(self._results_dir, workload.stage_sample_fraction, self._names)
+        self.recorder = Recorder(
+            self._results_dir,
+            workload.stage_sample_fraction,
+            self._names,
+            clock_offset_us=self.clock_offset_us,
+        )
         try:
             self.driver = load_driver(self.plan.driver.driver_class)
             self.driver.initialize(
@@ -99,6 +107,18 @@ class FanoutContext:
         self._lag_watch = gevent.spawn(self._watch_loop_lag)
         self.configured.set()
         self.runner.send_message("configured", {"worker_id": self.worker_id})
+
+    def on_clock_ping(self, msg, **_kw) -> None:
+        """Answer at once, inline in Locust's message loop: the delay is the measurement's error."""
+        self.runner.send_message(
+            "clock_pong",
+            {"seq": msg.data["seq"], "worker_us": now_us(), "host": socket.gethostname()},
+        )
+
+    def coordinator_now_us(self) -> int:
+        """Now, on the coordinator's clock: every time sent to or compared with the
+        coordinator's phases, or carried in a payload to another host, is on that clock."""
+        return now_us() - self.clock_offset_us
 
     def on_phases(self, msg, **_kw) -> None:
         p = msg.data
@@ -199,16 +219,16 @@ class FanoutContext:
             intended = start_us + int(k * interval_us)
             if intended >= end_us:
                 break
-            delay = (intended - now_us()) / 1e6
+            delay = (intended - self.coordinator_now_us()) / 1e6
             if delay > 0:
                 gevent.sleep(delay)
-            actual = now_us()
+            actual = self.coordinator_now_us()
             body = stamp(pool[rng.randrange(len(pool))], intended, actual, k)
             producer.send_async(next(keys), body, self._on_sent(intended, actual))
 
     def _on_sent(self, intended: int, actual: int):
         def done(error: Exception | None) -> None:
-            acked = now_us()
+            acked = self.coordinator_now_us()
             if error is None:
                 self.recorder.message_sent(intended, actual, acked)
             else:
@@ -252,6 +272,7 @@ def run_worker(master_host: str, master_port: int) -> int:
     runner = environment.create_worker_runner(master_host, master_port)
     context = FanoutContext(environment)
     environment.fanout = context
+    runner.register_message("clock_ping", context.on_clock_ping)
     runner.register_message("run_config", context.on_run_config)
     runner.register_message("phases", context.on_phases)
     runner.register_message("finish", context.on_finish)

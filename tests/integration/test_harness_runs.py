@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -234,3 +236,72 @@ def test_workers_elsewhere_ship_their_raw_files_to_the_coordinator(tmp_path, lis
         names = sorted(p.name for p in (run_dir / "raw" / worker).iterdir())
         assert names == ["connections.csv", "histograms.hlog", "stages.csv", "timeline.csv"]
     assert _merged(run_dir, "e2e").get_total_count() > 0
+
+
+FAKETIME = shutil.which("faketime")
+
+
+@pytest.mark.skipif(FAKETIME is None, reason="needs Debian's faketime (.ci/run installs it)")
+def test_a_worker_whose_clock_is_3_s_ahead_is_measured_and_corrected(tmp_path):
+    """Two workers, one under libfaketime 3 s ahead, on the real broker: the producer sits on
+    one of them and consumers on both, so every uncorrected latency would be off by ±3 s."""
+    workload = _write(
+        tmp_path / "skew.yaml",
+        """
+        name: skew
+        messageSize: 256
+        producerRate: 20
+        subscriptionType: Broadcast
+        consumersPerTopic: 10
+        warmupDurationSeconds: 1
+        testDurationSeconds: 3
+        drainSeconds: 2
+        """,
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        master_port = s.getsockname()[1]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", str(workload), "--workers", "1"]
+        + ["--remote-workers", "1", "--master-port", str(master_port), "--no-analysis"]
+        + ["--results", str(tmp_path / "results")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    skewed = subprocess.Popen(
+        [FAKETIME, "-f", "+3s", sys.executable, "-m", "harness", "worker"]
+        + ["--master", f"127.0.0.1:{master_port}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1"},
+    )
+    try:
+        out, err = run.communicate(timeout=180)
+        skewed.wait(timeout=30)
+    finally:
+        for proc in (run, skewed):
+            if proc.poll() is None:
+                proc.kill()
+    assert run.returncode == 0, err[-3000:]
+    run_dir = Path(out.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["partial"] is False
+    applied = sorted(c["applied_ms"] for c in manifest["clocks"].values())
+    assert applied[0] == 0.0  # the coordinator's own worker: same clock, nothing applied
+    assert 2990 < applied[1] < 3100  # faketime's +3 s, plus the time it took to start
+    totals = manifest["worker_totals"].values()
+    assert sum(t["out_of_range"] for t in totals) == 0
+    assert sum(t["received"] for t in totals) == sum(t["sent"] for t in totals) * 10
+    e2e = _merged(run_dir, "e2e")
+    assert e2e.get_total_count() >= 3 * 20 * 10 * 0.9
+    assert e2e.get_value_at_percentile(100) < 1_000_000  # µs: well under the 3 s of skew
+    starts = [
+        int(row.split(",")[2])
+        for path in run_dir.glob("raw/*/connections.csv")
+        for row in path.read_text().splitlines()[1:]
+    ]
+    assert max(starts) - min(starts) < 2_000_000  # both workers' rows on one clock
+    assert re.search(r"clock \+[23]\d{3}\.\d ms from the coordinator's", err)  # and says so
