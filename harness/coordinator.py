@@ -123,6 +123,7 @@ class Coordinator:
                     stats_dir=self.run_dir / "broker",
                     log_path=self.run_dir / "broker" / "broker.log",
                     settings=plan.driver.broker,
+                    host=self._bundled_broker_host(),
                 )
                 self.broker.start()
                 plan = RunPlan(
@@ -141,6 +142,17 @@ class Coordinator:
                 self.broker.stop()
         self._write_manifest(started)
         return self.run_dir
+
+    def _bundled_broker_host(self) -> str:
+        """Loopback, unless workers join from other hosts: then where they reach the master."""
+        if not self.remote_workers or self.master_bind.startswith("127."):
+            return "127.0.0.1"
+        if self.master_bind in ("*", "0.0.0.0", ""):
+            raise RunError(
+                "remote workers need to reach the bundled broker: give --master-bind this "
+                "host's address (not a wildcard), or a broker of your own in the driver file"
+            )
+        return self.master_bind
 
     def _run_master(self, raw_dir: Path) -> None:
         w = self.plan.workload
@@ -239,7 +251,9 @@ class Coordinator:
                     worker_us, received_us, host = answer.get(timeout=timeout)
                 except gevent.Timeout:
                     raise RunError(
-                        f"worker {worker_id} did not answer a clock ping within {timeout:g} s"
+                        f"worker {worker_id} did not answer a clock ping within {timeout:g} s "
+                        "(a `bench worker` of an older fanout-bench does not know them: run one "
+                        "version on every host)"
                     ) from None
                 finally:
                     self._pongs.pop(seq, None)

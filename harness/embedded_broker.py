@@ -1,4 +1,5 @@
-"""The bundled broker as a child process of the run: started on loopback, stopped by PID."""
+"""The bundled broker as a child process of the run: started on loopback (or on the address
+workers on other hosts reach the coordinator at), stopped by PID."""
 
 from __future__ import annotations
 
@@ -38,10 +39,16 @@ def free_port(host: str = "127.0.0.1", low: int = 20000, high: int = 32000) -> i
 
 class EmbeddedBroker:
     def __init__(
-        self, data_dir: Path, stats_dir: Path, log_path: Path, settings: dict | None = None
+        self,
+        data_dir: Path,
+        stats_dir: Path,
+        log_path: Path,
+        settings: dict | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
-        self.port = free_port()
-        self.admin_port = free_port(low=self.port + 1)
+        self.host = host
+        self.port = free_port(host)
+        self.admin_port = free_port(host, low=self.port + 1)
         self.data_dir = data_dir
         self.stats_dir = stats_dir
         self.log_path = log_path
@@ -50,11 +57,11 @@ class EmbeddedBroker:
 
     @property
     def service_url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.port}"
+        return f"pulsar://{self.host}:{self.port}"
 
     @property
     def admin_url(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
+        return f"http://{self.host}:{self.admin_port}"
 
     def start(self, timeout: float = 20.0) -> None:
         cmd = [
@@ -65,6 +72,8 @@ class EmbeddedBroker:
             str(self.port),
             "--admin-port",
             str(self.admin_port),
+            "--bind",
+            self.host,
             "--data-dir",
             str(self.data_dir),
             "--stats-dir",
@@ -82,7 +91,7 @@ class EmbeddedBroker:
                     f"bundled broker exited with {self.process.returncode}; see {self.log_path}"
                 )
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.host, self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.1)
