@@ -58,6 +58,8 @@ class ClientConfig:
 class ProducerConfig:
     batching_enabled: bool = False
     batching_max_publish_delay_ms: int = 1
+    batching_max_messages: int = 1000
+    batching_max_bytes: int = 128 * 1024
     max_pending_messages: int = 1000
     send_timeout_ms: int = 30000
     """0 = never time out."""
@@ -103,6 +105,8 @@ class DriverConfig:
             "producer": {
                 "batchingEnabled": self.producer.batching_enabled,
                 "batchingMaxPublishDelayMs": self.producer.batching_max_publish_delay_ms,
+                "batchingMaxMessages": self.producer.batching_max_messages,
+                "batchingMaxBytes": self.producer.batching_max_bytes,
                 "maxPendingMessages": self.producer.max_pending_messages,
                 "sendTimeoutMs": self.producer.send_timeout_ms,
             },
@@ -147,6 +151,8 @@ _SECTIONS: dict[str, dict[str, tuple[str, Parser]]] = {
     "producer": {
         "batchingEnabled": ("batching_enabled", boolean),
         "batchingMaxPublishDelayMs": ("batching_max_publish_delay_ms", integer(minimum=0)),
+        "batchingMaxMessages": ("batching_max_messages", integer(minimum=1)),
+        "batchingMaxBytes": ("batching_max_bytes", integer(minimum=1)),
         "maxPendingMessages": ("max_pending_messages", integer(minimum=1)),
         "sendTimeoutMs": ("send_timeout_ms", integer(minimum=0)),
     },

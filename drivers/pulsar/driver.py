@@ -64,11 +64,6 @@ class PulsarDriver:
         """A producer on a connection of its own; on a partitioned topic, one producer per
         partition, all on that connection, as the official clients share one per broker."""
         pool, settings = self._ready()
-        if settings.batching_enabled:
-            raise DriverError(
-                "producer batching is not supported by the native driver yet; set "
-                "producer.batchingEnabled: false"
-            )
         conn = pool.open_connection()
         try:
             conn.wait_ready()

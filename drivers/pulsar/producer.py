@@ -1,9 +1,14 @@
-"""A producer on a connection of its own: SEND frames out, receipts matched in FIFO order.
+"""A producer on a connection: SEND frames out, receipts matched in FIFO order.
 
 The broker answers a producer's sends in the order it got them, so pending sends sit in a
 deque and each receipt settles its head. At most producer.maxPendingMessages are pending: the
 sending greenlet blocks for room, as the official clients' blockIfQueueFull does, so a broker
 that falls behind shows up as publish delay instead of unbounded memory.
+
+With batching, consecutive messages with the same key share one SEND (one entry on the broker,
+its key the batch's, so Key_Shared keeps each key's order), sent when it is full or when its
+first message has waited batchingMaxPublishDelayMs. One receipt then settles the batch: its
+sequence_id is the first message's and highest_sequence_id the last one's.
 """
 
 from __future__ import annotations
@@ -23,12 +28,21 @@ from gevent.pool import Group
 from broker.wire import pulsar_api_pb2 as pb
 from broker.wire.commands import T, command
 from broker.wire.frames import encode_frame
-from broker.wire.payload import encode_payload
+from broker.wire.payload import encode_payload, join_batch
 from drivers.base import DriverError
 from drivers.pulsar.connection import Connection, RequestFailed
 from drivers.pulsar.settings import Settings
 
 OnDone = Callable[[Exception | None], None]
+
+
+@dataclass(slots=True)
+class _Batch:
+    key: bytes | None
+    first: int
+    last: int
+    messages: list[tuple[pb.SingleMessageMetadata, bytes]]
+    size: int
 
 
 @dataclass(slots=True)
@@ -39,7 +53,7 @@ class _Pending:
     """time.monotonic() after which the send has timed out."""
 
 
-def set_key(metadata: pb.MessageMetadata, key: bytes) -> None:
+def set_key(metadata: pb.MessageMetadata | pb.SingleMessageMetadata, key: bytes) -> None:
     """partition_key is a string on the wire: bytes that are not UTF-8 go base64, flagged."""
     try:
         metadata.partition_key = key.decode("utf-8")
@@ -63,6 +77,14 @@ class PulsarProducer:
         self._failure: DriverError | None = None
         self._wake = Event()
         self._expirer: gevent.Greenlet | None = None
+        self._batching = settings.batching_enabled
+        self._batch_delay = settings.batching_max_publish_delay_ms / 1000
+        self._batch_messages = settings.batching_max_messages
+        self._batch_bytes = settings.batching_max_bytes
+        self._batch: _Batch | None = None
+        self._batch_timer: gevent.Greenlet | None = None
+        self._batch_ends: dict[int, int] = {}
+        """First sequence id of each batch in flight → its last."""
 
     def open(self) -> None:
         """Connect, look the topic up and register; raises DriverError when it cannot."""
@@ -91,6 +113,12 @@ class PulsarProducer:
             on_done(self._failure)
             return
         sequence_id = next(self._sequence)
+        self._pending.append(_Pending(sequence_id, on_done, time.monotonic() + self._timeout))
+        if len(self._pending) == 1:
+            self._wake.set()
+        if self._batching:
+            self._add_to_batch(key, sequence_id, payload)
+            return
         metadata = pb.MessageMetadata(
             producer_name=self.name,
             sequence_id=sequence_id,
@@ -98,19 +126,73 @@ class PulsarProducer:
         )
         if key is not None:
             set_key(metadata, key)
-        frame = encode_frame(
-            command(T.SEND, producer_id=self._id, sequence_id=sequence_id),
-            encode_payload(metadata, payload),
+        self._write(
+            encode_frame(
+                command(T.SEND, producer_id=self._id, sequence_id=sequence_id),
+                encode_payload(metadata, payload),
+            )
         )
-        self._pending.append(_Pending(sequence_id, on_done, time.monotonic() + self._timeout))
-        if len(self._pending) == 1:
-            self._wake.set()
+
+    def _write(self, frame: bytes) -> None:
         try:
             self._conn.write(frame)
         except RequestFailed as exc:
             self.connection_lost(exc)
 
+    # -- batching --------------------------------------------------------------------------------
+    def _add_to_batch(self, key: bytes | None, sequence_id: int, payload: bytes) -> None:
+        batch = self._batch
+        if batch is not None and (
+            batch.key != key or batch.size + len(payload) > self._batch_bytes
+        ):
+            self._flush_batch()
+            batch = None
+        single = pb.SingleMessageMetadata(sequence_id=sequence_id)
+        if key is not None:
+            set_key(single, key)
+        if batch is None:
+            batch = self._batch = _Batch(key, sequence_id, sequence_id, [], 0)
+            self._batch_timer = gevent.spawn_later(self._batch_delay, self._flush_batch)
+            self._group.add(self._batch_timer)
+        batch.messages.append((single, payload))
+        batch.last = sequence_id
+        batch.size += len(payload)
+        if len(batch.messages) >= self._batch_messages or batch.size >= self._batch_bytes:
+            self._flush_batch()
+
+    def _flush_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        timer, self._batch_timer = self._batch_timer, None
+        if timer is not None and timer is not gevent.getcurrent():
+            timer.kill(block=False)
+        if batch is None or self._failure is not None:
+            return
+        count = len(batch.messages)
+        metadata = pb.MessageMetadata(
+            producer_name=self.name,
+            sequence_id=batch.first,
+            publish_time=time.time_ns() // 1_000_000,
+            num_messages_in_batch=count,
+            highest_sequence_id=batch.last,
+        )
+        if batch.key is not None:
+            set_key(metadata, batch.key)
+        self._batch_ends[batch.first] = batch.last
+        self._write(
+            encode_frame(
+                command(
+                    T.SEND,
+                    producer_id=self._id,
+                    sequence_id=batch.first,
+                    num_messages=count,
+                    highest_sequence_id=batch.last,
+                ),
+                encode_payload(metadata, join_batch(batch.messages)),
+            )
+        )
+
     def close(self) -> None:
+        self._flush_batch()
         self._give_up(DriverError(f"producer on {self.topic!r} closed"))
         self._conn.close()
         if self._expirer is not None:
@@ -128,15 +210,17 @@ class PulsarProducer:
 
     # -- settling --------------------------------------------------------------------------------
     def _settle(self, sequence_id: int, error: Exception | None) -> None:
-        """Settle the send `sequence_id`; ignore it when it already timed out. Sends before it
-        that the broker skipped (never, if it keeps FIFO order) fail rather than wait forever."""
+        """Settle the send `sequence_id` (with its whole batch); ignore what already timed out.
+        Sends before it that the broker skipped (never, if it keeps FIFO order) fail rather
+        than wait forever."""
+        last = self._batch_ends.pop(sequence_id, sequence_id)
         pending = self._pending
         while pending and pending[0].sequence_id < sequence_id:
             self._finish(
                 pending.popleft(),
                 DriverError(f"no receipt from {self.topic!r} (a later send was answered first)"),
             )
-        if pending and pending[0].sequence_id == sequence_id:
+        while pending and pending[0].sequence_id <= last:
             self._finish(pending.popleft(), error)
 
     def _give_up(self, error: DriverError) -> None:

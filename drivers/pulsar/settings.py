@@ -31,6 +31,9 @@ class Settings:
     connect_timeout: float = 10.0
     operation_timeout: float = 30.0
     batching_enabled: bool = False
+    batching_max_publish_delay_ms: int = 1
+    batching_max_messages: int = 1000
+    batching_max_bytes: int = 128 * 1024
     max_pending_messages: int = 1000
     send_timeout_ms: int = 30000
     """0 = never time out."""
@@ -95,6 +98,9 @@ def settings_from(config: Any, *, consumers_per_connection: int, service_url: st
         connect_timeout=float(getattr(client, "connect_timeout_seconds", 10)),
         operation_timeout=float(getattr(client, "operation_timeout_seconds", 30)),
         batching_enabled=getattr(producer, "batching_enabled", False),
+        batching_max_publish_delay_ms=getattr(producer, "batching_max_publish_delay_ms", 1),
+        batching_max_messages=getattr(producer, "batching_max_messages", 1000),
+        batching_max_bytes=getattr(producer, "batching_max_bytes", 128 * 1024),
         max_pending_messages=getattr(producer, "max_pending_messages", 1000),
         send_timeout_ms=getattr(producer, "send_timeout_ms", 30000),
         receiver_queue_size=getattr(consumer, "receiver_queue_size", 1000),

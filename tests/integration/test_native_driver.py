@@ -235,6 +235,31 @@ def test_the_official_client_reads_what_the_native_producer_routes(broker, nativ
         client.close()
 
 
+def test_batches_from_the_native_producer_reach_both_consumers_message_by_message(broker, native):
+    cfg = config()
+    cfg.producer.batching_enabled = True
+    cfg.producer.batching_max_publish_delay_ms = 50
+    cfg.producer.batching_max_messages = 10
+    client = pulsar.Client(broker.url, operation_timeout_seconds=5)
+    try:
+        official = client.subscribe("batched", "official")
+        driver, deliveries = native(cfg=cfg)
+        assert driver.subscribe(ConsumerSpec(0, "c0", "batched", "native", "Shared")).ok
+        producer = driver.create_producer("batched")
+        bodies = [b"m%02d" % k for k in range(25)]
+        assert send_all(producer, bodies, key=b"k") == [None] * 25
+        got = [official.receive(timeout_millis=5000) for _ in bodies]
+        assert [m.data() for m in got] == bodies
+        assert {m.partition_key() for m in got} == {"k"}
+        deliveries.wait_for(25)
+        assert [body for body, _, _ in deliveries.by_consumer[0]] == bodies
+        # 25 messages, 10 to a batch: 3 entries on the broker.
+        assert len({stamps for _, _, stamps in deliveries.by_consumer[0]}) == 3
+        assert stats(broker, "batched")["msgInCounter"] == 25
+    finally:
+        client.close()
+
+
 def test_partitions_need_an_admin_url(broker):
     driver = PulsarDriver()
     driver.initialize(config(), Deliveries(), consumers_per_connection=1, service_url=broker.url)

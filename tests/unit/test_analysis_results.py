@@ -1,4 +1,5 @@
-"""spark_analysis's pure parts: curve fit, client-bound rule, bins, HDR iteration, OMB format."""
+"""spark_analysis's pure parts: curve fit, client-bound rule, bins, HDR iteration, OMB format,
+summary units."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.hlog import new_histogram, record
+from harness.hlog import METRICS, new_histogram, record
+from reports.samples import sample_summary
 from spark_analysis import AnalysisError
 from spark_analysis.client_bound import WorkerLoad, judge
 from spark_analysis.connections import bin_width_us
@@ -19,6 +21,7 @@ from spark_analysis.histograms import (
 )
 from spark_analysis.inputs import Manifest
 from spark_analysis.omb import java_double, omb_result
+from spark_analysis.summary import UNITS
 from spark_analysis.sweep import case_row, evaluate, fit_polynomial, sweep_summary
 
 # --- the curve fit (seed 000, figure 4) ----------------------------------------------------
@@ -106,6 +109,17 @@ def test_client_bound_rule() -> None:
         "max_loop_lag_ms": 100.5,
     }
     assert judge([], 60) == {"flag": False, "reasons": [], "max_cpu": None, "max_loop_lag_ms": None}
+
+
+# --- summary units --------------------------------------------------------------------------
+
+
+def test_units_name_no_latency_metric_and_the_report_samples_follow_them() -> None:
+    # latency.connect and spectrum.connect are in ms (units.latency); connection times are in
+    # s under units.connection. A units key named after a metric would read as that metric's.
+    assert UNITS["latency"] == "ms" and UNITS["connection"] == "s"
+    assert not set(UNITS) & set(METRICS)
+    assert sample_summary()["units"] == UNITS
 
 
 # --- connection-time bins ------------------------------------------------------------------

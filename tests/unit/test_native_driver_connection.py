@@ -18,7 +18,7 @@ from gevent.pool import Group
 from broker.wire import pulsar_api_pb2 as pb
 from broker.wire.commands import T, command, message_command_bytes
 from broker.wire.frames import Frame, FrameDecoder, encode_frame, encode_raw_frame
-from broker.wire.payload import decode_payload, encode_payload, join_batch
+from broker.wire.payload import decode_payload, encode_payload, join_batch, split_batch
 from drivers.base import BrokerStamps, ConsumerSpec, DriverError
 from drivers.pulsar import connection as connection_module
 from drivers.pulsar.connection import Connection, RequestFailed, RequestTimeout, connect_socket
@@ -512,3 +512,61 @@ def test_a_lost_connection_fails_pending_and_later_sends(make_wire):
     producer.send_async(None, b"y", done.append)
     assert len(done) == 2
     assert all("closed by the broker" in str(error) for error in done)
+
+
+# -- producer batching ----------------------------------------------------------------------------
+def batch_receipt(first: int, last: int) -> bytes:
+    return encode_frame(
+        command(
+            T.SEND_RECEIPT,
+            producer_id=1,
+            sequence_id=first,
+            highest_sequence_id=last,
+            message_id=pb.MessageIdData(ledgerId=1, entryId=first),
+        )
+    )
+
+
+def wait_done(done: list, n: int) -> None:
+    with gevent.Timeout(WAIT):
+        while len(done) < n:
+            gevent.sleep(0.001)
+
+
+def test_a_batch_goes_out_as_one_send_after_its_delay_and_one_receipt_settles_it(make_wire):
+    wire = make_wire(batching_enabled=True, batching_max_publish_delay_ms=20)
+    producer = open_producer(wire)
+    done: list = []
+    for k in range(3):
+        producer.send_async(None, b"body%d" % k, lambda e, k=k: done.append((k, e)))
+    frame = wire.broker.next_frame()
+    send = frame.command.send
+    assert (send.sequence_id, send.num_messages, send.highest_sequence_id) == (0, 3, 2)
+    payload = decode_payload(frame.payload, verify=True)
+    assert payload.metadata.num_messages_in_batch == 3
+    messages = split_batch(payload)
+    assert [body for _, body in messages] == [b"body0", b"body1", b"body2"]
+    assert [single.sequence_id for single, _ in messages] == [0, 1, 2]
+    assert done == []  # no receipt yet
+    wire.broker.send(batch_receipt(0, 2))
+    wait_done(done, 3)
+    assert done == [(0, None), (1, None), (2, None)]
+
+
+def test_a_new_key_or_a_full_batch_sends_the_batch_at_once(make_wire):
+    wire = make_wire(
+        batching_enabled=True, batching_max_publish_delay_ms=10_000, batching_max_messages=2
+    )
+    producer = open_producer(wire)
+    done: list = []
+    for key in (b"a", b"b", b"b", b"b"):
+        producer.send_async(key, key, done.append)
+    frames = [wire.broker.next_frame() for _ in range(2)]  # [a] cut by the key, [b b] full
+    keys = [decode_payload(f.payload).metadata.partition_key for f in frames]
+    assert keys == ["a", "b"]
+    assert [f.command.send.num_messages for f in frames] == [1, 2]
+    wire.broker.send(batch_receipt(0, 0), batch_receipt(1, 2))
+    wait_done(done, 3)
+    assert done == [None] * 3  # the 4th waits in an open batch for 10 s...
+    producer.close()  # ...or until the producer closes, which sends it first
+    assert wire.broker.next_frame().command.send.sequence_id == 3

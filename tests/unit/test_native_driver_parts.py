@@ -272,17 +272,6 @@ def test_more_connections_than_the_budget_is_a_clear_error():
 
 
 # -- the driver ---------------------------------------------------------------------------------
-def test_producer_batching_is_refused_until_supported():
-    driver = PulsarDriver()
-    config = SimpleNamespace(producer=SimpleNamespace(batching_enabled=True))
-    driver.initialize(
-        config, callback=None, consumers_per_connection=1, service_url="pulsar://127.0.0.1:1"
-    )
-    try:
-        with pytest.raises(DriverError, match="batchingEnabled: false"):
-            driver.create_producer("t")
-    finally:
-        driver.close()
 
 
 def test_the_driver_must_be_initialized_first():
