@@ -66,21 +66,22 @@ def sample_summary(
     ok = consumers - failed
     counts = [int(ok * w / sum(weights)) for w in weights]
     counts[0] += ok - sum(counts)
-    stage_p99 = {
+    stage_p99: dict[str, float | None] = {
         s: round(e2e_p99_ms * f, 3) for s, f in zip(STAGES, _STAGE_P99_FRACTION, strict=True)
     }
-    share = dict(zip(STAGES, _TAIL_SHARE, strict=True))
-    if not broker_timestamps:
+    share: dict[str, float | None] = dict(zip(STAGES, _TAIL_SHARE, strict=True))
+    if not broker_timestamps:  # as the analysis writes it: the four middle stages are null
         for stage in ("broker_in", "persistence", "notification", "broker_out"):
-            stage_p99.pop(stage)
-            share["producing"] += share.pop(stage)
+            stage_p99[stage] = None
+            share["producing"] += share[stage]
+            share[stage] = None
     latency = {
         "e2e": _latency(e2e_p99_ms),
         "e2e_actual": _latency(round(e2e_p99_ms * 0.95, 3)),
         "publish": _latency(publish_p99_ms),
         "publish_delay": _latency(0.05),
         "connect": _latency(round(connection_time_s * 850, 3)),
-        **{f"stage.{s}": _latency(v) for s, v in stage_p99.items()},
+        **{f"stage.{s}": _latency(v) for s, v in stage_p99.items() if v is not None},
     }
     t = list(range(seconds))
     broker_t = list(range(0, seconds, 5)) if broker_stats else []
@@ -89,7 +90,13 @@ def sample_summary(
         "run_id": run_id,
         "partial": partial,
         "partial_reasons": ["worker w1 stopped heartbeating at 42 s"] if partial else [],
-        "units": {"latency": "ms", "connect": "s", "rate": "msg/s", "time": "s", "memory": "MiB"},
+        "units": {
+            "latency": "ms",
+            "connection": "s",
+            "rate": "msg/s",
+            "time": "s",
+            "memory": "MiB",
+        },
         "workload": {
             "name": "sample",
             "topics": 1,

@@ -11,7 +11,10 @@ from spark_analysis.inputs import Manifest
 from spark_analysis.timeline import Timeline
 
 SCHEMA = "fanout-bench/summary/1"
-UNITS = {"latency": "ms", "connect": "s", "rate": "msg/s", "time": "s", "memory": "MiB"}
+# The unit of each kind of quantity (docs/results.md, "Units"). Connection times are in s
+# ("connection"); the `connect` latency metric is in ms like every latency ("latency"). No key
+# is named after a metric: "connect": "s" read as the unit of latency.connect, which it is not.
+UNITS = {"latency": "ms", "connection": "s", "rate": "msg/s", "time": "s", "memory": "MiB"}
 
 
 def build_summary(
