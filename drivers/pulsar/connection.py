@@ -28,7 +28,7 @@ from broker.wire.frames import Frame, FrameDecoder, encode_frame
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
 from drivers.pulsar.consumer import ConsumerState, flow_frame, subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder
-from drivers.pulsar.partitions import partition_names
+from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
 
 log = logging.getLogger("drivers.pulsar")
@@ -37,14 +37,6 @@ RECV_SIZE = 256 * 1024
 CLIENT_VERSION = "fanout-bench"
 PROTOCOL_VERSION = 20
 IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
-_CONNECT = encode_frame(
-    command(
-        T.CONNECT,
-        client_version=CLIENT_VERSION,
-        protocol_version=PROTOCOL_VERSION,
-        feature_flags=pb.FeatureFlags(supports_broker_entry_metadata=True),
-    )
-)
 _PING = encode_frame(command(T.PING))
 _PONG = encode_frame(command(T.PONG))
 
@@ -72,6 +64,20 @@ class ProducerLink(Protocol):
     def on_send_error(self, sequence_id: int, error: str) -> None: ...
 
     def connection_lost(self, error: DriverError) -> None: ...
+
+
+def connect_frame(proxy_to: str = "") -> bytes:
+    """CONNECT; through a Pulsar proxy it names the broker to be proxied to."""
+    fields = {"proxy_to_broker_url": proxy_to} if proxy_to else {}
+    return encode_frame(
+        command(
+            T.CONNECT,
+            client_version=CLIENT_VERSION,
+            protocol_version=PROTOCOL_VERSION,
+            feature_flags=pb.FeatureFlags(supports_broker_entry_metadata=True),
+            **fields,
+        )
+    )
 
 
 def now_us() -> int:
@@ -119,8 +125,11 @@ class Connection:
         callback: ConsumerCallback,
         group: Group,
         on_closed: Callable[[Connection], None] = lambda conn: None,
+        route: Route | None = None,
     ) -> None:
         self.id = conn_id
+        self.route = route or Route.service(settings)
+        self.address = str(self.route)
         self.error: str | None = None
         """Why the connection is closed; None while it is open (or opening)."""
         self.consumers: dict[int, ConsumerState] = {}
@@ -137,7 +146,7 @@ class Connection:
         self._pending: dict[int, AsyncResult] = {}
         self._request_ids = itertools.count(1)
         self._object_ids = itertools.count(1)
-        self._lookups: dict[str, AsyncResult] = {}
+        self._partition_counts: dict[str, AsyncResult] = {}
         self._replies: list[bytes] = []
         self._ack_dirty: list[ConsumerState] = []
         self._ack_wanted = Event()
@@ -170,9 +179,9 @@ class Connection:
         deadline = time.monotonic() + s.connect_timeout
         via = f" from {source}" if source else ""
         try:
-            sock = connect_socket(s.host, s.port, source, s.connect_timeout)
+            sock = connect_socket(self.route.host, self.route.port, source, s.connect_timeout)
         except OSError as exc:
-            self._fail(f"cannot connect to {s.address}{via}: {exc.strerror or exc}")
+            self._fail(f"cannot connect to {self.address}{via}: {exc.strerror or exc}")
             return
         if self.error is not None:  # closed while connecting
             sock.close()
@@ -181,7 +190,7 @@ class Connection:
         self._ready.wait(max(0.0, deadline - time.monotonic()))
         if not self._ready.ready():
             self._fail(
-                f"cannot connect to {s.address}: no answer to CONNECT in {s.connect_timeout:g} s"
+                f"cannot connect to {self.address}: no answer to CONNECT in {s.connect_timeout:g} s"
             )
 
     def start(self, sock: socket.socket) -> None:
@@ -189,7 +198,7 @@ class Connection:
         self._sock = sock
         self._reader = self._group.spawn(self._read_loop)
         try:
-            self.write(_CONNECT)
+            self.write(connect_frame(self.route.proxy_to))
         except RequestFailed:
             pass  # _fail has recorded why; wait_ready() reports it
 
@@ -212,7 +221,7 @@ class Connection:
             try:
                 self._sock.sendall(data)
             except OSError as exc:
-                self._fail(f"connection to {self._settings.address} lost: {exc.strerror or exc}")
+                self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
                 raise RequestFailed(self.error) from None
 
     def next_request_id(self) -> int:
@@ -260,61 +269,46 @@ class Connection:
                 pass
 
     # -- topics and consumers -----------------------------------------------------------------
-    def ensure_topic(self, topic: str) -> int:
-        """PARTITIONED_METADATA and LOOKUP for `topic` (and for each of its partitions), once
-        per connection, as the official clients do before PRODUCER or SUBSCRIBE. Returns the
-        partition count, 0 for a plain topic. Concurrent callers share one lookup."""
-        known = self._lookups.get(topic)
+    def partitions(self, topic: str) -> int:
+        """PARTITIONED_METADATA for `topic`, once per connection (concurrent callers share
+        it): the partition count, 0 for a plain topic."""
+        known = self._partition_counts.get(topic)
         if known is not None:
             return known.get()
-        known = self._lookups[topic] = AsyncResult()
+        known = self._partition_counts[topic] = AsyncResult()
         try:
-            partitions = self._partitions(topic)
-            for name in partition_names(topic, partitions) or [topic]:
-                self._lookup(name)
+            rid = self.next_request_id()
+            cmd = command(T.PARTITIONED_METADATA, topic=topic, request_id=rid)
+            meta = self.request(cmd, rid)[0].partitionMetadataResponse
+            if meta.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
+                raise RequestFailed(server_error_text(meta.error, meta.message))
         except BaseException as exc:
-            del self._lookups[topic]
+            del self._partition_counts[topic]
             known.set_exception(
                 exc if isinstance(exc, DriverError) else RequestFailed("lookup interrupted")
             )
             raise
-        known.set(partitions)
-        return partitions
-
-    def _partitions(self, topic: str) -> int:
-        rid = self.next_request_id()
-        answer, _ = self.request(command(T.PARTITIONED_METADATA, topic=topic, request_id=rid), rid)
-        meta = answer.partitionMetadataResponse
-        if meta.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
-            raise RequestFailed(server_error_text(meta.error, meta.message))
+        known.set(meta.partitions)
         return meta.partitions
 
-    def _lookup(self, topic: str) -> None:
+    def lookup(self, topic: str, authoritative: bool = False) -> pb.CommandLookupTopicResponse:
+        """One LOOKUP; drivers/pulsar/lookup.py follows what it answers."""
         rid = self.next_request_id()
-        answer, _ = self.request(command(T.LOOKUP, topic=topic, request_id=rid), rid)
-        found = answer.lookupTopicResponse
+        cmd = command(T.LOOKUP, topic=topic, request_id=rid, authoritative=authoritative)
+        found = self.request(cmd, rid)[0].lookupTopicResponse
         if found.response == pb.CommandLookupTopicResponse.Failed:
             raise RequestFailed(server_error_text(found.error, found.message))
-        redirect = found.response == pb.CommandLookupTopicResponse.Redirect
-        if not found.proxy_through_service_url and (
-            redirect or not self._settings.is_service_url(found.brokerServiceUrl)
-        ):
-            raise DriverError(
-                f"redirects not supported yet: the lookup of {topic!r} answers "
-                f"{found.brokerServiceUrl!r}, not {self._settings.service_url!r}"
-            )
+        return found
 
-    def subscribe(self, spec: ConsumerSpec) -> int:
-        """Create one consumer and give it its permits; returns the wire time of SUCCESS.
-
-        On a partitioned topic the consumer subscribes to every partition at once, as the
-        official clients do, and is ready at the last SUCCESS; if one partition refuses, the
-        others are closed again and the consumer fails as a whole."""
-        partitions = self.ensure_topic(spec.topic)
+    def subscribe(self, spec: ConsumerSpec, topics: list[str]) -> tuple[int, list[int]]:
+        """Create one consumer on each of `topics` (spec.topic, or those of its partitions this
+        broker owns) at once, as the official clients do, and give each its permits; returns
+        the wire time of the last SUCCESS and the consumer ids. If one is refused, the others
+        are closed again and the whole raises."""
         s = self._settings
         sent: list[tuple[int, int, AsyncResult]] = []
         try:
-            for topic in partition_names(spec.topic, partitions) or [spec.topic]:
+            for topic in topics:
                 consumer_id = self.next_object_id()
                 rid = self.next_request_id()
                 self.consumers[consumer_id] = ConsumerState(
@@ -334,11 +328,18 @@ class Connection:
         if self._acker is None:
             self._acker = self._group.spawn(self._ack_loop)
         self.write(b"".join(flow_frame(cid, s.receiver_queue_size) for cid, _, _ in sent))
-        return success_us
+        return success_us, [cid for cid, _, _ in sent]
+
+    def close_consumers(self, consumer_ids: list[int]) -> None:
+        """Close consumers that subscribed (a consumer refused on another broker's partition)."""
+        for consumer_id in consumer_ids:
+            self.consumers.pop(consumer_id, None)
+            self._abandon(consumer_id)
 
     def _abandon(self, consumer_id: int) -> None:
-        """Close a consumer whose SUBSCRIBE timed out, lest a late SUCCESS leave the broker
-        holding it (a Broadcast subscription's cursor is its slowest consumer's)."""
+        """Close a consumer the harness will not use: one whose SUBSCRIBE timed out, lest a
+        late SUCCESS leave the broker holding it (a Broadcast subscription's cursor is its
+        slowest consumer's), or whose sibling partitions were refused."""
         rid = self.next_request_id()
         try:
             self.write(
@@ -361,7 +362,7 @@ class Connection:
             log.warning(
                 "connection %d to %s: %s (%d consumers, %d producers on it)",
                 self.id,
-                self._settings.address,
+                self.address,
                 reason,
                 len(self.consumers),
                 len(self.producers),
@@ -389,7 +390,7 @@ class Connection:
                 data = sock.recv(RECV_SIZE)
                 receive_us = now_us()  # one clock read for everything this recv returned
                 if not data:
-                    self._fail(f"connection closed by the broker at {self._settings.address}")
+                    self._fail(f"connection closed by the broker at {self.address}")
                     return
                 decoder.receive_data(data)
                 while (frame := decoder.next_frame()) is not None:
@@ -403,9 +404,9 @@ class Connection:
         except RequestFailed:
             return  # a write failed, and _fail has run
         except OSError as exc:
-            self._fail(f"connection to {self._settings.address} lost: {exc.strerror or exc}")
+            self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
         except RemoteProtocolError as exc:
-            self._fail(f"protocol error from {self._settings.address}: {exc}")
+            self._fail(f"protocol error from {self.address}: {exc}")
         except Exception as exc:
             log.exception("connection %d: reader failed", self.id)
             self._fail(f"reader failed: {exc!r}")
@@ -454,8 +455,7 @@ class Connection:
         if not self._ready.ready():
             err = frame.command.error
             self._fail(
-                f"CONNECT refused by {self._settings.address}: "
-                f"{server_error_text(err.error, err.message)}"
+                f"CONNECT refused by {self.address}: {server_error_text(err.error, err.message)}"
             )
             return
         self._on_response(frame, receive_us)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import gevent
+from gevent.event import AsyncResult
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
 from drivers.pulsar.admin import create_partitioned_topic
 from drivers.pulsar.connection import Connection, RequestFailed, now_us
+from drivers.pulsar.lookup import Route, find_owner
 from drivers.pulsar.partitions import PartitionedProducer, partition_names
 from drivers.pulsar.pool import ConnectionPool
 from drivers.pulsar.producer import PulsarProducer
@@ -25,7 +28,7 @@ class PulsarDriver:
 
     `subscribe` answers a refused, timed-out or disconnected subscribe with ok=False; it
     raises DriverError only for what would fail every consumer alike (an unknown subscription
-    type, a lookup redirect, more connections than the process may open).
+    type, a lookup that keeps redirecting, more connections than the process may open).
     """
 
     def __init__(self) -> None:
@@ -34,6 +37,7 @@ class PulsarDriver:
         self._pool: ConnectionPool | None = None
         self._producers: list[PulsarProducer | PartitionedProducer] = []
         self._admin_url: str | None = None
+        self._owners: dict[tuple[int, str], AsyncResult] = {}
 
     def initialize(
         self,
@@ -61,18 +65,36 @@ class PulsarDriver:
         create_partitioned_topic(self._admin_url, topic, partitions)
 
     def create_producer(self, topic: str) -> PulsarProducer | PartitionedProducer:
-        """A producer on a connection of its own; on a partitioned topic, one producer per
-        partition, all on that connection, as the official clients share one per broker."""
+        """A producer on connections of its own, one to each broker that owns a partition (so
+        one for a plain topic), and one producer per partition, as the official clients do."""
         pool, settings = self._ready()
-        conn = pool.open_connection()
-        try:
+        service = pool.open_connection()
+        conns = {service.route: service}
+
+        def connect(route: Route) -> Connection:
+            conn = conns.get(route)
+            if conn is None:
+                conn = conns[route] = pool.open_connection(route)
             conn.wait_ready()
-            names = partition_names(topic, conn.ensure_topic(topic))
-            parts = [PulsarProducer(conn, name, settings, self._group) for name in names or [topic]]
+            return conn
+
+        try:
+            service.wait_ready()
+            names = partition_names(topic, service.partitions(topic))
+            parts = [
+                PulsarProducer(
+                    connect(find_owner(name, service, pool.service, connect)),
+                    name,
+                    settings,
+                    self._group,
+                )
+                for name in names or [topic]
+            ]
             for part in parts:
                 part.open()
         except BaseException:
-            conn.close()
+            for conn in conns.values():
+                conn.close()
             raise
         producer = PartitionedProducer(topic, parts) if names else parts[0]
         self._producers.append(producer)
@@ -85,7 +107,11 @@ class PulsarDriver:
         try:
             conn = pool.for_consumer(spec.index)
             conn.wait_ready()
-            end_us = conn.subscribe(spec)
+            by_owner: dict[Connection, list[str]] = {}
+            for name in partition_names(spec.topic, conn.partitions(spec.topic)) or [spec.topic]:
+                by_owner.setdefault(self._owner(spec.index, conn, name), []).append(name)
+            conn = next(iter(by_owner))
+            end_us = self._subscribe_on(spec, by_owner)
         except RequestFailed as exc:
             return SubscribeResult(
                 spec.index,
@@ -96,6 +122,57 @@ class PulsarDriver:
                 str(exc),
             )
         return SubscribeResult(spec.index, conn.id, start_us, max(start_us, end_us), True)
+
+    def _owner(self, index: int, conn: Connection, topic: str) -> Connection:
+        """Consumer `index`'s ready connection to the broker that owns `topic`. The lookup is
+        made once per topic per connection; concurrent callers share it."""
+        pool, _ = self._ready()
+        key = (conn.id, topic)
+        known = self._owners.get(key)
+        if known is None:
+            known = self._owners[key] = AsyncResult()
+
+            def connect(route: Route) -> Connection:
+                hop = pool.for_consumer(index, route)
+                hop.wait_ready()
+                return hop
+
+            try:
+                known.set(find_owner(topic, conn, pool.service, connect))
+            except BaseException as exc:
+                del self._owners[key]
+                known.set_exception(
+                    exc if isinstance(exc, DriverError) else RequestFailed("lookup interrupted")
+                )
+                raise
+        route = known.get()
+        owner = conn if route == conn.route else pool.for_consumer(index, route)
+        owner.wait_ready()
+        return owner
+
+    @staticmethod
+    def _subscribe_on(spec: ConsumerSpec, by_owner: dict[Connection, list[str]]) -> int:
+        """Subscribe on every owner at once; all or nothing. Returns the last SUCCESS time."""
+        if len(by_owner) == 1:
+            [(conn, topics)] = by_owner.items()
+            return conn.subscribe(spec, topics)[0]
+
+        def attempt(conn: Connection, topics: list[str]):
+            try:
+                return conn.subscribe(spec, topics)
+            except DriverError as exc:
+                return exc
+
+        jobs = {conn: gevent.spawn(attempt, conn, topics) for conn, topics in by_owner.items()}
+        gevent.joinall(list(jobs.values()))
+        outcomes = {conn: job.get() for conn, job in jobs.items()}
+        errors = [o for o in outcomes.values() if isinstance(o, DriverError)]
+        if errors:
+            for conn, outcome in outcomes.items():
+                if not isinstance(outcome, DriverError):
+                    conn.close_consumers(outcome[1])
+            raise errors[0]
+        return max(outcome[0] for outcome in outcomes.values())
 
     def close(self) -> None:
         for producer in self._producers:

@@ -1,10 +1,10 @@
 """Which connection each consumer and producer uses, and how many sockets a process may hold.
 
 Consumers fill connections in order, consumersPerConnection each (consumer index i rides on
-slot i // consumersPerConnection), as the official clients multiplex consumers on a shared
-connection; producers get a connection each. A process holds fewer than 20,000 sockets here
-(DESIGN.md), so asking for more connections than RLIMIT_NOFILE allows is an error that says
-what to change, not an EMFILE in the middle of the connect storm.
+slot i // consumersPerConnection of each broker it uses), as the official clients multiplex
+consumers on a shared connection; producers get a connection each. A process holds fewer than
+20,000 sockets here (DESIGN.md), so asking for more connections than RLIMIT_NOFILE allows is an
+error that says what to change, not an EMFILE in the middle of the connect storm.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, DriverError
 from drivers.pulsar.connection import Connection
+from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
 
 PING_INTERVAL_SECONDS = 30.0
@@ -54,20 +55,27 @@ class ConnectionPool:
         self._group = group
         self._max = socket_budget() if max_connections is None else max_connections
         self._ids = itertools.count()
-        self._slots: dict[int, Connection] = {}
+        self._service = Route.service(settings)
+        self._slots: dict[tuple[Route, int], Connection] = {}
         self._live: set[Connection] = set()
         self._pinger = group.spawn(self._ping_loop)
 
-    def for_consumer(self, index: int) -> Connection:
-        """The connection of consumer `index`, opening it (in the background) if needed; call
-        wait_ready() on it. A slot whose connection failed gets a new one."""
-        slot = index // self._settings.consumers_per_connection
-        conn = self._slots.get(slot)
+    @property
+    def service(self) -> Route:
+        """Where the service URL points: the first broker every lookup asks."""
+        return self._service
+
+    def for_consumer(self, index: int, route: Route | None = None) -> Connection:
+        """The connection of consumer `index` to `route` (the service URL by default), opening
+        it (in the background) if needed; call wait_ready() on it. A slot whose connection
+        failed gets a new one."""
+        key = (route or self._service, index // self._settings.consumers_per_connection)
+        conn = self._slots.get(key)
         if conn is None or conn.closed:
-            conn = self._slots[slot] = self.open_connection()
+            conn = self._slots[key] = self.open_connection(key[0])
         return conn
 
-    def open_connection(self) -> Connection:
+    def open_connection(self, route: Route | None = None) -> Connection:
         """A new connection, opening in the background; raises DriverError past the budget."""
         if len(self._live) >= self._max:
             per = self._settings.consumers_per_connection
@@ -77,12 +85,21 @@ class ConnectionPool:
                 f"consumersPerConnection={per} one process holds about {self._max * per} "
                 "consumers; run more worker processes or put more consumers on each connection"
             )
+        route = route or self._service
         conn = Connection(
-            next(self._ids), self._settings, self._callback, self._group, self._live.discard
+            next(self._ids), self._settings, self._callback, self._group, self._live.discard, route
         )
         self._live.add(conn)
-        self._group.spawn(conn.open, source_address(conn.id, self._settings.source_addresses))
+        self._group.spawn(self._open, conn)
         return conn
+
+    def _open(self, conn: Connection) -> None:
+        """In the background: resolving a host name yields to other greenlets, and
+        for_consumer must hand out a slot's connection without yielding, or several would be
+        made for one slot."""
+        # Source addresses in 127/8 reach only a broker on loopback (a redirect may leave it).
+        spread = self._settings.source_addresses if conn.route.is_loopback() else 0
+        conn.open(source_address(conn.id, spread))
 
     def close(self) -> None:
         for conn in list(self._live):

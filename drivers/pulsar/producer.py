@@ -87,10 +87,10 @@ class PulsarProducer:
         """First sequence id of each batch in flight → its last."""
 
     def open(self) -> None:
-        """Connect, look the topic up and register; raises DriverError when it cannot."""
+        """Register on the owner's connection (the driver looked the topic up); raises
+        DriverError when it cannot."""
         conn = self._conn
         conn.wait_ready()
-        conn.ensure_topic(self.topic)
         rid = conn.next_request_id()
         conn.producers[self._id] = self
         try:

@@ -52,21 +52,6 @@ class Settings:
     def service_url(self) -> str:
         return f"pulsar://{self.address}"
 
-    def is_service_url(self, url: str) -> bool:
-        """Whether a lookup answer points back at the broker we are connected to.
-
-        Loopback addresses count as one host (a standalone Pulsar advertises its host name,
-        which may resolve to 127.0.1.1 while we dialled 127.0.0.1).
-        """
-        try:
-            host, port = parse_service_url(url)
-        except DriverError:
-            return False
-        if port != self.port:
-            return False
-        mine, theirs = _resolve(self.host), _resolve(host)
-        return mine == theirs or (_is_loopback(mine) and _is_loopback(theirs))
-
 
 def parse_service_url(url: str) -> tuple[str, int]:
     """(host, port) of a `pulsar://host[:port]` URL."""
@@ -123,7 +108,7 @@ def _check(s: Settings) -> None:
         raise DriverError(f"producer.maxPendingMessages must be >= 1, got {s.max_pending_messages}")
     if s.ack_mode not in ACK_MODES:
         raise DriverError(f"consumer.ackMode must be one of {ACK_MODES}, got {s.ack_mode!r}")
-    if s.source_addresses and not _is_loopback(_resolve(s.host)):
+    if s.source_addresses and not is_loopback(resolve_host(s.host)):
         raise DriverError(
             f"client.sourceAddresses={s.source_addresses} needs a loopback broker, and the "
             f"broker is {s.address} (set it to 0)"
@@ -131,15 +116,19 @@ def _check(s: Settings) -> None:
 
 
 @lru_cache(maxsize=64)
-def _resolve(host: str) -> str:
+def resolve_host(host: str) -> str:
     """The IPv4 address of a host, or the name itself when it does not resolve."""
+    try:
+        return str(ipaddress.ip_address(host))  # a literal: no resolver, no yield under gevent
+    except ValueError:
+        pass
     try:
         return socket.gethostbyname(host)
     except OSError:
         return host
 
 
-def _is_loopback(address: str) -> bool:
+def is_loopback(address: str) -> bool:
     try:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:

@@ -65,35 +65,6 @@ class FakeBroker:
     def send(self, *frames: bytes) -> None:
         self.sock.sendall(b"".join(frames))
 
-    def answer_lookup(self, url: str | None = None, partitions: int = 0) -> list[str]:
-        """Answer PARTITIONED_METADATA, then one LOOKUP per topic; returns the topics looked up."""
-        rid = self.expect(T.PARTITIONED_METADATA).partitionMetadata.request_id
-        self.send(
-            encode_frame(
-                command(
-                    T.PARTITIONED_METADATA_RESPONSE,
-                    request_id=rid,
-                    partitions=partitions,
-                    response=pb.CommandPartitionedTopicMetadataResponse.Success,
-                )
-            )
-        )
-        looked_up = []
-        for _ in range(partitions or 1):
-            lookup = self.expect(T.LOOKUP).lookupTopic
-            looked_up.append(lookup.topic)
-            self.send(
-                encode_frame(
-                    command(
-                        T.LOOKUP_RESPONSE,
-                        request_id=lookup.request_id,
-                        brokerServiceUrl=url or self.settings.service_url,
-                        response=pb.CommandLookupTopicResponse.Connect,
-                    )
-                )
-            )
-        return looked_up
-
 
 @dataclass
 class Wire:
@@ -129,11 +100,9 @@ def make_wire() -> Iterator:
         wire.broker.sock.close()
 
 
-def subscribe(wire: Wire, spec: ConsumerSpec, lookup: bool = True) -> int:
+def subscribe(wire: Wire, spec: ConsumerSpec) -> int:
     """Run a subscribe through the fake broker; returns the consumer id."""
-    task = gevent.spawn(wire.conn.subscribe, spec)
-    if lookup:
-        wire.broker.answer_lookup()
+    task = gevent.spawn(wire.conn.subscribe, spec, [spec.topic])
     sub = wire.broker.expect(T.SUBSCRIBE).subscribe
     wire.broker.send(encode_frame(command(T.SUCCESS, request_id=sub.request_id)))
     flow = wire.broker.expect(T.FLOW).flow
@@ -259,7 +228,7 @@ def test_acks_are_grouped_into_one_cumulative_ack(make_wire):
 def test_individual_acks_of_several_consumers_leave_in_one_flush(make_wire):
     wire = make_wire(ack_group_time_ms=20, ack_mode="individual")
     first = subscribe(wire, SPEC)
-    second = subscribe(wire, ConsumerSpec(5, "c5", "topic", "sub", "Broadcast"), lookup=False)
+    second = subscribe(wire, ConsumerSpec(5, "c5", "topic", "sub", "Broadcast"))
     wire.broker.send(*(message(c, e, section(b"x")) for e in range(2) for c in (first, second)))
     acks = {cmd.ack.consumer_id: cmd.ack for cmd in (wire.broker.expect(T.ACK) for _ in "12")}
     assert set(acks) == {first, second}
@@ -282,8 +251,7 @@ def test_a_bad_checksum_is_dropped_only_when_verifying(make_wire):
 # -- requests -----------------------------------------------------------------------------------
 def test_an_error_answer_names_the_server_error(make_wire):
     wire = make_wire()
-    task = gevent.spawn(wire.conn.subscribe, SPEC)
-    wire.broker.answer_lookup()
+    task = gevent.spawn(wire.conn.subscribe, SPEC, [SPEC.topic])
     rid = wire.broker.expect(T.SUBSCRIBE).subscribe.request_id
     wire.broker.send(
         encode_frame(
@@ -302,34 +270,17 @@ def test_an_error_answer_names_the_server_error(make_wire):
 
 def test_an_unanswered_subscribe_times_out_and_is_closed(make_wire):
     wire = make_wire(operation_timeout=0.1)
-    task = gevent.spawn(wire.conn.subscribe, SPEC)
-    wire.broker.answer_lookup()
+    task = gevent.spawn(wire.conn.subscribe, SPEC, [SPEC.topic])
     consumer_id = wire.broker.expect(T.SUBSCRIBE).subscribe.consumer_id
     with pytest.raises(RequestTimeout, match="^timeout$"):
         task.get(timeout=WAIT)
     assert wire.broker.expect(T.CLOSE_CONSUMER).close_consumer.consumer_id == consumer_id
 
 
-def test_a_lookup_is_made_once_per_topic_per_connection(make_wire):
+def test_one_consumer_on_several_partitions_subscribes_to_all_at_once(make_wire):
     wire = make_wire()
-    subscribe(wire, SPEC)
-    subscribe(wire, ConsumerSpec(5, "c5", "topic", "sub", "Broadcast"), lookup=False)
-    subscribe(wire, ConsumerSpec(6, "c6", "other", "sub", "Broadcast"))
-
-
-def test_a_redirecting_lookup_is_refused(make_wire):
-    wire = make_wire()
-    task = gevent.spawn(wire.conn.subscribe, SPEC)
-    wire.broker.answer_lookup(url="pulsar://192.0.2.7:6650")
-    with pytest.raises(DriverError, match="redirects not supported yet"):
-        task.get(timeout=WAIT)
-
-
-def test_a_consumer_of_a_partitioned_topic_subscribes_to_every_partition(make_wire):
-    wire = make_wire()
-    task = gevent.spawn(wire.conn.subscribe, SPEC)
     names = [f"topic-partition-{i}" for i in range(3)]
-    assert wire.broker.answer_lookup(partitions=3) == names
+    task = gevent.spawn(wire.conn.subscribe, SPEC, names)
     subs = [wire.broker.expect(T.SUBSCRIBE).subscribe for _ in names]
     assert [sub.topic for sub in subs] == names  # all sent before any answer
     assert {sub.subscription for sub in subs} == {"sub"}
@@ -337,7 +288,7 @@ def test_a_consumer_of_a_partitioned_topic_subscribes_to_every_partition(make_wi
     wire.broker.send(*(encode_frame(command(T.SUCCESS, request_id=s.request_id)) for s in subs))
     flows = {wire.broker.expect(T.FLOW).flow.consumer_id for _ in names}
     assert flows == {sub.consumer_id for sub in subs}
-    task.get(timeout=WAIT)
+    assert task.get(timeout=WAIT)[1] == [sub.consumer_id for sub in subs]
     # Deliveries from any partition reach the harness as the one consumer, index 4.
     wire.broker.send(*(message(s.consumer_id, 0, section(b"p")) for s in subs))
     wire.deliveries.wait_for(3)
@@ -346,8 +297,7 @@ def test_a_consumer_of_a_partitioned_topic_subscribes_to_every_partition(make_wi
 
 def test_one_refused_partition_fails_the_consumer_and_closes_the_others(make_wire):
     wire = make_wire()
-    task = gevent.spawn(wire.conn.subscribe, SPEC)
-    wire.broker.answer_lookup(partitions=2)
+    task = gevent.spawn(wire.conn.subscribe, SPEC, ["topic-partition-0", "topic-partition-1"])
     first, second = (wire.broker.expect(T.SUBSCRIBE).subscribe for _ in range(2))
     wire.broker.send(
         encode_frame(command(T.SUCCESS, request_id=first.request_id)),
@@ -368,7 +318,7 @@ def test_one_refused_partition_fails_the_consumer_and_closes_the_others(make_wir
 
 def test_a_lost_connection_fails_what_waits_on_it(make_wire):
     wire = make_wire()
-    task = gevent.spawn(wire.conn.subscribe, SPEC)
+    task = gevent.spawn(wire.conn.partitions, "topic")
     wire.broker.expect(T.PARTITIONED_METADATA)
     wire.broker.sock.close()
     with pytest.raises(RequestFailed, match="closed by the broker"):
@@ -396,7 +346,6 @@ def test_connections_can_come_from_another_loopback_address():
 def open_producer(wire: Wire) -> PulsarProducer:
     producer = PulsarProducer(wire.conn, "topic", wire.conn._settings, wire.group)
     task = gevent.spawn(producer.open)
-    wire.broker.answer_lookup()
     rid = wire.broker.expect(T.PRODUCER).producer.request_id
     wire.broker.send(
         encode_frame(command(T.PRODUCER_SUCCESS, request_id=rid, producer_name="fake-producer"))

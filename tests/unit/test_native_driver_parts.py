@@ -19,6 +19,7 @@ from drivers.pulsar.admin import topic_path
 from drivers.pulsar.consumer import ConsumerState, subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder, broker_stamps, message_bodies
 from drivers.pulsar.driver import PulsarDriver
+from drivers.pulsar.lookup import Route
 from drivers.pulsar.partitions import PartitionedProducer, key_partition, partition_names
 from drivers.pulsar.pool import FD_MARGIN, ConnectionPool, socket_budget, source_address
 from drivers.pulsar.settings import Settings, parse_service_url, settings_from
@@ -172,11 +173,14 @@ def test_source_addresses_need_a_loopback_broker():
 
 
 def test_lookup_answers_for_the_same_broker_are_recognized():
-    s = Settings(host="127.0.0.1", port=6650)
-    assert s.is_service_url("pulsar://127.0.0.1:6650")
-    assert s.is_service_url("pulsar://localhost:6650")
-    assert not s.is_service_url("pulsar://127.0.0.1:6651")
-    assert not s.is_service_url("pulsar://192.0.2.1:6650")
+    route = Route("127.0.0.1", 6650)
+    assert route.same_broker("pulsar://127.0.0.1:6650")
+    assert route.same_broker("pulsar://localhost:6650")
+    assert not route.same_broker("pulsar://127.0.0.1:6651")
+    assert not route.same_broker("pulsar://192.0.2.1:6650")
+    assert not Route("127.0.0.1", 6650, proxy_to="pulsar://b:6650").same_broker(
+        "pulsar://127.0.0.1:6650"
+    )
 
 
 # -- subscribe, permits and acknowledgements ------------------------------------------------------
