@@ -25,6 +25,7 @@ import gevent
 from gevent.event import AsyncResult
 from locust.env import Environment
 
+from harness.broker_stats import write_topic_stats
 from harness.clock import PINGS, ClockOffset, ClockSample, estimate
 from harness.embedded_broker import EmbeddedBroker, free_port
 from harness.hlog import decode, new_histogram
@@ -177,6 +178,13 @@ class Coordinator:
             self._connect_phase()
             self._timed_phases()
             spawner.kill(block=False)
+            if self.plan.admin_url:
+                write_topic_stats(
+                    self.plan.admin_url,
+                    self.plan.topic_names(),
+                    w.partitions_per_topic,
+                    self.run_dir / "broker" / "topic-stats.json",
+                )
             self._finish_workers()
         finally:
             runner.quit()

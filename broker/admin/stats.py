@@ -66,6 +66,24 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
     }
 
 
+def topic_summary(topic: Topic) -> dict[str, Any]:
+    """Counters without per-subscription and per-consumer lists: the periodic snapshot's
+    shape. Full stats of 100,000 consumers are ~19 MB of JSON, too much every 5 s."""
+    subs = topic.subscriptions.values()
+    return {
+        "msgRateIn": round(topic.rate_messages, 3),
+        "msgThroughputIn": round(topic.rate_bytes, 3),
+        "msgRateOut": round(sum(s.rate_messages for s in subs), 3),
+        "msgInCounter": topic.messages_in,
+        "bytesInCounter": topic.bytes_in,
+        "msgOutCounter": sum(s.messages_out for s in subs),
+        "msgBacklog": sum(s.backlog() for s in subs),
+        "publisherCount": len(topic.producers),
+        "subscriptionCount": len(topic.subscriptions),
+        "consumerCount": sum(len(s.consumers) for s in subs),
+    }
+
+
 def internal_stats(topic: Topic) -> dict[str, Any]:
     cursors = {}
     for name, sub in topic.subscriptions.items():

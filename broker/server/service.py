@@ -150,7 +150,7 @@ class BrokerService:
 
     async def stop(self) -> None:
         if self._stats_task is not None:
-            self._write_stats_file()  # the counters and consumers as the run left them
+            self._write_stats_file()  # the counters as the run left them
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -188,7 +188,8 @@ class BrokerService:
             self._write_stats_file()
 
     def _write_stats_file(self) -> None:
-        from broker.admin.stats import topic_stats
+        """broker/stats-<n>.json: the process and counters per topic (admin/stats.py)."""
+        from broker.admin.stats import topic_summary
 
         directory = Path(self.config.statsDir)
         directory.mkdir(parents=True, exist_ok=True)
@@ -198,7 +199,7 @@ class BrokerService:
             "rss": self._process.memory_info().rss,
             "connections": len(self.connections),
             "consumers": sum(len(c.consumers) for c in self.connections),
-            "topics": {name: topic_stats(t) for name, t in self.topics.items()},
+            "topics": {name: topic_summary(t) for name, t in self.topics.items()},
         }
         n = self._stats_written
         tmp = directory / f".stats-{n}.json.tmp"
