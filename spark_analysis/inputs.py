@@ -161,6 +161,8 @@ class Manifest:
     stage_sample_fraction: float
     workers: list[str]
     hosts: dict[str, Any]
+    clocks: dict[str, Any]
+    """Per worker: offset from the coordinator's clock, its bound, what was applied (ms)."""
     versions: dict[str, Any]
     git_revision: str | None
     measure_start: float
@@ -194,6 +196,8 @@ def load_manifest(run_dir: Path) -> Manifest:
         stage_sample_fraction=float(require(data, "stage_sample_fraction", (int, float), path)),
         workers=require_str_list(data, "workers", path),
         hosts=require(data, "hosts", dict, path),
+        # Absent from manifests written before clocks were measured.
+        clocks=require(data, "clocks", dict, path) if "clocks" in data else {},
         versions=require(data, "versions", dict, path),
         git_revision=require(data, "git_revision", (str, type(None)), path),
         measure_start=measure_start,

@@ -50,6 +50,7 @@ def build_summary(
         "driver": manifest.driver,
         "environment": {
             "hosts": manifest.hosts,
+            "clocks": manifest.clocks,
             "versions": manifest.versions,
             "git_revision": manifest.git_revision,
             "workers": manifest.workers,

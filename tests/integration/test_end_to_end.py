@@ -67,6 +67,11 @@ def test_broadcast_run_end_to_end_with_spark_and_report(tmp_path):
     assert omb["consumersPerTopic"] == 300
     html = report.read_text()
     assert "Broadcast" in html and 'data-chart="connection-distribution"' in html
+    # Each worker's clock offset reaches the summary and the report's environment table.
+    clocks = summary["environment"]["clocks"]
+    assert sorted(clocks) == sorted(summary["environment"]["workers"])
+    assert all(c["applied_ms"] == 0.0 for c in clocks.values())  # one host, one clock
+    assert "clocks.w0.uncertainty_ms" in html
 
 
 def test_an_omb_workload_file_runs_with_short_durations(tmp_path):

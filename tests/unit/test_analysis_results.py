@@ -236,6 +236,7 @@ def manifest(workload: dict) -> Manifest:
         stage_sample_fraction=0.0,
         workers=["w0"],
         hosts={},
+        clocks={},
         versions={},
         git_revision=None,
         measure_start=0.0,
