@@ -65,6 +65,7 @@ def build_summary(
             "deliveries_expected": expected,
             "deliveries_received": timeline.deliveries_received,
             "deliveries_lost": max(0, expected - timeline.deliveries_received),
+            "client_errors": timeline.client_errors,
             "client_bound": client_bound["flag"],
         },
         "latency": {metric: merged.totals[metric].stats.to_ms() for metric in present},

@@ -60,6 +60,7 @@ class Timeline:
     series: dict[str, list[Any]]
     messages_sent: int  # whole run: warmup and measure
     deliveries_received: int  # whole run, drain included
+    client_errors: int  # whole run: failed or timed-out sends, deliveries that could not be read
     worker_loads: list[WorkerLoad]  # measure phase only
 
 
@@ -115,11 +116,12 @@ def analyze_timeline(spark: SparkSession, rows: list[tuple], manifest: Manifest)
         "client_rss_mib": [None] * seconds,
         "loop_lag_ms": [None] * seconds,
     }
-    sent = received = backlog_before = 0
+    sent = received = errors = backlog_before = 0
     backlog_at: dict[int, int] = {}
     for row in per_second:
         sent += row.sent
         received += row.received
+        errors += row.errors
         # What was sent and not yet read, over all consumers; OMB clamps at 0 likewise.
         backlog = max(0, sent * manifest.expected_deliveries_per_message - received)
         if row.k < 0:
@@ -141,6 +143,7 @@ def analyze_timeline(spark: SparkSession, rows: list[tuple], manifest: Manifest)
         series=series,
         messages_sent=sent,
         deliveries_received=received,
+        client_errors=errors,
         worker_loads=[
             WorkerLoad(r.worker, r.hot_seconds, r.max_cpu, r.max_loop_lag_ms) for r in loads
         ],

@@ -318,6 +318,7 @@ def test_headline(complete) -> None:
         "deliveries_expected": 29 * CONSUMERS,
         "deliveries_received": 29 * CONSUMERS,
         "deliveries_lost": 0,
+        "client_errors": 1,  # w0's one error, at k = 15
         "client_bound": True,
     }
     assert summary["schema"] == "fanout-bench/summary/1"

@@ -59,11 +59,23 @@ def test_run_report_can_be_written_elsewhere(tmp_path: Path) -> None:
         ({"client_bound": True}, {"client-bound"}),
         ({"partial": True}, {"partial"}),
         ({"client_bound": True, "partial": True}, {"client-bound", "partial"}),
+        ({"client_errors": 3}, {"client-errors"}),
     ],
 )
 def test_warnings_appear_only_when_they_apply(tmp_path: Path, flags: dict, expected: set) -> None:
     html = render_run(write_run(tmp_path / "run", sample_summary(**flags))).read_text()
     assert set(re.findall(r'data-warning="([^"]+)"', html)) == expected
+
+
+def test_deliveries_beyond_the_expected_are_explained_by_late_receipts(tmp_path: Path) -> None:
+    doc = sample_summary(client_errors=14)
+    head = doc["headline"]
+    head["deliveries_received"] = head["deliveries_expected"] + 1400
+    html = render_run(write_run(tmp_path / "run", doc)).read_text()
+    assert "14 client errors" in html
+    assert "the broker delivered sends whose receipts came too late" in html
+    plain = render_run(write_run(tmp_path / "plain", sample_summary(client_errors=2))).read_text()
+    assert "2 client errors" in plain and "receipts came too late" not in plain
 
 
 def test_client_bound_warning_follows_the_flag_section(tmp_path: Path) -> None:
