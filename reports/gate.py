@@ -52,6 +52,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("connection_time_s", relative=0.25, absolute=1.0),
     Rule("connections_failed", relative=0.0, absolute=0.0),
     Rule("deliveries_lost", relative=0.0, absolute=0.0),
+    Rule("client_errors", relative=0.0, absolute=0.0),
 )
 
 

@@ -88,6 +88,7 @@ METRICS: dict[str, Metric] = {
             _HIGHER,
         ),
         Metric("deliveries_lost", "deliveries lost", "", ("headline", "deliveries_lost"), _LOWER),
+        Metric("client_errors", "client errors", "", ("headline", "client_errors"), _LOWER),
         *(
             Metric(
                 f"stage_{stage}_p99_ms",

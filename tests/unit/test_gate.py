@@ -37,7 +37,7 @@ def test_a_regression_fails_with_one_failure_element_per_failed_rule(tmp_path: P
     assert failed(suite) == ["e2e_p99_ms", "e2e_p50_ms"]
     assert suite.get("failures") == "2"
     assert suite.get("tests") == str(len(DEFAULT_RULES))
-    assert "failed (2 of 6 rules)" in md
+    assert f"failed (2 of {len(DEFAULT_RULES)} rules)" in md
     assert md.count("**FAIL**") == 2
 
 
@@ -80,6 +80,12 @@ def test_any_lost_delivery_and_a_partial_run_fail(tmp_path: Path) -> None:
     code, suite, _ = run_gate(tmp_path, {}, {"deliveries_lost": 1, "partial": True})
     assert code == 1
     assert set(failed(suite)) == {"deliveries_lost", "run_complete"}
+
+
+def test_new_client_errors_fail(tmp_path: Path) -> None:
+    code, suite, _ = run_gate(tmp_path, {}, {"client_errors": 3})
+    assert code == 1
+    assert failed(suite) == ["client_errors"]
 
 
 def test_a_rules_file_overrides_defaults_of_the_same_metric(tmp_path: Path) -> None:
