@@ -233,6 +233,8 @@ class Coordinator:
                     "raw_dir": str(raw_dir.resolve()),
                     "coordinator_host": socket.gethostname(),
                     "clock_offset_us": self.clocks[worker_id].applied_us,
+                    # The file is on this host; a worker elsewhere gets its bytes.
+                    "payload": self.plan.payload_bytes(),
                 },
                 client_id=client_id,
             )

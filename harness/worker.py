@@ -60,6 +60,7 @@ class FanoutContext:
         self._ship = False
         self._ticker = None
         self._lag_watch = None
+        self._payload: bytes | None = None
 
     # -- messages from the master ------------------------------------------------------------
     def on_run_config(self, msg, **_kw) -> None:
@@ -69,6 +70,7 @@ class FanoutContext:
         self.worker_index = data["worker_index"]
         self.worker_count = data["worker_count"]
         self.clock_offset_us = data["clock_offset_us"]
+        self._payload: bytes | None = data["payload"]
         # FANOUT_SHIP_RAW=1 makes a local worker behave as a remote one (tests use it).
         same_host = data["coordinator_host"] == socket.gethostname() and not os.environ.get(
             "FANOUT_SHIP_RAW"
@@ -208,7 +210,7 @@ class FanoutContext:
             workload.message_size,
             workload.randomized_payload_pool_size,
             workload.random_bytes_ratio if workload.use_randomized_payloads else 0.0,
-            self.plan.payload_bytes(),
+            self._payload,
         )
         keys = self.plan.key_source(index)
         start_us = int(phases.warmup_start * 1e6)
