@@ -42,6 +42,7 @@ TIMELINE_COLUMNS = (
     "loop_lag_ms",
 )
 CONNECTION_COLUMNS = ("consumer", "connection", "start_us", "end_us", "ok", "error")
+DELIVERY_COLUMNS = ("consumer", "received", "out_of_order")
 
 
 @dataclass
@@ -107,6 +108,12 @@ class Recorder:
         self.total_sent = self.total_received = self.total_errors = 0
         self.out_of_range = 0
         self.loop_lag_ms = 0.0
+        # Per consumer (by index): deliveries, and those whose sequence number was not above
+        # the last one seen (a duplicate, or a reordering); deliveries.csv at close.
+        self._subscribed: list[int] = []
+        self._by_consumer: list[int] = []
+        self._out_of_order: list[int] = []
+        self._last_seq: list[int] = []
 
     def _now(self) -> float:
         return time.time() - self._offset_us / 1e6
@@ -122,6 +129,13 @@ class Recorder:
         except struct.error:
             self.errors += 1
             return
+        if consumer_index >= len(self._by_consumer):
+            self._make_room(consumer_index)
+        self._by_consumer[consumer_index] += 1
+        if seq > self._last_seq[consumer_index]:
+            self._last_seq[consumer_index] = seq
+        else:
+            self._out_of_order[consumer_index] += 1
         intended_s = intended_us / 1e6
         if not (self.phases.measure_start <= intended_s < self.phases.measure_end):
             return
@@ -173,6 +187,12 @@ class Recorder:
         if self._sample_mod and (seq * 2654435761 + consumer_index * 40503) % self._sample_mod == 0:
             self._stages.writerow(row)
 
+    def _make_room(self, index: int) -> None:
+        more = index + 1 - len(self._by_consumer)
+        self._by_consumer += [0] * more
+        self._out_of_order += [0] * more
+        self._last_seq += [-1] * more
+
     # -- producer ------------------------------------------------------------------------------
     def message_sent(self, intended_us: int, actual_us: int, acked_us: int) -> None:
         self.sent += 1
@@ -187,6 +207,7 @@ class Recorder:
     def subscribed(self, result: SubscribeResult) -> None:
         if result.ok:
             self.connected += 1
+            self._subscribed.append(result.index)
             record(self._intervals["connect"], result.end_us - result.start_us)
         else:
             self.failed += 1
@@ -254,6 +275,20 @@ class Recorder:
         if int(self._now()) == last:
             time.sleep(max(0.0, last + 1 - self._now()))
         self.tick()
+        with open(self.directory / "deliveries.csv", "w", newline="") as f:
+            rows = csv.writer(f)
+            rows.writerow(DELIVERY_COLUMNS)
+            for index in sorted(set(self._subscribed)):
+                counted = index < len(self._by_consumer)
+                rows.writerow(
+                    (
+                        self._names.get(index, str(index)),
+                        self._by_consumer[index] if counted else 0,
+                        self._out_of_order[index] if counted else 0,
+                    )
+                )
+            f.flush()
+            os.fsync(f.fileno())
         for f in (self._hlog_file, self._stage_file, self._conn_file, self._timeline_file):
             f.flush()
             os.fsync(f.fileno())

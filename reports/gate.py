@@ -53,6 +53,8 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("connections_failed", relative=0.0, absolute=0.0),
     Rule("deliveries_lost", relative=0.0, absolute=0.0),
     Rule("client_errors", relative=0.0, absolute=0.0),
+    Rule("consumers_short", relative=0.0, absolute=0.0),
+    Rule("deliveries_out_of_order", relative=0.0, absolute=0.0),
 )
 
 

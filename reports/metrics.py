@@ -89,6 +89,20 @@ METRICS: dict[str, Metric] = {
         ),
         Metric("deliveries_lost", "deliveries lost", "", ("headline", "deliveries_lost"), _LOWER),
         Metric("client_errors", "client errors", "", ("headline", "client_errors"), _LOWER),
+        Metric(
+            "consumers_short",
+            "consumers short of messages",
+            "",
+            ("deliveries", "consumers_short"),
+            _LOWER,
+        ),
+        Metric(
+            "deliveries_out_of_order",
+            "deliveries out of order",
+            "",
+            ("deliveries", "out_of_order"),
+            _LOWER,
+        ),
         *(
             Metric(
                 f"stage_{stage}_p99_ms",

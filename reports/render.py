@@ -207,6 +207,7 @@ def render_run(summary_path: Path, out: Path | None = None) -> Path:
         h=run.headline,
         cb=run.section("client_bound"),
         conn=run.section("connection"),
+        per=run.section("deliveries"),
         e2e=latency.get("e2e") or {},
         charts=run_charts(run),
         percentiles=PERCENTILES,

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from spark_analysis import omb
 from spark_analysis.client_bound import judge
 from spark_analysis.connections import analyze_connections, read_connections
+from spark_analysis.deliveries import analyze_deliveries, read_deliveries
 from spark_analysis.errors import AnalysisError
 from spark_analysis.histograms import merge_histograms, read_hlogs
 from spark_analysis.inputs import load_json, load_manifest, raw_files
@@ -42,10 +43,14 @@ def analyze_run(
     timelines = raw_files(run_dir, manifest, "timeline.csv")
     connection_files = raw_files(run_dir, manifest, "connections.csv")
     stage_files = raw_files(run_dir, manifest, "stages.csv")
+    # Runs recorded before deliveries.csv existed have none at all: no per-consumer check.
+    counted = any((run_dir / "raw" / w / "deliveries.csv").is_file() for w in manifest.workers)
+    delivery_files = raw_files(run_dir, manifest, "deliveries.csv") if counted else None
     intervals = read_hlogs(hlogs.present)
     timeline_rows = read_timelines(timelines.present, manifest)
     connection_rows = read_connections(connection_files.present)
     stage_rows = read_stages(stage_files.present)
+    delivery_rows = read_deliveries(delivery_files.present) if delivery_files else None
     broker = broker_series(run_dir, manifest)
 
     with session_scope(spark, master) as session:
@@ -53,6 +58,11 @@ def analyze_run(
             session, intervals, manifest.measure_start, manifest.measure_seconds, omb.WINDOW_S
         )
         timeline = analyze_timeline(session, timeline_rows, manifest)
+        deliveries = (
+            analyze_deliveries(session, delivery_rows, manifest, timeline.messages_sent)
+            if delivery_rows is not None
+            else None
+        )
         connection = analyze_connections(session, connection_rows)
         e2e = merged.totals.get("e2e")
         stages = analyze_stages(
@@ -62,6 +72,8 @@ def analyze_run(
             e2e.stats.percentiles_us["p99"] if e2e else None,
         )
     missing = hlogs.missing + timelines.missing + connection_files.missing + stage_files.missing
+    if delivery_files:
+        missing += delivery_files.missing
     summary = build_summary(
         manifest,
         merged,
@@ -71,6 +83,7 @@ def analyze_run(
         stages,
         judge(timeline.worker_loads, manifest.measure_seconds),
         missing,
+        deliveries,
     )
     result = omb.omb_result(manifest, timeline.series, merged.windows, merged.totals)
     write_json_atomic(run_dir / OMB_RESULT, result)

@@ -26,6 +26,7 @@ def build_summary(
     stages: dict[str, Any],
     client_bound: dict[str, Any],
     missing: list[Path],
+    deliveries: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary document; `missing` raw files (of a partial run) join partial_reasons."""
     e2e = merged.totals.get("e2e")
@@ -75,6 +76,7 @@ def build_summary(
         },
         "series": series,
         "connection": connection,
+        "deliveries": deliveries,
         "stages": stages,
         "client_bound": client_bound,
     }

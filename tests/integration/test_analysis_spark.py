@@ -139,6 +139,9 @@ CONNECTIONS = {
     ],
 }
 OK_DURATIONS_US = [500_000, 2_000_000, 200_000, 2_999_500]
+DELIVERIES_HEADER = "consumer,received,out_of_order"
+# 29 messages sent: c2 misses one and sees one out of order, c4 gets one twice.
+DELIVERIES = {"w0": ["c0,29,0", "c1,29,0"], "w1": ["c2,28,1"], "w2": ["c4,30,0"]}
 
 STAGES_HEADER = (
     "ts_us,e2e_us,producing_us,broker_in_us,persistence_us,notification_us,"
@@ -167,6 +170,7 @@ def build_run(
     partial: bool = False,
     pulsar: bool = False,
     corrupt_blob: bool = False,
+    deliveries: bool = True,
 ) -> tuple[Path, dict[str, dict[int, list[int]]]]:
     """A run folder, and every raw latency value recorded per metric and second."""
     run_dir = root / run_id
@@ -195,6 +199,8 @@ def build_run(
             write_csv(raw / "connections.csv", CONNECTIONS_HEADER, CONNECTIONS[worker])
             rows = stage_rows(pulsar) if worker == "w0" else []
             write_csv(raw / "stages.csv", STAGES_HEADER, rows)
+            if deliveries:
+                write_csv(raw / "deliveries.csv", DELIVERIES_HEADER, DELIVERIES[worker])
     (run_dir / "broker").mkdir()
     for n, offset in enumerate((-5, 0, 5, 10, 26)):
         stats = {"ts": MEASURE_START + offset, "cpu": 10.0 + n, "rss": (80 + n) * MIB}
@@ -325,6 +331,25 @@ def test_headline(complete) -> None:
     assert summary["partial"] is False and summary["partial_reasons"] == []
 
 
+def test_deliveries_are_checked_per_consumer(complete) -> None:
+    assert complete[0]["deliveries"] == {
+        "consumers_counted": 4,
+        "per_consumer_expected": 29,
+        "min_received": 28,
+        "max_received": 30,
+        "consumers_short": 1,
+        "consumers_over": 1,
+        "out_of_order": 1,
+    }
+
+
+def test_a_run_recorded_before_deliveries_csv_has_no_per_consumer_check(spark, tmp_path) -> None:
+    run_dir, _ = build_run(tmp_path, "older", deliveries=False)
+    summary = json.loads(analyze_run(run_dir, spark=spark).read_text())
+    assert summary["deliveries"] is None
+    assert summary["partial"] is False
+
+
 def test_client_bound_counts_the_measure_phase_only(complete) -> None:
     assert complete[0]["client_bound"] == {
         "flag": True,
@@ -444,6 +469,7 @@ def test_partial_run_with_pulsar_stages(spark, tmp_path) -> None:
         "w2: timed out",
         f"{raw / 'connections.csv'}: missing",
         f"{raw / 'stages.csv'}: missing",
+        f"{raw / 'deliveries.csv'}: missing",
     ]
     assert summary["connection"]["consumers"] == 4
     stages = summary["stages"]

@@ -60,6 +60,16 @@ def test_broadcast_run_end_to_end_with_spark_and_report(tmp_path):
     assert head["messages_sent"] >= 20
     assert head["deliveries_received"] == head["messages_sent"] * 300
     assert head["deliveries_lost"] == 0
+    # Each of the 300 consumers got every message once, in order.
+    assert summary["deliveries"] == {
+        "consumers_counted": 300,
+        "per_consumer_expected": head["messages_sent"],
+        "min_received": head["messages_sent"],
+        "max_received": head["messages_sent"],
+        "consumers_short": 0,
+        "consumers_over": 0,
+        "out_of_order": 0,
+    }
     assert summary["connection"]["ok"] == 300
     assert summary["stages"]["broker_timestamps"] is True
     assert summary["latency"]["e2e"]["count"] > 0

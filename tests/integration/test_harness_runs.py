@@ -234,7 +234,13 @@ def test_workers_elsewhere_ship_their_raw_files_to_the_coordinator(tmp_path, lis
     run_dir = Path(result.stdout.strip().splitlines()[-1])
     for worker in ("w0", "w1"):
         names = sorted(p.name for p in (run_dir / "raw" / worker).iterdir())
-        assert names == ["connections.csv", "histograms.hlog", "stages.csv", "timeline.csv"]
+        assert names == [
+            "connections.csv",
+            "deliveries.csv",
+            "histograms.hlog",
+            "stages.csv",
+            "timeline.csv",
+        ]
     assert _merged(run_dir, "e2e").get_total_count() > 0
 
 

@@ -82,6 +82,12 @@ def test_any_lost_delivery_and_a_partial_run_fail(tmp_path: Path) -> None:
     assert set(failed(suite)) == {"deliveries_lost", "run_complete"}
 
 
+def test_a_consumer_short_of_messages_fails_even_when_totals_match(tmp_path: Path) -> None:
+    code, suite, _ = run_gate(tmp_path, {}, {"consumers_short": 1})
+    assert code == 1
+    assert failed(suite) == ["consumers_short"]
+
+
 def test_new_client_errors_fail(tmp_path: Path) -> None:
     code, suite, _ = run_gate(tmp_path, {}, {"client_errors": 3})
     assert code == 1

@@ -60,6 +60,8 @@ def test_run_report_can_be_written_elsewhere(tmp_path: Path) -> None:
         ({"partial": True}, {"partial"}),
         ({"client_bound": True, "partial": True}, {"client-bound", "partial"}),
         ({"client_errors": 3}, {"client-errors"}),
+        ({"consumers_short": 2}, {"per-consumer"}),
+        ({"out_of_order": 1}, {"per-consumer"}),
     ],
 )
 def test_warnings_appear_only_when_they_apply(tmp_path: Path, flags: dict, expected: set) -> None:
@@ -76,6 +78,12 @@ def test_deliveries_beyond_the_expected_are_explained_by_late_receipts(tmp_path:
     assert "the broker delivered sends whose receipts came too late" in html
     plain = render_run(write_run(tmp_path / "plain", sample_summary(client_errors=2))).read_text()
     assert "2 client errors" in plain and "receipts came too late" not in plain
+
+
+def test_a_loss_hidden_by_a_duplicate_is_named(tmp_path: Path) -> None:
+    html = render_run(write_run(tmp_path / "run", sample_summary(consumers_short=2))).read_text()
+    assert "2 of 1,000" in html and "consumers got fewer than the 60 messages sent" in html
+    assert "although the totals match" in html  # deliveries_lost is 0 in this sample
 
 
 def test_client_bound_warning_follows_the_flag_section(tmp_path: Path) -> None:
