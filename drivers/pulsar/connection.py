@@ -126,6 +126,7 @@ class Connection:
         group: Group,
         on_closed: Callable[[Connection], None] = lambda conn: None,
         route: Route | None = None,
+        on_consumers_lost: Callable[[list[ConsumerState]], None] = lambda states: None,
     ) -> None:
         self.id = conn_id
         self.route = route or Route.service(settings)
@@ -138,6 +139,7 @@ class Connection:
         self._callback = callback
         self._group = group
         self._on_closed = on_closed
+        self._on_consumers_lost = on_consumers_lost
         self._sock: socket.socket | None = None
         self._write_lock = Semaphore()
         self._decoder = FrameDecoder()
@@ -312,7 +314,12 @@ class Connection:
                 consumer_id = self.next_object_id()
                 rid = self.next_request_id()
                 self.consumers[consumer_id] = ConsumerState(
-                    spec.index, consumer_id, s.receiver_queue_size, s.ack_mode == "individual"
+                    spec.index,
+                    consumer_id,
+                    s.receiver_queue_size,
+                    s.ack_mode == "individual",
+                    spec,
+                    topic,
                 )
                 cmd = subscribe_command(spec, consumer_id, rid, topic)
                 sent.append((consumer_id, rid, self._send_request(cmd, rid)))
@@ -325,6 +332,8 @@ class Connection:
                 if not _refused(result):
                     self._abandon(cid)  # answered SUCCESS, or may still
             raise
+        for cid, _, _ in sent:
+            self.consumers[cid].established = True
         if self._acker is None:
             self._acker = self._group.spawn(self._ack_loop)
         self.write(b"".join(flow_frame(cid, s.receiver_queue_size) for cid, _, _ in sent))
@@ -381,6 +390,11 @@ class Connection:
         if self._sock is not None:
             self._sock.close()
         self._on_closed(self)
+        if reason != "closed by the driver":
+            lost = [c for c in self.consumers.values() if c.established]
+            self.consumers.clear()
+            if lost:
+                self._on_consumers_lost(lost)
 
     # -- the reader ---------------------------------------------------------------------------
     def _read_loop(self) -> None:
@@ -479,6 +493,8 @@ class Connection:
         consumer = self.consumers.pop(frame.command.close_consumer.consumer_id, None)
         if consumer is not None:
             log.warning("connection %d: the broker closed consumer %d", self.id, consumer.index)
+            if consumer.established:
+                self._on_consumers_lost([consumer])
 
     def _on_close_producer(self, frame: Frame, receive_us: int) -> None:
         producer = self.producers.pop(frame.command.close_producer.producer_id, None)

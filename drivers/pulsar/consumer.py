@@ -65,6 +65,9 @@ class ConsumerState:
     __slots__ = (
         "index",
         "consumer_id",
+        "spec",
+        "topic",
+        "established",
         "ack_queued",
         "_refill_at",
         "_delivered",
@@ -73,10 +76,21 @@ class ConsumerState:
     )
 
     def __init__(
-        self, index: int, consumer_id: int, receiver_queue_size: int, individual_acks: bool
+        self,
+        index: int,
+        consumer_id: int,
+        receiver_queue_size: int,
+        individual_acks: bool,
+        spec: ConsumerSpec | None = None,
+        topic: str = "",
     ) -> None:
         self.index = index
         self.consumer_id = consumer_id
+        self.spec = spec
+        self.topic = topic
+        """What to subscribe again after a lost connection: spec.topic or one partition."""
+        self.established = False
+        """SUBSCRIBE was answered with SUCCESS: a consumer the harness counts as connected."""
         self.ack_queued = False
         """Already in the connection's list of consumers with an acknowledgement to send."""
         self._refill_at = max(1, receiver_queue_size // 2)

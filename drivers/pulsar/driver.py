@@ -7,6 +7,8 @@ The same driver measures the bundled broker and a real Pulsar cluster.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -14,13 +16,17 @@ from gevent.event import AsyncResult
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
+from drivers.pulsar import backoff
 from drivers.pulsar.admin import create_partitioned_topic
 from drivers.pulsar.connection import Connection, RequestFailed, now_us
+from drivers.pulsar.consumer import ConsumerState
 from drivers.pulsar.lookup import Route, find_owner
 from drivers.pulsar.partitions import PartitionedProducer, partition_names
 from drivers.pulsar.pool import ConnectionPool
 from drivers.pulsar.producer import PulsarProducer
 from drivers.pulsar.settings import Settings, settings_from
+
+log = logging.getLogger("drivers.pulsar")
 
 
 class PulsarDriver:
@@ -38,6 +44,8 @@ class PulsarDriver:
         self._producers: list[PulsarProducer | PartitionedProducer] = []
         self._admin_url: str | None = None
         self._owners: dict[tuple[int, str], AsyncResult] = {}
+        self.resubscribed = 0
+        """Consumers subscribed again after a lost connection, over the driver's life."""
 
     def initialize(
         self,
@@ -52,7 +60,9 @@ class PulsarDriver:
         self._settings = settings_from(
             config, consumers_per_connection=consumers_per_connection, service_url=service_url
         )
-        self._pool = ConnectionPool(self._settings, callback, self._group)
+        self._pool = ConnectionPool(
+            self._settings, callback, self._group, on_consumers_lost=self._consumers_lost
+        )
 
     def create_topic(self, topic: str, partitions: int) -> None:
         if partitions <= 1:
@@ -68,18 +78,10 @@ class PulsarDriver:
         """A producer on connections of its own, one to each broker that owns a partition (so
         one for a plain topic), and one producer per partition, as the official clients do."""
         pool, settings = self._ready()
-        service = pool.open_connection()
-        conns = {service.route: service}
-
-        def connect(route: Route) -> Connection:
-            conn = conns.get(route)
-            if conn is None:
-                conn = conns[route] = pool.open_connection(route)
-            conn.wait_ready()
-            return conn
-
+        conns: dict[Route, Connection] = {}
+        connect = self._connector(conns)
         try:
-            service.wait_ready()
+            service = connect(pool.service)
             names = partition_names(topic, service.partitions(topic))
             parts = [
                 PulsarProducer(
@@ -87,6 +89,7 @@ class PulsarDriver:
                     name,
                     settings,
                     self._group,
+                    reconnect=lambda name=name: self._owner_connection(name),
                 )
                 for name in names or [topic]
             ]
@@ -99,6 +102,36 @@ class PulsarDriver:
         producer = PartitionedProducer(topic, parts) if names else parts[0]
         self._producers.append(producer)
         return producer
+
+    def _connector(self, conns: dict[Route, Connection]) -> Callable[[Route], Connection]:
+        """Ready connections of their own (not consumer slots), one per route, kept in
+        `conns`."""
+        pool, _ = self._ready()
+
+        def connect(route: Route) -> Connection:
+            conn = conns.get(route)
+            if conn is None:
+                conn = conns[route] = pool.open_connection(route)
+            conn.wait_ready()
+            return conn
+
+        return connect
+
+    def _owner_connection(self, topic: str) -> Connection:
+        """A new ready connection to `topic`'s owner, for a producer that lost its own; the
+        lookup's other connections are closed again."""
+        pool, _ = self._ready()
+        conns: dict[Route, Connection] = {}
+        connect = self._connector(conns)
+        owner = None
+        try:
+            service = connect(pool.service)
+            owner = connect(find_owner(topic, service, pool.service, connect))
+        finally:
+            for conn in conns.values():
+                if conn is not owner:
+                    conn.close()
+        return owner
 
     def subscribe(self, spec: ConsumerSpec) -> SubscribeResult:
         pool, _ = self._ready()
@@ -173,6 +206,28 @@ class PulsarDriver:
                     conn.close_consumers(outcome[1])
             raise errors[0]
         return max(outcome[0] for outcome in outcomes.values())
+
+    def _consumers_lost(self, states: list[ConsumerState]) -> None:
+        """A connection failed, or the broker closed consumers (a topic moving, a restart):
+        subscribe each again, as the official clients do, until the driver closes."""
+        for state in states:
+            if state.spec is not None:
+                self._group.spawn(self._resubscribe, state.spec, state.topic)
+
+    def _resubscribe(self, spec: ConsumerSpec, topic: str) -> None:
+        pool, _ = self._ready()
+        for delay in backoff.delays():
+            gevent.sleep(delay)
+            try:
+                conn = pool.for_consumer(spec.index)
+                conn.wait_ready()
+                self._owner(spec.index, conn, topic).subscribe(spec, [topic])
+            except DriverError as exc:
+                log.debug("consumer %s: subscribing again failed (%s)", spec.name, exc)
+                continue
+            self.resubscribed += 1
+            log.info("consumer %s subscribed again to %s", spec.name, topic)
+            return
 
     def close(self) -> None:
         for producer in self._producers:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import resource
+from collections.abc import Callable
 
 import gevent
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, DriverError
 from drivers.pulsar.connection import Connection
+from drivers.pulsar.consumer import ConsumerState
 from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
 
@@ -49,6 +51,7 @@ class ConnectionPool:
         callback: ConsumerCallback,
         group: Group,
         max_connections: int | None = None,
+        on_consumers_lost: Callable[[list[ConsumerState]], None] = lambda states: None,
     ) -> None:
         self._settings = settings
         self._callback = callback
@@ -59,6 +62,7 @@ class ConnectionPool:
         self._slots: dict[tuple[Route, int], Connection] = {}
         self._live: set[Connection] = set()
         self._pinger = group.spawn(self._ping_loop)
+        self._on_consumers_lost = on_consumers_lost
 
     @property
     def service(self) -> Route:
@@ -87,7 +91,13 @@ class ConnectionPool:
             )
         route = route or self._service
         conn = Connection(
-            next(self._ids), self._settings, self._callback, self._group, self._live.discard, route
+            next(self._ids),
+            self._settings,
+            self._callback,
+            self._group,
+            self._live.discard,
+            route,
+            self._on_consumers_lost,
         )
         self._live.add(conn)
         self._group.spawn(self._open, conn)

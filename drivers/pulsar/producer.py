@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,10 +31,23 @@ from broker.wire.commands import T, command
 from broker.wire.frames import encode_frame
 from broker.wire.payload import encode_payload, join_batch
 from drivers.base import DriverError
+from drivers.pulsar import backoff
 from drivers.pulsar.connection import Connection, RequestFailed
 from drivers.pulsar.settings import Settings
 
 OnDone = Callable[[Exception | None], None]
+log = logging.getLogger("drivers.pulsar")
+
+
+@dataclass(slots=True)
+class _Pending:
+    sequence_id: int
+    on_done: OnDone
+    deadline: float
+    """time.monotonic() after which the send has timed out."""
+    frame: bytes = b""
+    """The SEND that carries it, kept to send again on a new connection; on the first message
+    of a batch only."""
 
 
 @dataclass(slots=True)
@@ -43,14 +57,7 @@ class _Batch:
     last: int
     messages: list[tuple[pb.SingleMessageMetadata, bytes]]
     size: int
-
-
-@dataclass(slots=True)
-class _Pending:
-    sequence_id: int
-    on_done: OnDone
-    deadline: float
-    """time.monotonic() after which the send has timed out."""
+    head: _Pending
 
 
 def set_key(metadata: pb.MessageMetadata | pb.SingleMessageMetadata, key: bytes) -> None:
@@ -63,11 +70,25 @@ def set_key(metadata: pb.MessageMetadata | pb.SingleMessageMetadata, key: bytes)
 
 
 class PulsarProducer:
-    def __init__(self, conn: Connection, topic: str, settings: Settings, group: Group) -> None:
+    """`reconnect`, when given, makes a new ready connection to the topic's owner: after a lost
+    connection the producer registers there and sends what is still pending again, as the
+    official clients do; without it, a lost connection fails every pending and later send."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        topic: str,
+        settings: Settings,
+        group: Group,
+        reconnect: Callable[[], Connection] | None = None,
+    ) -> None:
         self.topic = topic
         self.name = ""
         """Given by the broker in PRODUCER_SUCCESS; every message's metadata carries it."""
-        self._conn = conn
+        self._conn: Connection | None = conn
+        self._reconnect = reconnect
+        self._reconnecting: gevent.Greenlet | None = None
+        self.reconnections = 0
         self._group = group
         self._id = conn.next_object_id()
         self._timeout = settings.send_timeout_ms / 1000
@@ -89,20 +110,27 @@ class PulsarProducer:
     def open(self) -> None:
         """Register on the owner's connection (the driver looked the topic up); raises
         DriverError when it cannot."""
-        conn = self._conn
+        self._register(self._conn)
+        if self._timeout:
+            self._expirer = self._group.spawn(self._expire_loop)
+
+    def _register(self, conn: Connection) -> None:
         conn.wait_ready()
         rid = conn.next_request_id()
         conn.producers[self._id] = self
+        # Again after a reconnection: under the name the broker gave, which messages carry.
+        named = {"producer_name": self.name} if self.name else {}
         try:
             answer, _ = conn.request(
-                command(T.PRODUCER, topic=self.topic, producer_id=self._id, request_id=rid), rid
+                command(
+                    T.PRODUCER, topic=self.topic, producer_id=self._id, request_id=rid, **named
+                ),
+                rid,
             )
         except RequestFailed as exc:
             conn.producers.pop(self._id, None)
             raise RequestFailed(f"cannot create a producer on {self.topic!r}: {exc}") from None
         self.name = answer.producer_success.producer_name
-        if self._timeout:
-            self._expirer = self._group.spawn(self._expire_loop)
 
     def send_async(self, key: bytes | None, payload: bytes, on_done: OnDone) -> None:
         if self._failure is None:
@@ -113,11 +141,12 @@ class PulsarProducer:
             on_done(self._failure)
             return
         sequence_id = next(self._sequence)
-        self._pending.append(_Pending(sequence_id, on_done, time.monotonic() + self._timeout))
+        pending = _Pending(sequence_id, on_done, time.monotonic() + self._timeout)
+        self._pending.append(pending)
         if len(self._pending) == 1:
             self._wake.set()
         if self._batching:
-            self._add_to_batch(key, sequence_id, payload)
+            self._add_to_batch(key, sequence_id, payload, pending)
             return
         metadata = pb.MessageMetadata(
             producer_name=self.name,
@@ -126,21 +155,25 @@ class PulsarProducer:
         )
         if key is not None:
             set_key(metadata, key)
-        self._write(
-            encode_frame(
-                command(T.SEND, producer_id=self._id, sequence_id=sequence_id),
-                encode_payload(metadata, payload),
-            )
+        pending.frame = encode_frame(
+            command(T.SEND, producer_id=self._id, sequence_id=sequence_id),
+            encode_payload(metadata, payload),
         )
+        self._write(pending.frame)
 
     def _write(self, frame: bytes) -> None:
+        """Send now, or, while reconnecting, leave it pending: it goes out on the new one."""
+        if self._conn is None:
+            return
         try:
             self._conn.write(frame)
         except RequestFailed as exc:
             self.connection_lost(exc)
 
     # -- batching --------------------------------------------------------------------------------
-    def _add_to_batch(self, key: bytes | None, sequence_id: int, payload: bytes) -> None:
+    def _add_to_batch(
+        self, key: bytes | None, sequence_id: int, payload: bytes, pending: _Pending
+    ) -> None:
         batch = self._batch
         if batch is not None and (
             batch.key != key or batch.size + len(payload) > self._batch_bytes
@@ -151,7 +184,7 @@ class PulsarProducer:
         if key is not None:
             set_key(single, key)
         if batch is None:
-            batch = self._batch = _Batch(key, sequence_id, sequence_id, [], 0)
+            batch = self._batch = _Batch(key, sequence_id, sequence_id, [], 0, pending)
             self._batch_timer = gevent.spawn_later(self._batch_delay, self._flush_batch)
             self._group.add(self._batch_timer)
         batch.messages.append((single, payload))
@@ -178,25 +211,26 @@ class PulsarProducer:
         if batch.key is not None:
             set_key(metadata, batch.key)
         self._batch_ends[batch.first] = batch.last
-        self._write(
-            encode_frame(
-                command(
-                    T.SEND,
-                    producer_id=self._id,
-                    sequence_id=batch.first,
-                    num_messages=count,
-                    highest_sequence_id=batch.last,
-                ),
-                encode_payload(metadata, join_batch(batch.messages)),
-            )
+        batch.head.frame = encode_frame(
+            command(
+                T.SEND,
+                producer_id=self._id,
+                sequence_id=batch.first,
+                num_messages=count,
+                highest_sequence_id=batch.last,
+            ),
+            encode_payload(metadata, join_batch(batch.messages)),
         )
+        self._write(batch.head.frame)
 
     def close(self) -> None:
         self._flush_batch()
         self._give_up(DriverError(f"producer on {self.topic!r} closed"))
-        self._conn.close()
-        if self._expirer is not None:
-            self._expirer.kill(block=False)
+        if self._conn is not None:
+            self._conn.close()
+        for greenlet in (self._expirer, self._reconnecting):
+            if greenlet is not None:
+                greenlet.kill(block=False)
 
     # -- called by the connection's reader ------------------------------------------------------
     def on_receipt(self, sequence_id: int) -> None:
@@ -206,7 +240,33 @@ class PulsarProducer:
         self._settle(sequence_id, DriverError(f"send to {self.topic!r} failed: {error}"))
 
     def connection_lost(self, error: DriverError) -> None:
-        self._give_up(DriverError(f"producer on {self.topic!r}: {error}"))
+        if self._reconnect is None or self._failure is not None:
+            self._give_up(DriverError(f"producer on {self.topic!r}: {error}"))
+            return
+        if self._conn is not None:
+            self._conn.producers.pop(self._id, None)
+            self._conn = None
+        if self._reconnecting is None:
+            self._reconnecting = self._group.spawn(self._reconnect_loop)
+
+    def _reconnect_loop(self) -> None:
+        """Until registered on a new connection (or closed): what is pending then goes out
+        again, in order; sends that time out meanwhile fail as usual."""
+        for delay in backoff.delays():
+            if self._failure is not None:
+                return
+            gevent.sleep(delay)
+            try:
+                conn = self._reconnect()
+                self._register(conn)
+            except DriverError as exc:
+                log.debug("producer on %s: reconnecting failed (%s)", self.topic, exc)
+                continue
+            self._conn, self._reconnecting = conn, None
+            self.reconnections += 1
+            log.info("producer on %s connected again", self.topic)
+            self._write(b"".join(p.frame for p in self._pending if p.frame))
+            return
 
     # -- settling --------------------------------------------------------------------------------
     def _settle(self, sequence_id: int, error: Exception | None) -> None:

@@ -350,3 +350,54 @@ def test_close_ends_the_consumers_and_producers(broker, native):
             gevent.sleep(0.05)
     assert stats(broker, "closing")["subscriptions"]["s"]["consumers"] == []
     assert stats(broker, "closing")["publishers"] == []
+
+
+def test_consumers_and_producers_come_back_after_the_broker_restarts(tmp_path):
+    """kill -9 and a restart on the same port and data: every consumer subscribes again by
+    itself (the driver's back-off), the producer registers again and sends what was pending,
+    and nothing sent is lost."""
+    first = start_broker(
+        tmp_path / "data",
+        *free_ports(),
+        ("--set", "journalSyncData=false")
+        + ("--set", "managedLedgerCursorPositionPersistIntervalMs=100"),
+    )
+    driver, deliveries = PulsarDriver(), Deliveries()
+    driver.initialize(config(), deliveries, consumers_per_connection=5, service_url=first.url)
+    restarted = None
+    try:
+        # One durable subscription each (the seed's baseline layout): what is sent while a
+        # consumer is away waits in its own subscription. (A late Broadcast consumer starts
+        # where the connected ones stand; see the broker's broadcast.py.)
+        specs = [ConsumerSpec(i, f"c{i}", "restart", f"sub-{i}", "Shared") for i in range(10)]
+        assert all(r.ok for r in subscribe_all(driver, specs))
+        producer = driver.create_producer("restart")
+        assert send_all(producer, [b"before-0", b"before-1"]) == [None, None]
+        deliveries.wait_for(10 * 2)
+        # Subscriptions are stored with their cursors, at most every 100 ms here: let them be,
+        # or a restart would not know them (a new one starts at the end, as Latest says).
+        gevent.sleep(0.5)
+        first.kill9()
+        restarted = start_broker(first.data_dir, first.port, first.admin_port, first.extra)
+        # Sent at once: they wait, pending, until the producer is registered again.
+        after = [b"after-%d" % k for k in range(3)]
+        assert send_all(producer, after) == [None] * 3
+        with gevent.Timeout(WAIT, False):
+            while driver.resubscribed < 10:
+                gevent.sleep(0.05)
+        assert driver.resubscribed == 10
+        assert producer.reconnections == 1
+        with gevent.Timeout(WAIT, False):
+            while any(deliveries.by_consumer[i][-1][0] != after[-1] for i in range(10)):
+                gevent.sleep(0.05)
+        for index in range(10):
+            got = [b for b, _, _ in deliveries.by_consumer[index]]
+            # An ack the broker had not stored when killed is delivered again (at least once).
+            assert got[:2] == [b"before-0", b"before-1"]
+            assert got[-3:] == after
+            assert set(got) == {b"before-0", b"before-1", *after}
+    finally:
+        driver.close()
+        first.stop()
+        if restarted is not None:
+            restarted.stop()
