@@ -284,7 +284,7 @@ class PulsarProducer:
             self._finish(pending.popleft(), error)
 
     def _give_up(self, error: DriverError) -> None:
-        """Fail every pending send, and every later one (no reconnection yet)."""
+        """Fail every pending send, and every later one: closed, or no way to reconnect."""
         if self._failure is None:
             self._failure = error
         while self._pending:
