@@ -48,10 +48,6 @@ class Settings:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    @property
-    def service_url(self) -> str:
-        return f"pulsar://{self.address}"
-
 
 def parse_service_url(url: str) -> tuple[str, int]:
     """(host, port) of a `pulsar://host[:port]` URL."""
