@@ -16,7 +16,8 @@ import os
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import quote
+
+from broker.wire.topic_names import admin_path, partition_names
 
 log = logging.getLogger("bench.coordinator")
 
@@ -24,18 +25,14 @@ TIMEOUT_SECONDS = 60.0
 
 
 def stats_url(admin_url: str, topic: str) -> str:
-    domain, _, rest = topic.partition("://")
-    path = "/".join(quote(part, safe="") for part in rest.split("/"))
-    return f"{admin_url.rstrip('/')}/admin/v2/{domain}/{path}/stats"
+    return f"{admin_url.rstrip('/')}/admin/v2/{admin_path(topic)}/stats"
 
 
 def write_topic_stats(admin_url: str, topics: list[str], partitions: int, target: Path) -> bool:
     """Fetch the stats of `topics` (of each partition when `partitions` > 1) into `target`;
     returns whether every topic answered."""
     names = (
-        [f"{t}-partition-{i}" for t in topics for i in range(partitions)]
-        if partitions > 1
-        else topics
+        [n for t in topics for n in partition_names(t, partitions)] if partitions > 1 else topics
     )
     stats: dict[str, object] = {}
     for name in names:

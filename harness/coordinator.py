@@ -339,6 +339,19 @@ class Coordinator:
             else None,
         }
 
+    def _show(self, phase: str, totals: dict, remaining_s: float | None) -> None:
+        """One progress line from the merged totals; no P99 while connecting."""
+        self.progress.show(
+            phase,
+            totals["connected"],
+            self.plan.workload.total_consumers,
+            totals["failed"],
+            totals["sent"],
+            totals["received"],
+            None if phase == "connect" else totals["p99_ms"],
+            remaining_s,
+        )
+
     def _connect_phase(self) -> None:
         w = self.plan.workload
         self.phases["connect_start"] = time.time()
@@ -349,16 +362,7 @@ class Coordinator:
             if self._worker_error:
                 raise RunError(self._worker_error)
             t = self._totals()
-            self.progress.show(
-                "connect",
-                t["connected"],
-                w.total_consumers,
-                t["failed"],
-                t["sent"],
-                t["received"],
-                None,
-                None,
-            )
+            self._show("connect", t, None)
             if t["connected"] + t["failed"] >= w.total_consumers:
                 break
             if all(s.lost for s in self.workers.values()):
@@ -400,16 +404,7 @@ class Coordinator:
                 if now < self.phases["measure_end"]
                 else "drain"
             )
-            self.progress.show(
-                phase,
-                t["connected"],
-                w.total_consumers,
-                t["failed"],
-                t["sent"],
-                t["received"],
-                t["p99_ms"],
-                self.phases["drain_end"] - now,
-            )
+            self._show(phase, t, self.phases["drain_end"] - now)
         self._drain_backlog()
         self.progress.done()
 
@@ -434,16 +429,7 @@ class Coordinator:
                 last_count, last_change = t["total_received"], time.time()
             elif time.time() - last_change > STALL_S:
                 return
-            self.progress.show(
-                "drain",
-                t["connected"],
-                w.total_consumers,
-                t["failed"],
-                t["sent"],
-                t["received"],
-                t["p99_ms"],
-                cap - time.time(),
-            )
+            self._show("drain", t, cap - time.time())
             gevent.sleep(0.5)
             self.phases["drain_end"] = time.time()
 

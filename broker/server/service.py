@@ -19,11 +19,12 @@ from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import SUBSCRIPTION_CLASSES, Topic
 from broker.server.connection import ServerConnection
 from broker.wire import pulsar_api_pb2 as pb
+from broker.wire.topic_names import PARTITION_SUFFIX, partition_names
 
 log = logging.getLogger("broker")
 
 _TOPIC = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/(.+)$")
-_PARTITION = re.compile(r"^(.*)-partition-(\d+)$")
+_PARTITION = re.compile(rf"^(.*){PARTITION_SUFFIX}(\d+)$")
 
 
 class TopicExists(ValueError):
@@ -124,7 +125,7 @@ class BrokerService:
         _, full = parse_topic(topic_name)
         self.preset_modes[(full, subscription)] = canonical
         partitions = self.partitioned.get(full, 0)
-        names = [f"{full}-partition-{i}" for i in range(partitions)] if partitions else [full]
+        names = partition_names(full, partitions) or [full]
         for name in names:
             topic = self.topic(name)
             if subscription not in topic.subscriptions:

@@ -10,23 +10,22 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from urllib.parse import quote
 
+from broker.wire.topic_names import admin_path
 from drivers.base import DriverError
 
 TIMEOUT_SECONDS = 30.0
 
 
 def topic_path(topic: str) -> str:
-    """`persistent://tenant/ns/name` → `persistent/tenant/ns/name`, as the admin API spells it."""
-    domain, sep, rest = topic.partition("://")
-    parts = rest.split("/")
-    if not sep or domain not in ("persistent", "non-persistent") or len(parts) != 3:
+    """The topic as the admin API spells it; DriverError for a name it cannot take."""
+    path = admin_path(topic)
+    if path is None:
         raise DriverError(
             f"topic {topic!r}: expected persistent://tenant/namespace/name "
             "(or non-persistent://...)"
         )
-    return "/".join([domain, *(quote(p, safe="") for p in parts)])
+    return path
 
 
 def _call(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:

@@ -359,15 +359,17 @@ class Connection:
 
     # -- closing ------------------------------------------------------------------------------
     def close(self) -> None:
-        self._fail("closed by the driver")
+        self._fail("closed by the driver", lost=False)
 
-    def _fail(self, reason: str) -> None:
-        """Close for good: everything waiting on this connection hears `reason`."""
+    def _fail(self, reason: str, lost: bool = True) -> None:
+        """Close for good: everything waiting on this connection hears `reason`. A `lost`
+        connection (not closed by the driver) is logged, and its consumers handed back to be
+        subscribed again."""
         if self.error is not None:
             return
         self.error = reason
         error = RequestFailed(reason)
-        if reason != "closed by the driver":
+        if lost:
             log.warning(
                 "connection %d to %s: %s (%d consumers, %d producers on it)",
                 self.id,
@@ -390,11 +392,11 @@ class Connection:
         if self._sock is not None:
             self._sock.close()
         self._on_closed(self)
-        if reason != "closed by the driver":
-            lost = [c for c in self.consumers.values() if c.established]
+        if lost:
+            established = [c for c in self.consumers.values() if c.established]
             self.consumers.clear()
-            if lost:
-                self._on_consumers_lost(lost)
+            if established:
+                self._on_consumers_lost(established)
 
     # -- the reader ---------------------------------------------------------------------------
     def _read_loop(self) -> None:

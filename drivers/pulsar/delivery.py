@@ -11,7 +11,7 @@ from google.protobuf.message import DecodeError
 
 from broker.wire import pulsar_api_pb2 as pb
 from broker.wire.errors import RemoteProtocolError
-from broker.wire.payload import Payload, is_batch, payload_offsets, split_batch
+from broker.wire.payload import decode_payload, is_batch, split_batch
 from drivers.base import BrokerStamps
 
 
@@ -21,18 +21,13 @@ def message_bodies(section: bytes, verify: bool) -> list[bytes]:
     Raises RemoteProtocolError for a bad checksum (only when `verify`), undecodable metadata
     or a compressed payload (the harness sends uncompressed bodies and reads stamps in them).
     """
-    meta_start, data_start = payload_offsets(section, verify)
-    metadata = pb.MessageMetadata()
-    try:
-        metadata.ParseFromString(section[meta_start:data_start])
-    except DecodeError as exc:
-        raise RemoteProtocolError(f"undecodable MessageMetadata: {exc}") from exc
-    if metadata.compression != pb.NONE:
-        name = pb.CompressionType.Name(metadata.compression)
+    payload = decode_payload(section, verify)
+    if payload.metadata.compression != pb.NONE:
+        name = pb.CompressionType.Name(payload.metadata.compression)
         raise RemoteProtocolError(f"compressed payloads ({name}) are not supported")
-    if not is_batch(metadata):
-        return [section[data_start:]]
-    return [data for _, data in split_batch(Payload(metadata, section[data_start:]))]
+    if not is_batch(payload.metadata):
+        return [payload.data]
+    return [data for _, data in split_batch(payload)]
 
 
 def broker_stamps(entry_metadata: bytes) -> BrokerStamps:

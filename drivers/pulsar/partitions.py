@@ -12,12 +12,10 @@ from collections.abc import Callable, Sequence
 
 import mmh3
 
+from broker.wire.topic_names import partition_names
 from drivers.base import BenchmarkProducer
 
-
-def partition_names(topic: str, partitions: int) -> list[str]:
-    """The partitions' own topic names; [] for a plain topic (0 partitions)."""
-    return [f"{topic}-partition-{i}" for i in range(partitions)]
+__all__ = ["PartitionedProducer", "key_partition", "partition_names"]
 
 
 def key_partition(key: bytes, partitions: int) -> int:
