@@ -36,9 +36,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Regenerates broker/wire/pulsar_api_pb2.py from the project's own .proto.
+# Regenerates pulsar_protocol/pulsar_api_pb2.py and its type stub (.pyi) from the project's own .proto.
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -Ibroker/wire --python_out=broker/wire broker/wire/pulsar_api.proto
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -Ipulsar_protocol --python_out=pulsar_protocol --mypy_out=pulsar_protocol pulsar_protocol/pulsar_api.proto
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache spark-warehouse metastore_db derby.log

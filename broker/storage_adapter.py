@@ -21,8 +21,8 @@ from broker.storage.cursors import CursorState, CursorStore
 from broker.storage.journal import Journal
 from broker.storage.ledger import ManagedLedger
 from broker.storage.position import Position
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.payload import is_batch, payload_offsets
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.payload import is_batch, payload_offsets
 
 if TYPE_CHECKING:
     from broker.core.topic import Topic

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from broker.wire.topic_names import admin_path, partition_names
+from pulsar_protocol.topic_names import admin_path, partition_names
 
 log = logging.getLogger("bench.coordinator")
 

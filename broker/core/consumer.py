@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from broker.core.entry import Entry
-from broker.wire.commands import message_command_bytes
-from broker.wire.frames import frame_head
+from pulsar_protocol.commands import message_command_bytes
+from pulsar_protocol.frames import frame_head
 
 if TYPE_CHECKING:
     from broker.subscriptions.base import Subscription

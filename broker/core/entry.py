@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.wire import pulsar_api_pb2 as pb
+from pulsar_protocol import pulsar_api_pb2 as pb
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from collections import deque
 from typing import Protocol
 
 from broker.core.entry import Entry
-from broker.wire.payload import message_count
+from pulsar_protocol.payload import message_count
 
 
 def now_us() -> int:

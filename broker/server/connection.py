@@ -16,11 +16,11 @@ from broker.core.consumer import Consumer
 from broker.core.entry_log import now_us
 from broker.core.topic import Producer, Topic
 from broker.subscriptions.base import SubscriptionError
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.commands import T, command
-from broker.wire.errors import RemoteProtocolError
-from broker.wire.frames import FrameDecoder, encode_frame
-from broker.wire.payload import decode_payload
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, command
+from pulsar_protocol.errors import RemoteProtocolError
+from pulsar_protocol.frames import FrameDecoder, encode_frame
+from pulsar_protocol.payload import decode_payload
 
 if TYPE_CHECKING:
     from broker.server.service import BrokerService

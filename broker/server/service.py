@@ -18,8 +18,9 @@ from broker.config import BrokerConfig
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import SUBSCRIPTION_CLASSES, Topic
 from broker.server.connection import ServerConnection
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.topic_names import PARTITION_SUFFIX, partition_names
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.extensions import NAME_BY_SUBTYPE, SUBSCRIPTION_MODE_PROPERTY
+from pulsar_protocol.topic_names import PARTITION_SUFFIX, partition_names
 
 log = logging.getLogger("broker")
 
@@ -31,13 +32,6 @@ class TopicExists(ValueError):
     """A topic to create is there already (the admin API answers 409, as Pulsar's does)."""
 
 
-SUBSCRIPTION_MODE_PROPERTY = "subscriptionMode"
-_SUBTYPE_NAMES = {
-    pb.CommandSubscribe.Exclusive: "Exclusive",
-    pb.CommandSubscribe.Shared: "Shared",
-    pb.CommandSubscribe.Failover: "Failover",
-    pb.CommandSubscribe.Key_Shared: "Key_Shared",
-}
 _MODES_BY_LOWER = {m.lower(): m for m in SUBSCRIPTION_CLASSES}
 
 
@@ -114,7 +108,7 @@ class BrokerService:
         preset = self.preset_modes.get((full, req.subscription)) or self.preset_modes.get(
             (base, req.subscription)
         )
-        return preset or _SUBTYPE_NAMES[req.subType]
+        return preset or NAME_BY_SUBTYPE[req.subType]
 
     def create_subscription(self, topic_name: str, subscription: str, mode: str) -> None:
         canonical = _MODES_BY_LOWER.get(mode.lower())

@@ -7,17 +7,11 @@ entry with the same key: the order per key is kept, other keys go on.
 
 from __future__ import annotations
 
-import mmh3
-
 from broker.core.consumer import Consumer
 from broker.core.entry import Entry
 from broker.subscriptions.base import READ_BATCH, Subscription
-
-SLOTS = 65536
-
-
-def key_slot(key: bytes) -> int:
-    return (mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF) % SLOTS
+from pulsar_protocol.extensions import KEY_SLOTS as SLOTS
+from pulsar_protocol.extensions import key_slot
 
 
 class KeySharedSubscription(Subscription):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from broker.core.consumer import Consumer
 from broker.subscriptions.base import READ_BATCH, Subscription, SubscriptionError
-from broker.wire import pulsar_api_pb2 as pb
+from pulsar_protocol import pulsar_api_pb2 as pb
 
 
 class ExclusiveSubscription(Subscription):

@@ -11,8 +11,8 @@ import json
 import urllib.error
 import urllib.request
 
-from broker.wire.topic_names import admin_path
 from drivers.base import DriverError
+from pulsar_protocol.topic_names import admin_path
 
 TIMEOUT_SECONDS = 30.0
 

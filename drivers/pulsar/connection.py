@@ -21,15 +21,15 @@ from gevent.event import AsyncResult, Event
 from gevent.lock import Semaphore
 from gevent.pool import Group
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.commands import T, body_of, command
-from broker.wire.errors import RemoteProtocolError
-from broker.wire.frames import Frame, FrameDecoder, encode_frame
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
 from drivers.pulsar.consumer import ConsumerState, flow_frame, subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, body_of, command
+from pulsar_protocol.errors import RemoteProtocolError
+from pulsar_protocol.frames import Frame, FrameDecoder, encode_frame
 
 log = logging.getLogger("drivers.pulsar")
 

@@ -9,10 +9,11 @@ id delivered since the last flush, in one command).
 
 from __future__ import annotations
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.commands import T, command
-from broker.wire.frames import encode_frame
 from drivers.base import ConsumerSpec, DriverError
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, command
+from pulsar_protocol.extensions import SUBSCRIPTION_MODE_PROPERTY
+from pulsar_protocol.frames import encode_frame
 
 SUB_TYPES = {
     "Exclusive": pb.CommandSubscribe.Exclusive,
@@ -22,7 +23,7 @@ SUB_TYPES = {
     # The wire has no fifth subType: the bundled broker picks Broadcast from this property.
     "Broadcast": pb.CommandSubscribe.Shared,
 }
-BROADCAST_PROPERTY = pb.KeyValue(key="subscriptionMode", value="broadcast")
+BROADCAST_PROPERTY = pb.KeyValue(key=SUBSCRIPTION_MODE_PROPERTY, value="broadcast")
 
 
 def subscribe_command(

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.errors import RemoteProtocolError
-from broker.wire.payload import decode_payload, is_batch, split_batch
 from drivers.base import BrokerStamps
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.errors import RemoteProtocolError
+from pulsar_protocol.payload import decode_payload, is_batch, split_batch
 
 
 def message_bodies(section: bytes, verify: bool) -> list[bytes]:

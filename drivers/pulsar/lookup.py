@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.wire import pulsar_api_pb2 as pb
 from drivers.base import DriverError
 from drivers.pulsar.settings import Settings, is_loopback, parse_service_url, resolve_host
+from pulsar_protocol import pulsar_api_pb2 as pb
 
 MAX_REDIRECTS = 20
 """As the Java client's default maxLookupRedirects."""

@@ -10,19 +10,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
-import mmh3
-
-from broker.wire.topic_names import partition_names
 from drivers.base import BenchmarkProducer
+from pulsar_protocol.extensions import key_partition
+from pulsar_protocol.topic_names import partition_names
 
 __all__ = ["PartitionedProducer", "key_partition", "partition_names"]
-
-
-def key_partition(key: bytes, partitions: int) -> int:
-    """The partition of a keyed message: Murmur3_32 of the key, as Pulsar's
-    HashingScheme.Murmur3_32Hash (hash & Integer.MAX_VALUE, then modulo), so one key always
-    lands on one partition and Key_Shared ordering per key holds across the topic."""
-    return (mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF) % partitions
 
 
 class PartitionedProducer:

@@ -26,14 +26,14 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 from gevent.pool import Group
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.commands import T, command
-from broker.wire.frames import encode_frame
-from broker.wire.payload import encode_payload, join_batch
 from drivers.base import DriverError
 from drivers.pulsar import backoff
 from drivers.pulsar.connection import Connection, RequestFailed
 from drivers.pulsar.settings import Settings
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, command
+from pulsar_protocol.frames import encode_frame
+from pulsar_protocol.payload import encode_payload, join_batch
 
 OnDone = Callable[[Exception | None], None]
 log = logging.getLogger("drivers.pulsar")

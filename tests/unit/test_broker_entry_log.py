@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from broker.core.entry_log import MemoryEntryLog
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.payload import encode_payload
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.payload import encode_payload
 
 SECTION = encode_payload(
     pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1), b"x" * 10_000

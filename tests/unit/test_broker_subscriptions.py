@@ -9,9 +9,9 @@ import pytest
 from broker.core.consumer import Consumer
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import Topic
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.frames import FrameDecoder
-from broker.wire.payload import encode_payload
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.frames import FrameDecoder
+from pulsar_protocol.payload import encode_payload
 
 
 class FakeWire:

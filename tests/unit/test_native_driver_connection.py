@@ -15,15 +15,15 @@ import pytest
 from gevent import socket
 from gevent.pool import Group
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.commands import T, command, message_command_bytes
-from broker.wire.frames import Frame, FrameDecoder, encode_frame, encode_raw_frame
-from broker.wire.payload import decode_payload, encode_payload, join_batch, split_batch
 from drivers.base import BrokerStamps, ConsumerSpec, DriverError
 from drivers.pulsar import connection as connection_module
 from drivers.pulsar.connection import Connection, RequestFailed, RequestTimeout, connect_socket
 from drivers.pulsar.producer import PulsarProducer
 from drivers.pulsar.settings import Settings
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, command, message_command_bytes
+from pulsar_protocol.frames import Frame, FrameDecoder, encode_frame, encode_raw_frame
+from pulsar_protocol.payload import decode_payload, encode_payload, join_batch, split_batch
 
 WAIT = 2.0
 

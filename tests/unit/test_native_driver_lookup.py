@@ -11,12 +11,12 @@ import gevent
 import pytest
 from gevent.server import StreamServer
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.commands import T, body_of, command
-from broker.wire.frames import FrameDecoder, encode_frame
 from drivers.base import ConsumerSpec, DriverError
 from drivers.pulsar.driver import PulsarDriver
 from drivers.pulsar.lookup import MAX_REDIRECTS
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, body_of, command
+from pulsar_protocol.frames import FrameDecoder, encode_frame
 
 WAIT = 5.0
 CONNECT, REDIRECT = pb.CommandLookupTopicResponse.Connect, pb.CommandLookupTopicResponse.Redirect

@@ -9,11 +9,6 @@ from types import SimpleNamespace
 import pytest
 from gevent.pool import Group
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.commands import T
-from broker.wire.errors import RemoteProtocolError
-from broker.wire.frames import FrameDecoder, encode_frame
-from broker.wire.payload import encode_payload, join_batch
 from drivers.base import ConsumerSpec, DriverError
 from drivers.pulsar.admin import topic_path
 from drivers.pulsar.consumer import ConsumerState, subscribe_command
@@ -23,6 +18,11 @@ from drivers.pulsar.lookup import Route
 from drivers.pulsar.partitions import PartitionedProducer, key_partition, partition_names
 from drivers.pulsar.pool import FD_MARGIN, ConnectionPool, socket_budget, source_address
 from drivers.pulsar.settings import Settings, parse_service_url, settings_from
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T
+from pulsar_protocol.errors import RemoteProtocolError
+from pulsar_protocol.frames import FrameDecoder, encode_frame
+from pulsar_protocol.payload import encode_payload, join_batch
 
 
 def single(body: bytes, **meta) -> bytes:

@@ -6,11 +6,11 @@ import struct
 
 import pytest
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.commands import T, command, message_command_bytes
-from broker.wire.errors import RemoteProtocolError
-from broker.wire.frames import FrameDecoder, encode_frame
-from broker.wire.payload import (
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, command, message_command_bytes
+from pulsar_protocol.errors import RemoteProtocolError
+from pulsar_protocol.frames import FrameDecoder, encode_frame
+from pulsar_protocol.payload import (
     decode_payload,
     encode_payload,
     join_batch,

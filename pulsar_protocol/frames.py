@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.errors import RemoteProtocolError
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.errors import RemoteProtocolError
 
 # Pulsar's default maxMessageSize (5 MiB) plus the room it leaves for headers.
 MAX_FRAME_SIZE = 5 * 1024 * 1024 + 10 * 1024

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import crc32c
 from google.protobuf.message import DecodeError
 
-from broker.wire import pulsar_api_pb2 as pb
-from broker.wire.errors import RemoteProtocolError
-from broker.wire.frames import MAGIC_CRC32C
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.errors import RemoteProtocolError
+from pulsar_protocol.frames import MAGIC_CRC32C
 
 _U32 = struct.Struct(">I")
 _MAGIC_CRC = struct.Struct(">HI")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.wire import pulsar_api_pb2 as pb
+from pulsar_protocol import pulsar_api_pb2 as pb
 
 T = pb.BaseCommand
 
