@@ -27,6 +27,7 @@ bench: $(STAMP) java-check
 
 test: $(STAMP) java-check
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
@@ -35,6 +36,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # Regenerates pulsar_protocol/pulsar_api_pb2.py and its type stub (.pyi) from the project's own .proto.
 proto: $(STAMP)
