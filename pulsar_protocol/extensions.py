@@ -7,6 +7,8 @@ and keys hash as Apache's `Murmur3_32Hash` both for Key_Shared slots and partiti
 
 from __future__ import annotations
 
+import time
+
 import mmh3
 
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -23,6 +25,13 @@ SUBTYPE_BY_NAME: dict[str, int] = {
 }
 NAME_BY_SUBTYPE: dict[int, str] = {v: k for k, v in SUBTYPE_BY_NAME.items()}
 SUBSCRIPTION_MODES: tuple[str, ...] = (*SUBTYPE_BY_NAME, BROADCAST)
+
+
+def now_us() -> int:
+    """The clock of every stage stamp: realtime, in µs (the broker's stamps and the client's
+    receive time are compared across processes, so it cannot be a monotonic clock)."""
+    return time.time_ns() // 1000
+
 
 KEY_SLOTS = 65536
 """Apache's Key_Shared hash range."""
