@@ -10,6 +10,7 @@ from collections.abc import Callable
 from broker.admin.http import AdminServer
 from broker.config import BrokerConfig
 from broker.server.service import BrokerService
+from broker.storage.ledger_storage import LedgerStorage
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -22,9 +23,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
         return asyncio.new_event_loop
 
 
-def make_storage(config: BrokerConfig):
-    from broker.storage_adapter import LedgerStorage
-
+def make_storage(config: BrokerConfig) -> LedgerStorage:
     return LedgerStorage(config)
 
 

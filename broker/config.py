@@ -41,7 +41,7 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, values: dict[str, Any], source: str = "broker config") -> BrokerConfig:
         known = {f.name: f for f in fields(cls)}
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         for key, value in values.items():
             if key not in known:
                 raise BrokerConfigError(f"{source}: unknown broker setting {key!r}")

@@ -1,9 +1,11 @@
-"""The driver boundary, after OMB's driver-api: the harness knows drivers only through this file.
+"""The driver boundary, after OMB's driver-api: the harness knows drivers only through this file
+(and drivers/config.py, the config checks both sides share).
 
-A driver creates producers and consumers on a broker. It owns sockets and protocol; the
-harness owns timing and statistics. Drivers push deliveries to the harness through
-`ConsumerCallback`, with the timestamp taken when the bytes were read off the socket (one clock
-read per `recv`), never when a greenlet got scheduled.
+A driver creates producers and consumers on a broker. It owns sockets, protocol, its own
+settings (its sections of the driver file), topic naming and the broker's admin API; the
+harness owns timing, statistics and the bundled broker's lifecycle. Drivers push deliveries
+to the harness through `ConsumerCallback`, with the timestamp taken when the bytes were read
+off the socket (one clock read per `recv`), never when a greenlet got scheduled.
 
 Drivers run under gevent (Locust workers): calls may block the calling greenlet but must not
 block the process.
@@ -12,9 +14,9 @@ block the process.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,19 +77,70 @@ class BenchmarkProducer(Protocol):
     def close(self) -> None: ...
 
 
-class BenchmarkDriver(Protocol):
+class DriverConfig(Protocol):
+    """A driver's own settings, parsed by the driver from its sections of the driver file."""
+
+    @property
+    def service_url(self) -> str | None:
+        """The broker to measure; None asks the harness to start the bundled broker (its URLs
+        then reach `initialize`)."""
+
+    @property
+    def admin_url(self) -> str | None:
+        """That broker's admin API, when the file names one."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved sections under their YAML keys (for the manifest, and for the
+        workers); parsing it again gives an equal config."""
+
+    def partitions_problem(self, partitions: int) -> str | None:
+        """Why topics of `partitions` partitions cannot be made with this config, ending with
+        the fix; None when they can. Checked before a run starts."""
+
+
+ConfigT = TypeVar("ConfigT", bound=DriverConfig)
+
+
+class BenchmarkDriver(Protocol[ConfigT]):
+    """Loaded by name (`driverClass`) and made with no arguments, on the coordinator and in
+    every worker. The coordinator uses the first group of methods on a driver it never
+    initializes; the workers initialize theirs and use the second."""
+
+    # -- the coordinator's side: configuration, names, the broker's own view --------------------
+    def parse_config(self, sections: Mapping[Any, object], where: str) -> ConfigT:
+        """Check this driver's sections of the driver file (everything but `name`,
+        `driverClass` and `broker`, which the harness owns) and type them. Raises
+        drivers.config.ConfigError, starting with `where` ('<file>: '), for an unknown key or a
+        bad value."""
+
+    def topic_name(self, name: str, *, persistent: bool) -> str:
+        """The broker's full name of the topic the harness calls `name` (OMB's topic
+        prefix plus a number), in the persistent or the non-persistent domain."""
+
+    def check_reachable(self, service_url: str, timeout: float) -> None:
+        """Raise DriverError, saying what to do, when the broker at `service_url` cannot be
+        reached; a run then stops before any worker starts."""
+
+    def topic_stats(
+        self, topics: list[str], partitions: int, *, admin_url: str | None
+    ) -> dict[str, object] | None:
+        """The broker's own view of `topics` at the end of the measurement (per topic, or per
+        partition when `partitions` > 1; None for one that did not answer), or None when the
+        driver or the broker has no such view. Never raises for a broker that does not
+        answer: it is evidence for the reader of a run, not an input of the analysis."""
+
+    # -- a worker's side ---------------------------------------------------------------------
     def initialize(
         self,
-        config: Any,
+        config: ConfigT,
         callback: ConsumerCallback,
         *,
         consumers_per_connection: int,
         service_url: str,
         admin_url: str | None = None,
     ) -> None:
-        """`config` is the parsed driver YAML (harness.driver_config.DriverConfig);
-        `service_url` the broker to use (the bundled one when the YAML names none), `admin_url`
-        its admin API when one is known."""
+        """`config` is what `parse_config` returned; `service_url` the broker to use (the
+        bundled one when the config names none), `admin_url` its admin API when one is known."""
 
     def create_topic(self, topic: str, partitions: int) -> None:
         """Make `topic` exist with `partitions` partitions before anyone uses it, as OMB's
@@ -111,7 +164,7 @@ class DriverError(Exception):
     """A driver could not do what was asked; the message says what and where."""
 
 
-def load_driver(dotted: str) -> BenchmarkDriver:
+def load_driver(dotted: str) -> BenchmarkDriver[Any]:
     """Instantiate `package.module:Class`, as OMB loads `driverClass` by name."""
     module_name, _, class_name = dotted.partition(":")
     try:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -43,7 +44,7 @@ class EmbeddedBroker:
         data_dir: Path,
         stats_dir: Path,
         log_path: Path,
-        settings: dict | None = None,
+        settings: Mapping[str, object] | None = None,
         host: str = "127.0.0.1",
     ) -> None:
         self.host = host
@@ -52,7 +53,7 @@ class EmbeddedBroker:
         self.data_dir = data_dir
         self.stats_dir = stats_dir
         self.log_path = log_path
-        self.settings = settings or {}
+        self.settings: Mapping[str, object] = settings or {}
         self.process: subprocess.Popen | None = None
 
     @property

@@ -17,32 +17,32 @@ from pathlib import Path
 import psutil
 
 from drivers.base import BrokerStamps, SubscribeResult
-from harness.hlog import METRICS, HlogWriter, new_histogram, record
 from harness.message_body import read_stamp
-
-STAGE_COLUMNS = (
-    "ts_us",
-    "e2e_us",
-    "producing_us",
-    "broker_in_us",
-    "persistence_us",
-    "notification_us",
-    "broker_out_us",
-    "broadcasting_us",
+from results_contract.columns import (
+    CONNECTION_COLUMNS,
+    DELIVERY_COLUMNS,
+    PHASES,
+    STAGE_COLUMNS,
+    TIMELINE_COLUMNS,
+    header,
 )
-TIMELINE_COLUMNS = (
-    "ts",
-    "phase",
-    "sent",
-    "received",
-    "errors",
-    "connected",
-    "cpu",
-    "rss",
-    "loop_lag_ms",
+from results_contract.hlog import HlogWriter, new_histogram, record
+from results_contract.metrics import (
+    CONNECT,
+    E2E,
+    E2E_ACTUAL,
+    METRICS,
+    PUBLISH,
+    PUBLISH_DELAY,
+    STAGE_METRICS,
 )
-CONNECTION_COLUMNS = ("consumer", "connection", "start_us", "end_us", "ok", "error")
-DELIVERY_COLUMNS = ("consumer", "received", "out_of_order")
+from results_contract.paths import (
+    CONNECTIONS_FILE,
+    DELIVERIES_FILE,
+    HISTOGRAMS_FILE,
+    STAGES_FILE,
+    TIMELINE_FILE,
+)
 
 
 @dataclass
@@ -55,13 +55,12 @@ class Phases:
     drain_end: float = float("inf")
 
     def at(self, t: float) -> str:
-        if t < self.warmup_start:
-            return "connect"
-        if t < self.measure_start:
-            return "warmup"
-        if t < self.measure_end:
-            return "measure"
-        return "drain"
+        """The timeline's `phase` at time t (results_contract.columns.PHASES)."""
+        ends = (self.warmup_start, self.measure_start, self.measure_end)
+        for phase, end in zip(PHASES[:-1], ends, strict=True):
+            if t < end:
+                return phase
+        return PHASES[-1]
 
 
 class Recorder:
@@ -81,20 +80,21 @@ class Recorder:
         self.phases = Phases()
         self._offset_us = clock_offset_us
         self._start = self._now()
-        self._hlog_file = open(directory / "histograms.hlog", "w", encoding="ascii")  # noqa: SIM115
+        self._hlog_file = open(directory / HISTOGRAMS_FILE, "w", encoding="ascii")  # noqa: SIM115
         self._hlog = HlogWriter(self._hlog_file, self._start)
         self._intervals = {m: new_histogram() for m in METRICS}
+        self._stage_hists = tuple(self._intervals[m] for m in STAGE_METRICS)
         self._interval_start = self._start
         self.running_e2e = new_histogram()
-        self._stage_file = open(directory / "stages.csv", "w", newline="")  # noqa: SIM115
+        self._stage_file = open(directory / STAGES_FILE, "w", newline="")  # noqa: SIM115
         self._stages = csv.writer(self._stage_file)
-        self._stages.writerow(STAGE_COLUMNS)
-        self._conn_file = open(directory / "connections.csv", "w", newline="")  # noqa: SIM115
+        self._stages.writerow(header(STAGE_COLUMNS))
+        self._conn_file = open(directory / CONNECTIONS_FILE, "w", newline="")  # noqa: SIM115
         self._conns = csv.writer(self._conn_file)
-        self._conns.writerow(CONNECTION_COLUMNS)
-        self._timeline_file = open(directory / "timeline.csv", "w", newline="")  # noqa: SIM115
+        self._conns.writerow(header(CONNECTION_COLUMNS))
+        self._timeline_file = open(directory / TIMELINE_FILE, "w", newline="")  # noqa: SIM115
         self._timeline = csv.writer(self._timeline_file)
-        self._timeline.writerow(TIMELINE_COLUMNS)
+        self._timeline.writerow(header(TIMELINE_COLUMNS))
         # Sample 1 in `_sample_mod` of (message, consumer) pairs, chosen by hash: no bias
         # towards fast or slow deliveries.
         self._sample_mod = (
@@ -141,35 +141,25 @@ class Recorder:
             return
         e2e = receive_us - intended_us
         hist = self._intervals
-        if not record(hist["e2e"], e2e):
+        if not record(hist[E2E], e2e):
             self.out_of_range += 1
-        record(hist["e2e_actual"], receive_us - actual_us)
+        record(hist[E2E_ACTUAL], receive_us - actual_us)
         record(self.running_e2e, e2e)
         if stamps is None:
             return
+        row: tuple[int | str, ...]
         if stamps.complete:
-            producing = stamps.received_us - intended_us
-            broker_in = stamps.persist_start_us - stamps.received_us
-            persistence = stamps.durable_us - stamps.persist_start_us
-            notification = stamps.notified_us - stamps.durable_us
-            broker_out = stamps.dispatch_us - stamps.notified_us
-            broadcasting = receive_us - stamps.dispatch_us
-            record(hist["stage.producing"], producing)
-            record(hist["stage.broker_in"], broker_in)
-            record(hist["stage.persistence"], persistence)
-            record(hist["stage.notification"], notification)
-            record(hist["stage.broker_out"], broker_out)
-            record(hist["stage.broadcasting"], broadcasting)
-            row = (
-                receive_us,
-                e2e,
-                producing,
-                broker_in,
-                persistence,
-                notification,
-                broker_out,
-                broadcasting,
+            stages = (  # in the order of metrics.STAGES
+                stamps.received_us - intended_us,  # producing
+                stamps.persist_start_us - stamps.received_us,  # broker in
+                stamps.durable_us - stamps.persist_start_us,  # persistence
+                stamps.notified_us - stamps.durable_us,  # notification
+                stamps.dispatch_us - stamps.notified_us,  # broker out
+                receive_us - stamps.dispatch_us,  # broadcasting
             )
+            for stage_hist, value in zip(self._stage_hists, stages, strict=True):
+                record(stage_hist, value)
+            row = (receive_us, e2e, *stages)
         elif stamps.dispatch_us:
             # A broker with only a dispatch stamp: stages 1-5 as one span, and stage 6.
             row = (
@@ -197,8 +187,8 @@ class Recorder:
     def message_sent(self, intended_us: int, actual_us: int, acked_us: int) -> None:
         self.sent += 1
         if self.phases.measure_start <= intended_us / 1e6 < self.phases.measure_end:
-            record(self._intervals["publish"], acked_us - actual_us)
-            record(self._intervals["publish_delay"], actual_us - intended_us)
+            record(self._intervals[PUBLISH], acked_us - actual_us)
+            record(self._intervals[PUBLISH_DELAY], actual_us - intended_us)
 
     def send_failed(self) -> None:
         self.errors += 1
@@ -208,7 +198,7 @@ class Recorder:
         if result.ok:
             self.connected += 1
             self._subscribed.append(result.index)
-            record(self._intervals["connect"], result.end_us - result.start_us)
+            record(self._intervals[CONNECT], result.end_us - result.start_us)
         else:
             self.failed += 1
         self._conns.writerow(
@@ -275,9 +265,9 @@ class Recorder:
         if int(self._now()) == last:
             time.sleep(max(0.0, last + 1 - self._now()))
         self.tick()
-        with open(self.directory / "deliveries.csv", "w", newline="") as f:
+        with open(self.directory / DELIVERIES_FILE, "w", newline="") as f:
             rows = csv.writer(f)
-            rows.writerow(DELIVERY_COLUMNS)
+            rows.writerow(header(DELIVERY_COLUMNS))
             for index in sorted(set(self._subscribed)):
                 counted = index < len(self._by_consumer)
                 rows.writerow(

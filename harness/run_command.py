@@ -13,9 +13,9 @@ from pathlib import Path
 
 import locust  # noqa: F401, I001 - gevent monkey-patching must come before sockets are made
 
-from harness.config_errors import ConfigError
+from drivers.config import ConfigError
 from harness.coordinator import Coordinator, RunError
-from harness.driver_config import load_driver
+from harness.driver_config import load_driver_file
 from harness.progress import Progress
 from harness.run_plan import RunPlan
 from harness.workload import load_workload
@@ -59,12 +59,12 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         spec = load_workload(args.workload)
-        driver = load_driver(args.driver)
+        driver = load_driver_file(args.driver)
         partitioned = max(case.partitions_per_topic for case in spec.cases)
-        if partitioned > 1 and not driver.uses_bundled_broker and not driver.client.admin_url:
+        problem = driver.config.partitions_problem(partitioned)
+        if problem is not None:
             raise ConfigError(
-                f"{args.workload}: partitionsPerTopic: {partitioned} needs the broker's admin API "
-                f"to create partitioned topics; set client.adminUrl in {args.driver}"
+                f"{args.workload}: partitionsPerTopic: {partitioned} {problem} in {args.driver}"
             )
     except ConfigError as exc:
         print(f"bench run: {exc}", file=sys.stderr)
@@ -80,19 +80,14 @@ def main(argv: list[str]) -> int:
         for i, case in enumerate(spec.cases):
             run_dir = base / f"{i:02d}-{_slug(case.slug)}" if spec.is_sweep else base
             run_id = f"{stamp}-{i:02d}" if spec.is_sweep else stamp
-            plan = RunPlan(
-                run_id=run_id.replace("-", ""),
-                workload=case,
-                driver=driver,
-                service_url=driver.client.service_url or "",
-                admin_url=driver.client.admin_url,
-            )
+            plan = RunPlan.make(run_id.replace("-", ""), case, driver)
             label = f" ({i + 1}/{len(spec.cases)}: {case.label})" if spec.is_sweep else ""
             progress.note(
                 f"run {run_dir}{label}: {case.total_consumers} consumers, {case.subscription_type}"
             )
             Coordinator(
                 plan,
+                driver,
                 run_dir,
                 workers=args.workers,
                 remote_workers=args.remote_workers,

@@ -1,4 +1,4 @@
-"""What every process of a run needs to know, in one picklable value: workload, driver,
+"""What every process of a run needs to know, in one msgpack-able value: workload, driver,
 broker URL, topic names, and where each consumer and producer goes."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
-from harness.driver_config import ClientConfig, ConsumerConfig, DriverConfig, ProducerConfig
+from harness.driver_config import DriverFile
 from harness.workload import Workload
 
 
@@ -35,26 +34,39 @@ def workload_from_dict(data: dict[str, Any]) -> Workload:
     return Workload(**values)
 
 
-def driver_from_dict(data: dict[str, Any]) -> DriverConfig:
-    values = dict(data)
-    values["client"] = ClientConfig(**values["client"])
-    values["producer"] = ProducerConfig(**values["producer"])
-    values["consumer"] = ConsumerConfig(**values["consumer"])
-    values["broker"] = MappingProxyType(dict(values["broker"]))
-    return DriverConfig(**values)
-
-
 @dataclass(frozen=True)
 class RunPlan:
     run_id: str
     workload: Workload
-    driver: DriverConfig
+    topics: tuple[str, ...]
+    """The driver's names of the run's topics (drivers.base.BenchmarkDriver.topic_name)."""
+    driver_class: str
+    driver_settings: Mapping[str, Any]
+    """The driver's sections of the driver file, resolved (DriverConfig.to_dict()): each
+    worker's driver parses them again."""
     service_url: str
+    """The broker; "" until the bundled broker has started, when the driver names none."""
     admin_url: str | None = None
 
-    def topic_name(self, t: int) -> str:
-        w = self.workload
-        return f"{w.topic_persistence}://public/default/fanout-{self.run_id}-{t}"
+    @classmethod
+    def make(cls, run_id: str, workload: Workload, driver: DriverFile) -> RunPlan:
+        persistent = workload.topic_persistence == "persistent"
+        return cls(
+            run_id=run_id,
+            workload=workload,
+            topics=tuple(
+                driver.driver.topic_name(f"fanout-{run_id}-{t}", persistent=persistent)
+                for t in range(workload.topics)
+            ),
+            driver_class=driver.driver_class,
+            driver_settings=driver.config.to_dict(),
+            service_url=driver.config.service_url or "",
+            admin_url=driver.config.admin_url,
+        )
+
+    def with_broker(self, service_url: str, admin_url: str | None) -> RunPlan:
+        """The plan aimed at a broker started for it (the bundled one)."""
+        return dataclasses.replace(self, service_url=service_url, admin_url=admin_url)
 
     def consumer_placement(self, global_index: int) -> tuple[str, str]:
         """Consumer number → (topic, subscription), filling subscriptions in order."""
@@ -63,13 +75,10 @@ class RunPlan:
         topic = (global_index // per_topic) % w.topics if per_topic else 0
         within = global_index % per_topic if per_topic else 0
         subscription = within // w.consumer_per_subscription
-        return self.topic_name(topic), f"sub-{subscription}"
-
-    def topic_names(self) -> list[str]:
-        return [self.topic_name(t) for t in range(self.workload.topics)]
+        return self.topics[topic], f"sub-{subscription}"
 
     def producer_topic(self, global_index: int) -> str:
-        return self.topic_name(global_index % self.workload.topics)
+        return self.topics[global_index % len(self.topics)]
 
     def payload_bytes(self) -> bytes | None:
         path = self.workload.payload_file
@@ -91,7 +100,9 @@ class RunPlan:
         return {
             "run_id": self.run_id,
             "workload": _plain(self.workload),
-            "driver": _plain(self.driver),
+            "topics": list(self.topics),
+            "driver_class": self.driver_class,
+            "driver_settings": _plain(self.driver_settings),
             "service_url": self.service_url,
             "admin_url": self.admin_url,
         }
@@ -101,7 +112,9 @@ class RunPlan:
         return cls(
             run_id=data["run_id"],
             workload=workload_from_dict(data["workload"]),
-            driver=driver_from_dict(data["driver"]),
+            topics=tuple(data["topics"]),
+            driver_class=data["driver_class"],
+            driver_settings=data["driver_settings"],
             service_url=data["service_url"],
             admin_url=data.get("admin_url"),
         )

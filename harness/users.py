@@ -1,22 +1,40 @@
 """Locust user classes: one ConsumerUser per consumer, one ProducerUser per producer.
 
 Locust's spawn rate is the consumers' subscribe rate; its master/worker runners spread the
-users over processes and hosts. The users only ask the worker's FanoutContext to act: the
+users over processes and hosts. The users only ask their process's `Fanout` to act: the
 driver does the protocol and the recorder the timing.
+
+Per-run settings reach the users through classes made for the run (`user_classes`), never by
+changing these classes' attributes: the master's producer count, and the worker's Fanout.
 """
 
 from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
 
 import gevent
 from locust import User, constant, task
 
 
+class Fanout(Protocol):
+    """What a worker process offers its users (harness/worker.py)."""
+
+    def subscribe_one(self) -> None: ...
+
+    def create_producer(self) -> Any:
+        """A producer slot, handed back to run_schedule."""
+
+    def run_schedule(self, slot: Any) -> None: ...
+
+
 class ConsumerUser(User):
+    abstract = True
+    fanout: ClassVar[Fanout]
     wait_time = constant(3600)
     weight = 1
 
     def on_start(self) -> None:
-        self.environment.fanout.subscribe_one()
+        self.fanout.subscribe_one()
 
     @task
     def hold(self) -> None:
@@ -25,13 +43,28 @@ class ConsumerUser(User):
 
 
 class ProducerUser(User):
+    abstract = True
+    fanout: ClassVar[Fanout]
     wait_time = constant(3600)
-    fixed_count = 1
 
     def on_start(self) -> None:
-        self.slot = self.environment.fanout.create_producer()
+        self.slot = self.fanout.create_producer()
 
     @task
     def produce(self) -> None:
-        self.environment.fanout.run_schedule(self.slot)
+        self.fanout.run_schedule(self.slot)
         gevent.sleep(3600)
+
+
+def user_classes(fanout: Fanout | None, *, producers: int = 1) -> list[type[User]]:
+    """This run's user classes, under the names master and workers share. The master sets the
+    producer count (Locust's `fixed_count`: consumers get the rest of the users) and has no
+    Fanout (its users never run); a worker gives its own Fanout."""
+    return [
+        type("ConsumerUser", (ConsumerUser,), {"fanout": fanout, "__module__": __name__}),
+        type(
+            "ProducerUser",
+            (ProducerUser,),
+            {"fanout": fanout, "fixed_count": producers, "__module__": __name__},
+        ),
+    ]

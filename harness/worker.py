@@ -1,9 +1,10 @@
 """A Locust worker process: the driver, the recorder and the users of one process.
 
-The coordinator (Locust master) sends `run_config` before any user spawns, `phases` when the
-connect phase is over, and `finish` at the end; the worker reports `progress` once a second
-and `finished` with its totals. Raw results go straight to the run's folder when this host is
-the coordinator's, otherwise to a local folder that is shipped to the master at `finish`.
+The coordinator (Locust master) sends RunConfig before any user spawns, PhaseTimes when the
+connect phase is over, and Finish at the end; the worker reports ProgressReport once a second
+and Finished with its totals (harness/messages.py). Raw results go straight to the run's
+folder when this host is the coordinator's, otherwise to a local folder that is shipped to the
+master at Finish.
 """
 
 from __future__ import annotations
@@ -16,185 +17,137 @@ import random
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gevent
+from gevent.event import Event
 from gevent.lock import Semaphore
+from gevent.pool import Group
 from locust.env import Environment
 
-from drivers.base import BenchmarkProducer, ConsumerSpec, DriverError, load_driver
+from drivers.base import (
+    BenchmarkDriver,
+    BenchmarkProducer,
+    ConsumerSpec,
+    DriverError,
+    SubscribeResult,
+    load_driver,
+)
+from drivers.config import ConfigError
 from harness.message_body import body_pool, stamp
+from harness.messages import (
+    ClockPing,
+    ClockPong,
+    Configured,
+    Finish,
+    Finished,
+    PhaseTimes,
+    ProgressReport,
+    RawFile,
+    RunConfig,
+    WorkerError,
+    WorkerReady,
+    listen,
+    send,
+)
 from harness.recorder import Phases, Recorder
-from harness.run_plan import RunPlan
-from harness.users import ConsumerUser, ProducerUser
+from harness.users import user_classes
+from results_contract.clock import now_us
 
 log = logging.getLogger("bench.worker")
 
+ProducerSlot = tuple[BenchmarkProducer, str, int]
+"""A producer, its topic and its global index (which seeds its keys and payload choice)."""
 
-def now_us() -> int:
-    return time.time_ns() // 1000
 
+class WorkerRun:
+    """One configured run in this process: plan, recorder, driver, and what users do."""
 
-class FanoutContext:
-    """Everything one worker process shares between its users."""
-
-    def __init__(self, environment: Environment) -> None:
-        self.environment = environment
-        self.runner = environment.runner
-        self.plan: RunPlan | None = None
-        self.worker_id = ""
-        self.worker_index = 0
-        self.worker_count = 1
-        self.clock_offset_us = 0
+    def __init__(self, config: RunConfig, runner: Any, request_event: Any) -> None:
+        self.config = config
+        self.plan = config.plan
+        self.runner = runner
+        self.request = request_event
+        """Locust's `request` hook, fired for subscribes and sends (Locust's own stats)."""
+        self.worker_id = config.worker_id
+        self.clock_offset_us = config.clock_offset_us
         """This host's clock minus the coordinator's, as applied (harness/clock.py)."""
-        self.recorder: Recorder | None = None
-        self.driver = None
-        self.configured = gevent.event.Event()
-        self.phases_known = gevent.event.Event()
+        self.phases_known = Event()
         self._consumer_counter = itertools.count()
         self._producer_counter = itertools.count()
         self._names: dict[int, str] = {}
-        self._slots: Semaphore | None = None
-        self._results_dir: Path | None = None
-        self._ship = False
-        self._ticker = None
-        self._lag_watch = None
-        self._payload: bytes | None = None
-
-    # -- messages from the master ------------------------------------------------------------
-    def on_run_config(self, msg, **_kw) -> None:
-        data: dict[str, Any] = msg.data
-        self.plan = RunPlan.from_dict(data["plan"])
-        self.worker_id = data["worker_id"]
-        self.worker_index = data["worker_index"]
-        self.worker_count = data["worker_count"]
-        self.clock_offset_us = data["clock_offset_us"]
-        self._payload: bytes | None = data["payload"]
+        self._background = Group()
         # FANOUT_SHIP_RAW=1 makes a local worker behave as a remote one (tests use it).
-        same_host = data["coordinator_host"] == socket.gethostname() and not os.environ.get(
+        same_host = config.coordinator_host == socket.gethostname() and not os.environ.get(
             "FANOUT_SHIP_RAW"
         )
         if same_host:
-            self._results_dir = Path(data["raw_dir"]) / self.worker_id
+            self.results_dir = Path(config.raw_dir) / self.worker_id
         else:
-            self._results_dir = Path(tempfile.mkdtemp(prefix="fanout-raw-")) / self.worker_id
-            self._ship = True
+            self.results_dir = Path(tempfile.mkdtemp(prefix="fanout-raw-")) / self.worker_id
+        self.ship = not same_host
         workload = self.plan.workload
         self.recorder = Recorder(
-            self._results_dir,
+            self.results_dir,
             workload.stage_sample_fraction,
             self._names,
             clock_offset_us=self.clock_offset_us,
         )
-        try:
-            self.driver = load_driver(self.plan.driver.driver_class)
-            self.driver.initialize(
-                self.plan.driver,
-                self.recorder,
-                consumers_per_connection=workload.consumers_per_connection,
-                service_url=self.plan.service_url,
-                admin_url=self.plan.admin_url,
-            )
-            if self.worker_index == 0:  # before any user spawns: the master waits for us
-                for topic in self.plan.topic_names():
-                    self.driver.create_topic(topic, workload.partitions_per_topic)
-        except DriverError as exc:
-            self.runner.send_message(
-                "worker_error", {"worker_id": self.worker_id, "error": str(exc)}
-            )
-            return
-        self._slots = Semaphore(workload.connect_concurrency)
-        self._ticker = gevent.spawn(self._tick_loop)
-        self._lag_watch = gevent.spawn(self._watch_loop_lag)
-        self.configured.set()
-        self.runner.send_message("configured", {"worker_id": self.worker_id})
-
-    def on_clock_ping(self, msg, **_kw) -> None:
-        """Answer at once, inline in Locust's message loop: the delay is the measurement's error."""
-        self.runner.send_message(
-            "clock_pong",
-            {"seq": msg.data["seq"], "worker_us": now_us(), "host": socket.gethostname()},
+        self.driver: BenchmarkDriver[Any] = load_driver(self.plan.driver_class)
+        self.driver.initialize(
+            self.driver.parse_config(
+                self.plan.driver_settings, f"driver {self.plan.driver_class} (from the master): "
+            ),
+            self.recorder,
+            consumers_per_connection=workload.consumers_per_connection,
+            service_url=self.plan.service_url,
+            admin_url=self.plan.admin_url,
         )
+        if config.worker_index == 0:  # before any user spawns: the master waits for us
+            for topic in self.plan.topics:
+                self.driver.create_topic(topic, workload.partitions_per_topic)
+        self._slots = Semaphore(workload.connect_concurrency)
+        self._background.spawn(self._tick_loop)
+        self._background.spawn(self._watch_loop_lag)
 
     def coordinator_now_us(self) -> int:
         """Now, on the coordinator's clock: every time sent to or compared with the
         coordinator's phases, or carried in a payload to another host, is on that clock."""
         return now_us() - self.clock_offset_us
 
-    def on_phases(self, msg, **_kw) -> None:
-        p = msg.data
-        self.recorder.phases = Phases(
-            p["warmup_start"], p["measure_start"], p["measure_end"], p["drain_end"]
-        )
+    def set_phases(self, p: PhaseTimes) -> None:
+        self.recorder.phases = Phases(p.warmup_start, p.measure_start, p.measure_end, p.drain_end)
         self.phases_known.set()
-
-    def on_finish(self, msg, **_kw) -> None:
-        gevent.spawn(self._finish)
-
-    def _finish(self) -> None:
-        if self._ticker is not None:
-            self._ticker.kill()
-        if self._lag_watch is not None:
-            self._lag_watch.kill()
-        totals = {}
-        if self.recorder is not None:
-            self.recorder.close()
-            totals = {
-                "sent": self.recorder.total_sent,
-                "received": self.recorder.total_received,
-                "errors": self.recorder.total_errors,
-                "connected": self.recorder.connected,
-                "failed": self.recorder.failed,
-                "out_of_range": self.recorder.out_of_range,
-            }
-        if self.driver is not None:
-            try:
-                self.driver.close()
-            except Exception:  # closing must not lose the results below
-                log.exception("driver close failed")
-        if self._ship and self._results_dir is not None:
-            for path in sorted(self._results_dir.iterdir()):
-                self.runner.send_message(
-                    "raw_file",
-                    {"worker_id": self.worker_id, "name": path.name, "data": path.read_bytes()},
-                )
-        self.runner.send_message("finished", {"worker_id": self.worker_id, "totals": totals})
 
     # -- consumers -------------------------------------------------------------------------------
     def subscribe_one(self) -> None:
-        self.configured.wait()
         plan = self.plan
         local = next(self._consumer_counter)
         # Interleaved global numbering: unique across workers without coordination.
-        global_index = self.worker_index + local * self.worker_count
+        global_index = self.config.worker_index + local * self.config.worker_count
         topic, subscription = plan.consumer_placement(global_index)
         name = f"{self.worker_id}-c{local}"
         self._names[local] = name
         spec = ConsumerSpec(local, name, topic, subscription, plan.workload.subscription_type)
-        with self._slots:
-            result = self.environment.events.request
-            start = time.perf_counter()
+        outcome: SubscribeResult | None = None
+        with self._slots, self.request.measure("pulsar", "subscribe") as request:
             outcome = self.driver.subscribe(spec)
-            result.fire(
-                request_type="pulsar",
-                name="subscribe",
-                response_time=(time.perf_counter() - start) * 1000,
-                response_length=0,
-                exception=None if outcome.ok else Exception(outcome.error),
-                context={},
-            )
+            if not outcome.ok:
+                request["exception"] = Exception(outcome.error)
+        if outcome is None:  # the driver raised; measure() recorded it, the user reports it
+            raise request["exception"]
         self.recorder.subscribed(outcome)
 
     # -- producers -------------------------------------------------------------------------------
-    def create_producer(self) -> tuple[BenchmarkProducer, str, int]:
-        self.configured.wait()
+    def create_producer(self) -> ProducerSlot:
         local = next(self._producer_counter)
-        global_index = self.worker_index + local * self.worker_count
+        global_index = self.config.worker_index + local * self.config.worker_count
         topic = self.plan.producer_topic(global_index)
         return self.driver.create_producer(topic), topic, global_index
 
-    def run_schedule(self, slot: tuple[BenchmarkProducer, str, int]) -> None:
+    def run_schedule(self, slot: ProducerSlot) -> None:
         """Send on an absolute schedule from warm-up start to measure end.
 
         The k-th message's intended time is start + k / rate whatever happened before it; a
@@ -210,7 +163,7 @@ class FanoutContext:
             workload.message_size,
             workload.randomized_payload_pool_size,
             workload.random_bytes_ratio if workload.use_randomized_payloads else 0.0,
-            self._payload,
+            self.config.payload,
         )
         keys = self.plan.key_source(index)
         start_us = int(phases.warmup_start * 1e6)
@@ -228,14 +181,16 @@ class FanoutContext:
             body = stamp(pool[rng.randrange(len(pool))], intended, actual, k)
             producer.send_async(next(keys), body, self._on_sent(intended, actual))
 
-    def _on_sent(self, intended: int, actual: int):
+    def _on_sent(self, intended: int, actual: int) -> Callable[[Exception | None], None]:
         def done(error: Exception | None) -> None:
             acked = self.coordinator_now_us()
             if error is None:
                 self.recorder.message_sent(intended, actual, acked)
             else:
                 self.recorder.send_failed()
-            self.environment.events.request.fire(
+            # Timed from the send to its receipt on the coordinator's clock, in a callback:
+            # no block to wrap in request.measure().
+            self.request.fire(
                 request_type="pulsar",
                 name="send",
                 response_time=(acked - actual) / 1000,
@@ -254,9 +209,7 @@ class FanoutContext:
             # A worker that fell behind skips the seconds it missed instead of writing a burst
             # of empty rows: the timeline shows the gap, and loop_lag_ms says why.
             next_tick = max(next_tick + 1, math.floor(time.time()) + 1)
-            progress = self.recorder.tick()
-            progress["worker_id"] = self.worker_id
-            self.runner.send_message("progress", progress)
+            send(self.runner, ProgressReport.from_progress(self.worker_id, self.recorder.tick()))
 
     def _watch_loop_lag(self) -> None:
         """Event-loop lag: how late a 50 ms sleep wakes up, worst per second."""
@@ -267,16 +220,97 @@ class FanoutContext:
             if lag > self.recorder.loop_lag_ms:
                 self.recorder.loop_lag_ms = lag
 
+    # -- the end ---------------------------------------------------------------------------------
+    def finish(self) -> None:
+        self._background.kill()
+        self.recorder.close()
+        totals = {
+            "sent": self.recorder.total_sent,
+            "received": self.recorder.total_received,
+            "errors": self.recorder.total_errors,
+            "connected": self.recorder.connected,
+            "failed": self.recorder.failed,
+            "out_of_range": self.recorder.out_of_range,
+        }
+        try:
+            self.driver.close()
+        except Exception:  # closing must not lose the results below
+            log.exception("driver close failed")
+        if self.ship:
+            for path in sorted(self.results_dir.iterdir()):
+                send(self.runner, RawFile(self.worker_id, path.name, path.read_bytes()))
+        send(self.runner, Finished(self.worker_id, totals))
+
+
+class WorkerProcess:
+    """The worker's side of the messages, and the users' Fanout (harness/users.py): users
+    wait until the run is configured, then act on it."""
+
+    def __init__(self) -> None:
+        self.runner: Any = None
+        self.request: Any = None
+        self.worker_id = ""
+        self._run: WorkerRun | None = None
+        self._configured = Event()
+
+    def on_init(self, environment: Environment, runner: Any, **_kw: Any) -> None:
+        """events.init listener: wire this process to its runner."""
+        self.runner = runner
+        self.request = environment.events.request
+        # Inline: the delay before the answer is the clock measurement's error.
+        listen(runner, ClockPing, self.on_clock_ping, concurrent=False)
+        # Opens connections and creates topics: never in Locust's message loop.
+        listen(runner, RunConfig, self.on_run_config, concurrent=True)
+        listen(runner, PhaseTimes, self.on_phases, concurrent=False)
+        listen(runner, Finish, self.on_finish, concurrent=True)
+        send(runner, WorkerReady(runner.client_id))  # Locust's join came before the lines above
+
+    def on_clock_ping(self, ping: ClockPing) -> None:
+        send(self.runner, ClockPong(ping.seq, now_us(), socket.gethostname()))
+
+    def on_run_config(self, config: RunConfig) -> None:
+        self.worker_id = config.worker_id
+        try:
+            run = WorkerRun(config, self.runner, self.request)
+        except (DriverError, ConfigError) as exc:
+            send(self.runner, WorkerError(config.worker_id, str(exc)))
+            return
+        self._run = run
+        self._configured.set()
+        send(self.runner, Configured(config.worker_id))
+
+    def _current(self) -> WorkerRun:
+        """The configured run; users spawn after it, and block until it exists."""
+        self._configured.wait()
+        assert self._run is not None
+        return self._run
+
+    def on_phases(self, phases: PhaseTimes) -> None:
+        self._current().set_phases(phases)  # sent once every worker is configured
+
+    def on_finish(self, _finish: Finish) -> None:
+        if self._run is not None:
+            self._run.finish()
+        else:  # never configured: nothing recorded, but the master still waits for an answer
+            send(self.runner, Finished(self.worker_id, {}))
+
+    # -- users.Fanout ----------------------------------------------------------------------------
+    def subscribe_one(self) -> None:
+        self._current().subscribe_one()
+
+    def create_producer(self) -> ProducerSlot:
+        return self._current().create_producer()
+
+    def run_schedule(self, slot: ProducerSlot) -> None:
+        self._current().run_schedule(slot)
+
 
 def run_worker(master_host: str, master_port: int) -> int:
     """Join a master and serve until it quits; returns the exit code."""
-    environment = Environment(user_classes=[ConsumerUser, ProducerUser])
+    process = WorkerProcess()
+    environment = Environment(user_classes=user_classes(process))
+    environment.events.init.add_listener(process.on_init)
     runner = environment.create_worker_runner(master_host, master_port)
-    context = FanoutContext(environment)
-    environment.fanout = context
-    runner.register_message("clock_ping", context.on_clock_ping)
-    runner.register_message("run_config", context.on_run_config)
-    runner.register_message("phases", context.on_phases)
-    runner.register_message("finish", context.on_finish)
+    environment.events.init.fire(environment=environment, runner=runner, web_ui=None)
     runner.greenlet.join()
     return 0

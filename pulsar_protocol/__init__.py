@@ -1,0 +1,26 @@
+"""The Pulsar binary protocol without I/O, shared by the bundled broker and the native driver.
+
+`Connection(CLIENT | SERVER)` with `receive_data`, `next_event`, `send`, `data_to_send` is
+the whole surface a shell needs (pulsar_protocol.connection); events live in
+pulsar_protocol.events, states in pulsar_protocol.state; frames, commands, payloads and
+stamps are the layers below it.
+"""
+
+from pulsar_protocol.connection import MAX_PROTOCOL_VERSION, Connection
+from pulsar_protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from pulsar_protocol.events import NEED_DATA
+from pulsar_protocol.state import CLIENT, SERVER, ConnectionState, ConsumerState, ProducerState
+
+__all__ = [
+    "CLIENT",
+    "MAX_PROTOCOL_VERSION",
+    "NEED_DATA",
+    "SERVER",
+    "Connection",
+    "ConnectionState",
+    "ConsumerState",
+    "LocalProtocolError",
+    "ProducerState",
+    "ProtocolError",
+    "RemoteProtocolError",
+]

@@ -42,9 +42,51 @@ FIELD_OF_TYPE: dict[int, str] = {
 }
 
 
+# Which command goes which way, and what answers a request. A command outside these tables is
+# one this codec does not know (see pulsar_protocol.connection for the policy).
+SERVER_BOUND_REQUESTS: dict[int, frozenset[int]] = {
+    T.PARTITIONED_METADATA: frozenset({T.PARTITIONED_METADATA_RESPONSE}),
+    T.LOOKUP: frozenset({T.LOOKUP_RESPONSE}),
+    T.PRODUCER: frozenset({T.PRODUCER_SUCCESS}),
+    T.SUBSCRIBE: frozenset({T.SUCCESS}),
+    T.UNSUBSCRIBE: frozenset({T.SUCCESS}),
+    T.CLOSE_PRODUCER: frozenset({T.SUCCESS}),
+    T.CLOSE_CONSUMER: frozenset({T.SUCCESS}),
+    T.GET_LAST_MESSAGE_ID: frozenset({T.GET_LAST_MESSAGE_ID_RESPONSE}),
+    T.SEEK: frozenset({T.SUCCESS}),
+    T.GET_SCHEMA: frozenset({T.GET_SCHEMA_RESPONSE}),
+}
+"""Client requests → the answers that settle them (ERROR settles any of them)."""
+SERVER_BOUND_NOTICES = frozenset({T.ACK, T.REDELIVER_UNACKNOWLEDGED_MESSAGES})
+"""Client commands without a request of their own (an ACK with request_id wants ACK_RESPONSE)."""
+CLIENT_BOUND_RESPONSES = frozenset(
+    {
+        T.SUCCESS,
+        T.ERROR,
+        T.PRODUCER_SUCCESS,
+        T.PARTITIONED_METADATA_RESPONSE,
+        T.LOOKUP_RESPONSE,
+        T.GET_LAST_MESSAGE_ID_RESPONSE,
+        T.GET_SCHEMA_RESPONSE,
+        T.ACK_RESPONSE,
+    }
+)
+CLIENT_BOUND_NOTICES = frozenset(
+    {T.CLOSE_PRODUCER, T.CLOSE_CONSUMER, T.ACTIVE_CONSUMER_CHANGE, T.REACHED_END_OF_TOPIC}
+)
+"""Broker commands the client does not answer (CLOSE_* carry a request_id nobody echoes)."""
+
+
+def type_name(type_: int) -> str:
+    try:
+        return pb.BaseCommand.Type.Name(pb.BaseCommand.Type.ValueType(type_))
+    except ValueError:
+        return f"command type {type_}"
+
+
 def command(type_: int, **fields) -> pb.BaseCommand:
     """`command(T.FLOW, consumer_id=1, messagePermits=10)`; nested messages may be dicts."""
-    base = pb.BaseCommand(type=type_)
+    base = pb.BaseCommand(type=pb.BaseCommand.Type.ValueType(type_))
     body = getattr(base, FIELD_OF_TYPE[type_])
     body.SetInParent()
     for name, value in fields.items():

@@ -103,3 +103,19 @@ def message_count(section: bytes) -> int:
     metadata = pb.MessageMetadata()
     metadata.ParseFromString(section[meta_start:data_start])
     return metadata.num_messages_in_batch if is_batch(metadata) else 1
+
+
+def message_bodies(section: bytes, verify: bool) -> list[bytes]:
+    """The bodies in a payload section: one, or each message of a batch, in order.
+
+    Raises RemoteProtocolError for a bad checksum (only when `verify`), undecodable metadata
+    or a compressed payload (this codec has no decompressors; the harness sends uncompressed
+    bodies and reads stamps in them).
+    """
+    payload = decode_payload(section, verify)
+    if payload.metadata.compression != pb.NONE:
+        name = pb.CompressionType.Name(payload.metadata.compression)
+        raise RemoteProtocolError(f"compressed payloads ({name}) are not supported")
+    if not is_batch(payload.metadata):
+        return [payload.data]
+    return [data for _, data in split_batch(payload)]

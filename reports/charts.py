@@ -14,7 +14,8 @@ from math import ceil, floor, isfinite, log10
 from typing import Any
 
 from reports.formatting import fmt_ms, fmt_pct, fmt_s, percentile_label, sig, tick_label
-from reports.metrics import STAGE_LABELS, STAGES
+from reports.metrics import STAGE_LABELS
+from results_contract.metrics import STAGES
 
 WIDTH = 960
 LEFT = 72
@@ -29,14 +30,10 @@ MAX_BARS = 120
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#999999", "#000000")
 # Runs side by side in the stage chart: greys, so they never read as one of the stages.
 RUN_SHADES = ("#39424e", "#8a94a3", "#5f6b7a", "#b4bcc7", "#1d2430", "#d0d5dc")
-STAGE_COLORS = {
-    "producing": "#56B4E9",
-    "broker_in": "#E69F00",
-    "persistence": "#D55E00",
-    "notification": "#CC79A7",
-    "broker_out": "#009E73",
-    "broadcasting": "#0072B2",
-}
+# One per stage, in pipeline order (producing ... broadcasting).
+STAGE_COLORS = dict(
+    zip(STAGES, ("#56B4E9", "#E69F00", "#D55E00", "#CC79A7", "#009E73", "#0072B2"), strict=True)
+)
 COMBINED_STAGE_LABEL = "1–5 producing…broker out"
 
 
@@ -411,7 +408,7 @@ def stage_breakdown(rows: Sequence[StageRow], chart_id: str = "stage-breakdown")
     labels: list[Label] = []
     y_ticks: list[Tick] = []
     for i, row in enumerate(rows):
-        y0 = share_top + i * (bar_h + 8) + 4
+        y0: float = share_top + i * (bar_h + 8) + 4
         y_ticks.append(Tick(y0 + bar_h / 2, row.name))
         acc = 0.0
         for stage, share in row.share().items():
@@ -582,7 +579,9 @@ def latency_spectrum(panels: Sequence[SpectrumPanel], chart_id: str = "latency-s
         fmt = fmt_s if panel.unit == "s" else fmt_ms
         y_vals = _zero_based(v for _, pts in curves for _, v in pts)
         y = Scale(0, y_vals[-1], top + plot_h, top)
-        lines, dots, key_items = [], [], []
+        lines: list[Line] = []
+        dots: list[Dot] = []
+        key_items: list[tuple[str, str]] = []
         for i, (curve, pts) in enumerate(curves):
             color = curve.color or PALETTE[i % len(PALETTE)]
             key_items.append((curve.name, color))
@@ -837,7 +836,7 @@ def scaling_chart(
     measured_max = max(p[0] for s in series for p in s.points)
     legend = [LegendItem(s.name, s.color) for s in series]
     if not any(s.fit for s in series) or measured_max >= EXTRAPOLATE_TO:
-        panels = (_scaling_panel(series, measured_max, TOP, "", y_title),)
+        panels: tuple[Panel, ...] = (_scaling_panel(series, measured_max, TOP, "", y_title),)
     else:
         measured = _scaling_panel(series, measured_max, TOP, "Measured cases", y_title)
         panels = (

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from reports.gate import GateError, gate, load_rules, markdown, write_junit
 from reports.results import ResultsError, SweepSummary, load_any, load_summary
+from results_contract.paths import GATE_JUNIT_FILE, GATE_MARKDOWN_FILE, SUMMARY_FILE
 
 
 def report_main(argv: list[str]) -> int:
@@ -24,7 +25,7 @@ def report_main(argv: list[str]) -> int:
         if isinstance(loaded, SweepSummary):
             # Case reports first: the sweep page links only to case reports that exist.
             for folder in loaded.case_dirs().values():
-                print(render_run(folder / "summary.json"))
+                print(render_run(folder / SUMMARY_FILE))
             print(render_sweep(loaded.path))
         else:
             print(render_run(loaded.path))
@@ -60,8 +61,10 @@ def gate_main(argv: list[str]) -> int:
     parser.add_argument("run", type=Path, help="run folder or its summary.json")
     parser.add_argument("--baseline", type=Path, required=True)
     parser.add_argument("--rules", type=Path, help="rules YAML (default: built-in rules)")
-    parser.add_argument("--junit", type=Path, help="JUnit XML (default: RUN/gate-junit.xml)")
-    parser.add_argument("--markdown", type=Path, help="Markdown (default: RUN/gate.md)")
+    parser.add_argument("--junit", type=Path, help=f"JUnit XML (default: RUN/{GATE_JUNIT_FILE})")
+    parser.add_argument(
+        "--markdown", type=Path, help=f"Markdown (default: RUN/{GATE_MARKDOWN_FILE})"
+    )
     args = parser.parse_args(argv)
     try:
         rules = load_rules(args.rules)
@@ -71,8 +74,8 @@ def gate_main(argv: list[str]) -> int:
         print(f"bench gate: {exc}", file=sys.stderr)
         return 2
     outcomes = gate(run, baseline, rules)
-    junit = write_junit(outcomes, args.junit or run.run_dir / "gate-junit.xml", run, baseline)
-    md_path = args.markdown or run.run_dir / "gate.md"
+    junit = write_junit(outcomes, args.junit or run.run_dir / GATE_JUNIT_FILE, run, baseline)
+    md_path = args.markdown or run.run_dir / GATE_MARKDOWN_FILE
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(markdown(outcomes, run, baseline))
     failed = [o for o in outcomes if not o.passed]

@@ -16,6 +16,7 @@ from reports.metrics import LATENCY_LABELS, METRICS, Metric, metric_value, ratio
 from reports.results import ResultsError, RunSummary, SweepSummary, load_any
 from reports.sweeps import number, scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
+from results_contract.metrics import E2E
 
 COMPARE_RUN_CHARTS = (
     "compare-latency-spectrum",
@@ -59,9 +60,9 @@ def _run_charts(runs: Sequence[RunSummary], names: Sequence[str]) -> dict[str, C
         charts.latency_spectrum(
             [
                 SpectrumPanel(
-                    LATENCY_LABELS["e2e"],
+                    LATENCY_LABELS[E2E],
                     [
-                        Curve(n, r.section("spectrum").get("e2e") or [], PALETTE[i % len(PALETTE)])
+                        Curve(n, r.section("spectrum").get(E2E) or [], PALETTE[i % len(PALETTE)])
                         for i, (n, r) in enumerate(zip(names, runs, strict=True))
                     ],
                 )

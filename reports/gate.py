@@ -143,14 +143,15 @@ def _rule(item: Any, path: Path, i: int) -> Rule:
     metric = item.get("metric")
     if not isinstance(metric, str) or not metric:
         raise GateError(f"{where}: 'metric' is required (e.g. e2e_p99_ms or latency.e2e.p99_9)")
-    rule = Rule(metric)
+    limits: dict[str, float] = {}
     for key in ("relative", "absolute"):
         value = item.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise GateError(f"{where}: {key!r} must be a number >= 0, got {value!r}")
-        rule = replace(rule, **{key: float(value)})
+        limits[key] = float(value)
+    rule = Rule(metric, relative=limits.get("relative"), absolute=limits.get("absolute"))
     if "direction" in item:
         try:
             rule = replace(rule, direction=Direction(item["direction"]))

@@ -12,17 +12,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from results_contract.metrics import E2E, E2E_ACTUAL, PUBLISH, PUBLISH_DELAY, STAGES, stage_metric
+
 # Changes smaller than this are noise on a shared laptop: not called better or worse.
 SAME_WITHIN = 0.05
-STAGES = ("producing", "broker_in", "persistence", "notification", "broker_out", "broadcasting")
 STAGE_LABELS = {s: f"{i} {s.replace('_', ' ')}" for i, s in enumerate(STAGES, start=1)}
 # Names of summary.json's latency entries, as a reader would say them.
 LATENCY_LABELS = {
-    "e2e": "end-to-end (from intended send)",
-    "e2e_actual": "end-to-end (from actual send)",
-    "publish": "publish",
-    "publish_delay": "publish delay",
-    **{f"stage.{s}": f"stage {label}" for s, label in STAGE_LABELS.items()},
+    E2E: "end-to-end (from intended send)",
+    E2E_ACTUAL: "end-to-end (from actual send)",
+    PUBLISH: "publish",
+    PUBLISH_DELAY: "publish delay",
+    **{stage_metric(s): f"stage {label}" for s, label in STAGE_LABELS.items()},
 }
 
 

@@ -18,16 +18,24 @@ from reports.charts import (
     Threshold,
     TimePanel,
 )
-from reports.metrics import LATENCY_LABELS, STAGES
+from reports.metrics import LATENCY_LABELS
 from reports.results import RunSummary, SweepSummary, load_summary, load_sweep
 from reports.sweeps import scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
+from results_contract.client_bound import CPU_LIMIT_PERCENT, LOOP_LAG_LIMIT_MS
+from results_contract.metrics import (
+    CONNECT,
+    E2E,
+    E2E_ACTUAL,
+    PUBLISH,
+    PUBLISH_DELAY,
+    STAGE_METRICS,
+    STAGE_PREFIX,
+    stage_metric,
+)
+from results_contract.paths import REPORT_FILE
 
-REPORT_FILE = "report.html"
 PERCENTILES = ("min", "p50", "p75", "p95", "p99", "p99_9", "p99_99", "max", "mean")
-# The thresholds of summary.client_bound.flag (docs/results.md), drawn where they apply.
-CLIENT_CPU_LIMIT = 90.0
-CLIENT_LAG_LIMIT_MS = 100.0
 
 RUN_CHARTS = (
     "connection-distribution",
@@ -67,10 +75,10 @@ def _broker_why(run: RunSummary) -> str:
 
 # Spectrum curves that share a panel because they share a scale; anything else gets its own.
 SPECTRUM_GROUPS = (
-    ("End-to-end", ("e2e", "e2e_actual"), "ms"),
-    ("Publish", ("publish", "publish_delay"), "ms"),
-    ("Connect, per consumer", ("connect",), "s"),
-    ("Stages", tuple(f"stage.{s}" for s in STAGES), "ms"),
+    ("End-to-end", (E2E, E2E_ACTUAL), "ms"),
+    ("Publish", (PUBLISH, PUBLISH_DELAY), "ms"),
+    ("Connect, per consumer", (CONNECT,), "s"),
+    ("Stages", STAGE_METRICS, "ms"),
 )
 
 
@@ -78,7 +86,7 @@ def spectrum_panels(spectrum: Mapping[str, Any]) -> list[SpectrumPanel]:
     """summary.spectrum's metrics grouped into panels; stages keep their stage colours."""
 
     def curve(name: str) -> Curve:
-        stage = name.removeprefix("stage.")
+        stage = name.removeprefix(STAGE_PREFIX)
         if stage in charts.STAGE_COLORS:
             return Curve(charts.STAGE_LABELS[stage], spectrum[name], charts.STAGE_COLORS[stage])
         return Curve(LATENCY_LABELS.get(name, name), spectrum[name])
@@ -152,7 +160,7 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
                     "CPU",
                     "% of a core",
                     [Series("client CPU", series.get("client_cpu") or [])],
-                    [Threshold(CLIENT_CPU_LIMIT, "client-bound above 90 %")],
+                    [Threshold(CPU_LIMIT_PERCENT, f"client-bound above {CPU_LIMIT_PERCENT:g} %")],
                 ),
                 TimePanel(
                     "Memory (RSS)",
@@ -163,7 +171,7 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
                     "Event-loop lag",
                     "ms",
                     [Series("loop lag", series.get("loop_lag_ms") or [], PALETTE[5])],
-                    [Threshold(CLIENT_LAG_LIMIT_MS, "client-bound above 100 ms")],
+                    [Threshold(LOOP_LAG_LIMIT_MS, f"client-bound above {LOOP_LAG_LIMIT_MS:g} ms")],
                 ),
             ],
             note="When the client runs out of CPU or its loop lags, latency measures the client.",
@@ -191,7 +199,10 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
 
 def _latency_label(run: RunSummary, name: str) -> str:
     """Without broker timestamps `stage.producing` spans stages 1 to 5, and says so."""
-    if name == "stage.producing" and run.section("stages").get("broker_timestamps") is False:
+    if (
+        name == stage_metric("producing")
+        and run.section("stages").get("broker_timestamps") is False
+    ):
         return f"stage {charts.COMBINED_STAGE_LABEL}"
     return LATENCY_LABELS.get(name, name)
 
@@ -208,7 +219,7 @@ def render_run(summary_path: Path, out: Path | None = None) -> Path:
         cb=run.section("client_bound"),
         conn=run.section("connection"),
         per=run.section("deliveries"),
-        e2e=latency.get("e2e") or {},
+        e2e=latency.get(E2E) or {},
         charts=run_charts(run),
         percentiles=PERCENTILES,
         latency_rows=[

@@ -1,4 +1,4 @@
-"""Reading the results contract (docs/results.md) from the reports' side.
+"""Reading summary.json and sweep-summary.json (results_contract, docs/results.md) for reports.
 
 Reports read only `summary.json` and `sweep-summary.json`: everything else in a results
 folder belongs to the harness and the analysis, and may change shape under us.
@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SUMMARY_FILE = "summary.json"
-SWEEP_FILE = "sweep-summary.json"
-SUMMARY_SCHEMA = "fanout-bench/summary/1"
-SWEEP_SCHEMA = "fanout-bench/sweep/1"
+from results_contract.paths import SUMMARY_FILE, SWEEP_SUMMARY_FILE
+from results_contract.schemas import SUMMARY_SCHEMA, SWEEP_SCHEMA
 
 
 class ResultsError(Exception):
@@ -129,7 +127,7 @@ def load_sweep(path: Path) -> SweepSummary:
     """A sweep's summary, from its sweep-summary.json or the sweep folder."""
     path = Path(path)
     if path.is_dir():
-        path = path / SWEEP_FILE
+        path = path / SWEEP_SUMMARY_FILE
     return SweepSummary(path, _read_json(path, SWEEP_SCHEMA))
 
 
@@ -137,13 +135,14 @@ def load_any(path: Path) -> RunSummary | SweepSummary:
     """A run or a sweep: folders are told apart by the file they hold, files by their name."""
     path = Path(path)
     if path.is_dir():
-        if (path / SWEEP_FILE).exists():
+        if (path / SWEEP_SUMMARY_FILE).exists():
             return load_sweep(path)
         if (path / SUMMARY_FILE).exists():
             return load_summary(path)
         raise ResultsError(
-            f"{path}: holds neither {SUMMARY_FILE} nor {SWEEP_FILE} (has `bench analyze` run?)"
+            f"{path}: holds neither {SUMMARY_FILE} nor {SWEEP_SUMMARY_FILE} "
+            "(has `bench analyze` run?)"
         )
-    if path.name == SWEEP_FILE:
+    if path.name == SWEEP_SUMMARY_FILE:
         return load_sweep(path)
     return load_summary(path)

@@ -12,8 +12,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from reports.metrics import STAGES
-from reports.results import SUMMARY_FILE, SUMMARY_SCHEMA, SWEEP_FILE, SWEEP_SCHEMA
+from results_contract.metrics import (
+    BROKER_STAGES,
+    CONNECT,
+    E2E,
+    E2E_ACTUAL,
+    PUBLISH,
+    PUBLISH_DELAY,
+    STAGES,
+    stage_metric,
+)
+from results_contract.paths import SUMMARY_FILE, SWEEP_SUMMARY_FILE
+from results_contract.schemas import SUMMARY_SCHEMA, SUMMARY_UNITS, SWEEP_SCHEMA
 
 _TAIL_SHARE = (0.08, 0.01, 0.16, 0.01, 0.02, 0.72)
 _STAGE_P99_FRACTION = (0.08, 0.01, 0.16, 0.01, 0.02, 0.65)
@@ -72,19 +82,22 @@ def sample_summary(
     stage_p99: dict[str, float | None] = {
         s: round(e2e_p99_ms * f, 3) for s, f in zip(STAGES, _STAGE_P99_FRACTION, strict=True)
     }
-    share: dict[str, float | None] = dict(zip(STAGES, _TAIL_SHARE, strict=True))
+    tail_share = dict(zip(STAGES, _TAIL_SHARE, strict=True))
+    share: dict[str, float | None] = dict(tail_share)
     if not broker_timestamps:  # as the analysis writes it: the four middle stages are null
-        for stage in ("broker_in", "persistence", "notification", "broker_out"):
+        producing = tail_share["producing"]
+        for stage in BROKER_STAGES:
             stage_p99[stage] = None
-            share["producing"] += share[stage]
+            producing += tail_share[stage]
             share[stage] = None
+        share["producing"] = producing
     latency = {
-        "e2e": _latency(e2e_p99_ms),
-        "e2e_actual": _latency(round(e2e_p99_ms * 0.95, 3)),
-        "publish": _latency(publish_p99_ms),
-        "publish_delay": _latency(0.05),
-        "connect": _latency(round(connection_time_s * 850, 3)),
-        **{f"stage.{s}": _latency(v) for s, v in stage_p99.items() if v is not None},
+        E2E: _latency(e2e_p99_ms),
+        E2E_ACTUAL: _latency(round(e2e_p99_ms * 0.95, 3)),
+        PUBLISH: _latency(publish_p99_ms),
+        PUBLISH_DELAY: _latency(0.05),
+        CONNECT: _latency(round(connection_time_s * 850, 3)),
+        **{stage_metric(s): _latency(v) for s, v in stage_p99.items() if v is not None},
     }
     t = list(range(seconds))
     broker_t = list(range(0, seconds, 5)) if broker_stats else []
@@ -93,13 +106,7 @@ def sample_summary(
         "run_id": run_id,
         "partial": partial,
         "partial_reasons": ["worker w1 stopped heartbeating at 42 s"] if partial else [],
-        "units": {
-            "latency": "ms",
-            "connection": "s",
-            "rate": "msg/s",
-            "time": "s",
-            "memory": "MiB",
-        },
+        "units": dict(SUMMARY_UNITS),
         "workload": {
             "name": "sample",
             "topics": 1,
@@ -260,6 +267,6 @@ def write_sweep(folder: Path, sweep: dict[str, Any], with_cases: bool = True) ->
                     client_bound=case["client_bound"],
                 ),
             )
-    path = folder / SWEEP_FILE
+    path = folder / SWEEP_SUMMARY_FILE
     path.write_text(json.dumps(sweep, indent=2), encoding="utf-8")
     return path

@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-CPU_LIMIT_PERCENT = 90.0
-HOT_FRACTION_LIMIT = 0.10
-LOOP_LAG_LIMIT_MS = 100.0
+from results_contract.client_bound import CPU_LIMIT_PERCENT, HOT_FRACTION_LIMIT, LOOP_LAG_LIMIT_MS
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,22 +15,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_analysis.inputs import (
-    flag,
-    natural,
-    optional_natural,
-    read_csv,
-    row_error,
-    verbatim,
-)
+from results_contract.columns import CONNECTION_COLUMNS
+from spark_analysis.inputs import parsers, read_csv, row_error
+from spark_analysis.session import one_row
 
-COLUMNS = {
-    "consumer": verbatim,
-    "start_us": natural,
-    "end_us": optional_natural,
-    "ok": flag,
-    "error": verbatim,
-}
+COLUMNS = parsers(CONNECTION_COLUMNS, "consumer", "start_us", "end_us", "ok", "error")
 PER_CONSUMER_PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 MAX_BINS = 50
 NO_ERROR_TEXT = "(no error text)"
@@ -44,13 +33,17 @@ _SCHEMA = StructType(
 )
 
 
-def read_connections(files: Iterable[tuple[str, Path]]) -> list[tuple]:
+# start_us, end_us (None for a failure), error (None for a success).
+ConnectionRow = tuple[int, int | None, str | None]
+
+
+def read_connections(files: Iterable[tuple[str, Path]]) -> list[ConnectionRow]:
     """Parse every connections.csv into (start_us, end_us, error) rows.
 
     A success keeps its end_us and no error, a failure its error and no end_us, so that a
     failed consumer's end never counts as "last success".
     """
-    rows = []
+    rows: list[ConnectionRow] = []
     first_seen: dict[str, str] = {}
     for _worker, path in files:
         for line, (consumer, start_us, end_us, ok, error) in read_csv(path, COLUMNS):
@@ -68,20 +61,22 @@ def read_connections(files: Iterable[tuple[str, Path]]) -> list[tuple]:
     return rows
 
 
-def analyze_connections(spark: SparkSession, rows: list[tuple]) -> dict[str, Any]:
+def analyze_connections(spark: SparkSession, rows: list[ConnectionRow]) -> dict[str, Any]:
     """The summary's `connection` object (times in s, the two instants in epoch µs)."""
     frame = spark.createDataFrame(rows, _SCHEMA)
     duration_us = F.col("end_us") - F.col("start_us")  # null for failures: aggregates skip it
-    totals = frame.agg(
-        F.count("*").alias("consumers"),
-        F.count("end_us").alias("ok"),
-        F.min("start_us").alias("first_start_us"),
-        F.max("end_us").alias("last_end_us"),
-        F.min(duration_us).alias("min"),
-        F.max(duration_us).alias("max"),
-        F.avg(duration_us).alias("mean"),
-        F.percentile(duration_us, list(PER_CONSUMER_PERCENTILES.values())).alias("p"),
-    ).first()
+    totals = one_row(
+        frame.agg(
+            F.count("*").alias("consumers"),
+            F.count("end_us").alias("ok"),
+            F.min("start_us").alias("first_start_us"),
+            F.max("end_us").alias("last_end_us"),
+            F.min(duration_us).alias("min"),
+            F.max(duration_us).alias("max"),
+            F.avg(duration_us).alias("mean"),
+            F.percentile(duration_us, list(PER_CONSUMER_PERCENTILES.values())).alias("p"),
+        )
+    )
     width_us = bin_width_us(totals["max"] or 0)
     # One pass groups both: failures by error (their bin is null), successes by bin.
     groups = frame.groupBy("error", F.floor(duration_us / width_us).alias("bin")).count().collect()

@@ -18,9 +18,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_analysis.inputs import Manifest, natural, read_csv, row_error, verbatim
+from results_contract.columns import DELIVERY_COLUMNS
+from spark_analysis.inputs import Manifest, parsers, read_csv, row_error
 
-COLUMNS = {"consumer": verbatim, "received": natural, "out_of_order": natural}
+COLUMNS = parsers(DELIVERY_COLUMNS, "consumer", "received", "out_of_order")
 
 _SCHEMA = StructType(
     [

@@ -19,15 +19,22 @@ from hdrh.histogram import HdrHistogram
 from hdrh.iterators import PercentileIterator
 from pyspark.sql import SparkSession
 
-from harness.hlog import METRICS, HlogFormatError, Interval, decode, new_histogram, read_intervals
+from results_contract.hlog import (
+    HlogFormatError,
+    Interval,
+    decode,
+    new_histogram,
+    read_intervals,
+)
+from results_contract.metrics import E2E, METRICS, PUBLISH, PUBLISH_DELAY
 from spark_analysis.errors import AnalysisError
 from spark_analysis.inputs import second_index
 
 # Summary keys and the percentiles behind them.
 PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p99_9": 99.9, "p99_99": 99.99}
 # The metrics with a series: e2e P99 per second (summary), and OMB's three every window.
-SECOND_METRIC = "e2e"
-WINDOW_METRICS = ("publish", "publish_delay", "e2e")
+SECOND_METRIC = E2E
+WINDOW_METRICS = (PUBLISH, PUBLISH_DELAY, E2E)
 SPECTRUM_TICKS = 5  # per half distance, as HdrHistogram's own percentile output
 OMB_QUANTILE_TICKS = 100  # what OMB's WorkloadGenerator passes to percentiles()
 

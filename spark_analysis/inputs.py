@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from results_contract.columns import Columns, Kind
+from results_contract.paths import MANIFEST_FILE, worker_dir
 from spark_analysis.errors import AnalysisError
 
 Parser = Callable[[str], Any]
@@ -63,6 +65,23 @@ def flag(text: str) -> bool:
 
 def verbatim(value: str) -> str:
     return value
+
+
+_PARSERS: dict[Kind, Parser] = {
+    Kind.TEXT: verbatim,
+    Kind.INTEGER: integer,
+    Kind.NATURAL: natural,
+    Kind.OPTIONAL_INTEGER: optional_integer,
+    Kind.OPTIONAL_NATURAL: optional_natural,
+    Kind.NUMBER: number,
+    Kind.FLAG: flag,
+}
+
+
+def parsers(columns: Columns, *names: str) -> dict[str, Parser]:
+    """Parsers for the named columns of a raw CSV file (results_contract.columns), in the
+    order given: what `read_csv` takes. A name the contract lacks fails at import."""
+    return {name: _PARSERS[columns[name]] for name in names}
 
 
 def read_csv(path: Path, columns: Mapping[str, Parser]) -> list[tuple[int, Row]]:
@@ -177,7 +196,7 @@ class Manifest:
 
 
 def load_manifest(run_dir: Path) -> Manifest:
-    path = run_dir / "manifest.json"
+    path = run_dir / MANIFEST_FILE
     data = load_json(path)
     phases = require(data, "phases", dict, path)
     measure_start = float(require(phases, "measure_start", (int, float), f"{path}: phases"))
@@ -232,7 +251,7 @@ def raw_files(run_dir: Path, manifest: Manifest, name: str) -> RawFiles:
     """
     present, missing = [], []
     for worker in manifest.workers:
-        path = run_dir / "raw" / worker / name
+        path = worker_dir(run_dir, worker) / name
         if path.is_file():
             present.append((worker, path))
         elif manifest.partial:

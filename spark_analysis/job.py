@@ -10,6 +10,19 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from results_contract.metrics import E2E
+from results_contract.paths import (
+    CONNECTIONS_FILE,
+    DELIVERIES_FILE,
+    HISTOGRAMS_FILE,
+    OMB_RESULT_FILE,
+    STAGES_FILE,
+    SUMMARY_FILE,
+    SWEEP_FILE,
+    SWEEP_SUMMARY_FILE,
+    TIMELINE_FILE,
+    worker_dir,
+)
 from spark_analysis import omb
 from spark_analysis.client_bound import judge
 from spark_analysis.connections import analyze_connections, read_connections
@@ -24,10 +37,6 @@ from spark_analysis.summary import build_summary
 from spark_analysis.sweep import case_row, load_sweep, sweep_summary
 from spark_analysis.timeline import analyze_timeline, broker_series, read_timelines
 
-SUMMARY = "summary.json"
-OMB_RESULT = "omb-result.json"
-SWEEP_SUMMARY = "sweep-summary.json"
-
 
 def analyze_run(
     run_dir: Path, spark: SparkSession | None = None, master: str | None = DEFAULT_MASTER
@@ -39,13 +48,13 @@ def analyze_run(
     """
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
-    hlogs = raw_files(run_dir, manifest, "histograms.hlog")
-    timelines = raw_files(run_dir, manifest, "timeline.csv")
-    connection_files = raw_files(run_dir, manifest, "connections.csv")
-    stage_files = raw_files(run_dir, manifest, "stages.csv")
+    hlogs = raw_files(run_dir, manifest, HISTOGRAMS_FILE)
+    timelines = raw_files(run_dir, manifest, TIMELINE_FILE)
+    connection_files = raw_files(run_dir, manifest, CONNECTIONS_FILE)
+    stage_files = raw_files(run_dir, manifest, STAGES_FILE)
     # Runs recorded before deliveries.csv existed have none at all: no per-consumer check.
-    counted = any((run_dir / "raw" / w / "deliveries.csv").is_file() for w in manifest.workers)
-    delivery_files = raw_files(run_dir, manifest, "deliveries.csv") if counted else None
+    counted = any((worker_dir(run_dir, w) / DELIVERIES_FILE).is_file() for w in manifest.workers)
+    delivery_files = raw_files(run_dir, manifest, DELIVERIES_FILE) if counted else None
     intervals = read_hlogs(hlogs.present)
     timeline_rows = read_timelines(timelines.present, manifest)
     connection_rows = read_connections(connection_files.present)
@@ -64,7 +73,7 @@ def analyze_run(
             else None
         )
         connection = analyze_connections(session, connection_rows)
-        e2e = merged.totals.get("e2e")
+        e2e = merged.totals.get(E2E)
         stages = analyze_stages(
             session,
             stage_rows,
@@ -86,8 +95,8 @@ def analyze_run(
         deliveries,
     )
     result = omb.omb_result(manifest, timeline.series, merged.windows, merged.totals)
-    write_json_atomic(run_dir / OMB_RESULT, result)
-    summary_path = run_dir / SUMMARY
+    write_json_atomic(run_dir / OMB_RESULT_FILE, result)
+    summary_path = run_dir / SUMMARY_FILE
     write_json_atomic(summary_path, summary)
     return summary_path
 
@@ -101,16 +110,16 @@ def analyze_sweep(
     """
     sweep_dir = Path(sweep_dir)
     sweep_id, cases = load_sweep(sweep_dir)
-    pending = [case for case in cases if not (sweep_dir / case / SUMMARY).is_file()]
+    pending = [case for case in cases if not (sweep_dir / case / SUMMARY_FILE).is_file()]
     if pending:
         with session_scope(spark, master) as session:
             for case in pending:
                 analyze_run(sweep_dir / case, spark=session)
     rows = []
     for case in cases:
-        path = sweep_dir / case / SUMMARY
+        path = sweep_dir / case / SUMMARY_FILE
         rows.append(case_row(path, load_json(path)))
-    out = sweep_dir / SWEEP_SUMMARY
+    out = sweep_dir / SWEEP_SUMMARY_FILE
     write_json_atomic(out, sweep_summary(sweep_id, rows))
     return out
 
@@ -122,6 +131,6 @@ def analyze_path(
     path = Path(path)
     if not path.is_dir():
         raise AnalysisError(f"{path}: not a folder")
-    if (path / "sweep.json").is_file():
+    if (path / SWEEP_FILE).is_file():
         return analyze_sweep(path, spark=spark, master=master)
     return analyze_run(path, spark=spark, master=master)

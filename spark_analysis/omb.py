@@ -13,6 +13,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from results_contract.metrics import E2E, PUBLISH, PUBLISH_DELAY
 from spark_analysis.histograms import LatencyStats, TotalDigest
 from spark_analysis.inputs import Manifest, require
 
@@ -56,16 +57,16 @@ def omb_result(
         "consumeRate": _window_rates(series["consume_rate"]),
         "backlog": [chunk[-1] for chunk in _chunks(series["backlog"])],
     }
-    publish = totals.get("publish")
-    delay = totals.get("publish_delay")
-    e2e = totals.get("e2e")
-    result |= _series("publishLatency", windows["publish"], _ms)
-    result |= _series("publishDelayLatency", windows["publish_delay"], _us)
+    publish = totals.get(PUBLISH)
+    delay = totals.get(PUBLISH_DELAY)
+    e2e = totals.get(E2E)
+    result |= _series("publishLatency", windows[PUBLISH], _ms)
+    result |= _series("publishDelayLatency", windows[PUBLISH_DELAY], _us)
     result |= _aggregated("aggregatedPublishLatency", publish, _ms)
     result |= _aggregated("aggregatedPublishDelayLatency", delay, _us)
     result["aggregatedPublishLatencyQuantiles"] = _quantiles(publish, _ms)
     result["aggregatedPublishDelayLatencyQuantiles"] = _quantiles(delay, _us)
-    result |= _series("endToEndLatency", windows["e2e"], _ms)
+    result |= _series("endToEndLatency", windows[E2E], _ms)
     result["aggregatedEndToEndLatencyQuantiles"] = _quantiles(e2e, _ms)
     result |= _aggregated("aggregatedEndToEndLatency", e2e, _ms)
     return result

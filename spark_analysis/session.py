@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 
 DEFAULT_MASTER = "local[*]"
 
@@ -37,6 +37,18 @@ def build_session(master: str | None = DEFAULT_MASTER) -> SparkSession:
         if master.startswith("local"):
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return builder.getOrCreate()
+
+
+def one_row(aggregate: DataFrame) -> Row:
+    """The row of a global aggregate (`frame.agg(...)` without grouping).
+
+    Spark returns exactly one such row, even over an empty frame, so None is a bug here and
+    not an input error.
+    """
+    row = aggregate.first()
+    if row is None:
+        raise AssertionError("a global aggregate returned no row")
+    return row
 
 
 @contextmanager

@@ -19,14 +19,15 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from harness.hlog import STAGES, new_histogram
-from spark_analysis.inputs import integer, optional_integer, read_csv, row_error
+from results_contract.columns import STAGE_COLUMNS, stage_column
+from results_contract.hlog import new_histogram
+from results_contract.metrics import BROKER_STAGES, STAGES
+from spark_analysis.inputs import optional_integer, parsers, read_csv, row_error
+from spark_analysis.session import one_row
 
-MIDDLE = STAGES[1:5]  # the stages only a broker that stamps its entries can tell apart
-COLUMNS = {"e2e_us": integer} | {
-    f"{stage}_us": optional_integer if stage in MIDDLE else integer for stage in STAGES
-}
-_MIDDLE_POSITIONS = [list(COLUMNS).index(f"{stage}_us") for stage in MIDDLE]
+E2E_COLUMN = "e2e_us"
+COLUMNS = parsers(STAGE_COLUMNS, E2E_COLUMN, *(stage_column(stage) for stage in STAGES))
+_MIDDLE_POSITIONS = [list(COLUMNS).index(stage_column(stage)) for stage in BROKER_STAGES]
 
 _SCHEMA = StructType(
     [StructField(name, LongType(), parse is optional_integer) for name, parse in COLUMNS.items()]
@@ -63,26 +64,29 @@ def analyze_stages(
     if not rows:
         return result
     if broker_timestamps:
-        present: dict[str, Column] = {stage: F.col(f"{stage}_us") for stage in STAGES}
+        present: dict[str, Column] = {stage: F.col(stage_column(stage)) for stage in STAGES}
     else:
         # Rows from a broker that stamps, mixed with rows that do not, fold the same way.
-        through_broker_out = F.col("producing_us")
-        for stage in MIDDLE:
-            through_broker_out = through_broker_out + F.coalesce(F.col(f"{stage}_us"), F.lit(0))
-        present = {"producing": through_broker_out, "broadcasting": F.col("broadcasting_us")}
+        through_broker_out = F.col(stage_column("producing"))
+        for stage in BROKER_STAGES:
+            through_broker_out = through_broker_out + F.coalesce(
+                F.col(stage_column(stage)), F.lit(0)
+            )
+        present = {
+            "producing": through_broker_out,
+            "broadcasting": F.col(stage_column("broadcasting")),
+        }
     if e2e_p99_us is None:
         in_tail = F.lit(False)
     else:
         # "At or above the P99" in HDR terms: in the P99 value's bucket or above it.
-        in_tail = F.col("e2e_us") >= new_histogram().get_lowest_equivalent_value(e2e_p99_us)
-    found = (
-        spark.createDataFrame(rows, _SCHEMA)
-        .agg(
+        in_tail = F.col(E2E_COLUMN) >= new_histogram().get_lowest_equivalent_value(e2e_p99_us)
+    found = one_row(
+        spark.createDataFrame(rows, _SCHEMA).agg(
             *[F.percentile(col, 0.99).alias(f"p99_{stage}") for stage, col in present.items()],
             F.count(F.when(in_tail, 1)).alias("tail_count"),
             *[F.sum(F.when(in_tail, col)).alias(f"tail_{stage}") for stage, col in present.items()],
         )
-        .first()
     )
     result["p99_ms"].update({stage: found[f"p99_{stage}"] / 1000.0 for stage in present})
     if e2e_p99_us is None:

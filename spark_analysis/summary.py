@@ -5,16 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.hlog import METRICS
+from results_contract.metrics import E2E, METRICS
+from results_contract.schemas import SUMMARY_SCHEMA, SUMMARY_UNITS
 from spark_analysis.histograms import MergedHistograms
 from spark_analysis.inputs import Manifest
 from spark_analysis.timeline import Timeline
-
-SCHEMA = "fanout-bench/summary/1"
-# The unit of each kind of quantity (docs/results.md, "Units"). Connection times are in s
-# ("connection"); the `connect` latency metric is in ms like every latency ("latency"). No key
-# is named after a metric: "connect": "s" read as the unit of latency.connect, which it is not.
-UNITS = {"latency": "ms", "connection": "s", "rate": "msg/s", "time": "s", "memory": "MiB"}
 
 
 def build_summary(
@@ -29,7 +24,7 @@ def build_summary(
     deliveries: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary document; `missing` raw files (of a partial run) join partial_reasons."""
-    e2e = merged.totals.get("e2e")
+    e2e = merged.totals.get(E2E)
     expected = timeline.messages_sent * manifest.expected_deliveries_per_message
     present = [metric for metric in METRICS if metric in merged.totals]
     series = {
@@ -42,11 +37,11 @@ def build_summary(
         **broker,
     }
     return {
-        "schema": SCHEMA,
+        "schema": SUMMARY_SCHEMA,
         "run_id": manifest.run_id,
         "partial": manifest.partial,
         "partial_reasons": manifest.partial_reasons + [f"{path}: missing" for path in missing],
-        "units": UNITS,
+        "units": dict(SUMMARY_UNITS),
         "workload": manifest.workload,
         "driver": manifest.driver,
         "environment": {

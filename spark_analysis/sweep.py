@@ -13,11 +13,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from results_contract.metrics import E2E
+from results_contract.paths import SWEEP_FILE
+from results_contract.schemas import SUMMARY_SCHEMA, SWEEP_SCHEMA
 from spark_analysis.errors import AnalysisError
 from spark_analysis.inputs import load_json, require, require_str_list
 
-SCHEMA = "fanout-bench/sweep/1"
-SUMMARY_SCHEMA = "fanout-bench/summary/1"
 MAX_DEGREE = 2
 EXTRAPOLATE_TO = 100_000
 
@@ -28,7 +29,7 @@ def load_sweep(sweep_dir: Path) -> tuple[str, list[str]]:
     docs/results.md calls sweep.json "the list of case run ids": a JSON list, or an object
     holding it as "cases" (and optionally its "sweep_id"). The id defaults to the folder name.
     """
-    path = sweep_dir / "sweep.json"
+    path = sweep_dir / SWEEP_FILE
     data = load_json(path)
     if isinstance(data, list):
         data = {"cases": data}
@@ -49,7 +50,7 @@ def case_row(path: Path, summary: Any) -> dict[str, Any]:
         )
     headline = require(summary, "headline", dict, path)
     where = f"{path}: headline"
-    e2e = require(summary, "latency", dict, path).get("e2e") or {}
+    e2e = require(summary, "latency", dict, path).get(E2E) or {}
     subscription_type = require(headline, "subscription_type", str, where)
     consumers = require(headline, "consumers", int, where)
     return {
@@ -88,7 +89,7 @@ def sweep_summary(sweep_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "extrapolated_100k_s": evaluate(coefficients, EXTRAPOLATE_TO),
             "points": [[x, y] for x, y in points],
         }
-    return {"schema": SCHEMA, "sweep_id": sweep_id, "cases": rows, "fits": fits}
+    return {"schema": SWEEP_SCHEMA, "sweep_id": sweep_id, "cases": rows, "fits": fits}
 
 
 def fit_degree(distinct_points: int) -> int:
@@ -109,10 +110,10 @@ def fit_polynomial(points: Sequence[tuple[float, float]], degree: int) -> list[f
     xs = [Fraction(x) for x, _ in points]
     ys = [Fraction(y) for _, y in points]
     size = degree + 1
-    power_sums = [sum(x**k for x in xs) for k in range(2 * degree + 1)]
+    power_sums = [sum((x**k for x in xs), Fraction(0)) for k in range(2 * degree + 1)]
     matrix = [
         [power_sums[row + col] for col in range(size)]
-        + [sum(y * x**row for x, y in zip(xs, ys, strict=True))]
+        + [sum((y * x**row for x, y in zip(xs, ys, strict=True)), Fraction(0))]
         for row in range(size)
     ]
     for col in range(size):

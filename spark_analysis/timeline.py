@@ -21,13 +21,15 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark_analysis.client_bound import CPU_LIMIT_PERCENT, WorkerLoad
+from results_contract.client_bound import CPU_LIMIT_PERCENT
+from results_contract.columns import TIMELINE_COLUMNS
+from results_contract.paths import BROKER_STATS_PATTERN, broker_dir
+from spark_analysis.client_bound import WorkerLoad
 from spark_analysis.inputs import (
     Manifest,
-    integer,
     load_json,
-    natural,
     number,
+    parsers,
     read_csv,
     require,
     row_error,
@@ -36,15 +38,7 @@ from spark_analysis.inputs import (
 
 MIB = 1024 * 1024
 
-COLUMNS = {
-    "ts": integer,
-    "sent": natural,
-    "received": natural,
-    "errors": natural,
-    "cpu": number,
-    "rss": natural,
-    "loop_lag_ms": number,
-}
+COLUMNS = parsers(TIMELINE_COLUMNS, "ts", "sent", "received", "errors", "cpu", "rss", "loop_lag_ms")
 
 _SCHEMA = StructType(
     [StructField("worker", StringType(), False), StructField("k", LongType(), False)]
@@ -153,7 +147,7 @@ def analyze_timeline(spark: SparkSession, rows: list[tuple], manifest: Manifest)
 def broker_series(run_dir: Path, manifest: Manifest) -> dict[str, list[float]]:
     """The bundled broker's CPU and memory during the measure phase (none for other brokers)."""
     points = []
-    for path in sorted((run_dir / "broker").glob("stats-*.json")):
+    for path in sorted(broker_dir(run_dir).glob(BROKER_STATS_PATTERN)):
         stats = load_json(path)
         ts = require(stats, "ts", (int, float), path)
         cpu = require(stats, "cpu", (int, float), path)

@@ -1,4 +1,5 @@
-"""Shared fixtures: the bundled broker as a real process on loopback."""
+"""Shared fixtures: the bundled broker as a real process on loopback; and the order of tests
+that import Locust."""
 
 from __future__ import annotations
 
@@ -15,6 +16,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "locust: imports Locust (which monkey-patches the process): runs last"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `locust` run after every other test. Importing Locust monkey-patches the
+    whole process with gevent, and the asyncio/uvloop tests hang once it has; those tests
+    import Locust inside the test, never at collection."""
+    items.sort(key=lambda item: item.get_closest_marker("locust") is not None)
 
 
 def free_port() -> int:

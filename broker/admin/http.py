@@ -10,6 +10,7 @@ import asyncio
 import json
 import re
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -52,11 +53,16 @@ class AdminServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def _on_loop(self, fn, *args) -> Any:
-        async def call():
+    def _on_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call fn on the broker's event loop (the core is single-threaded) and wait for it."""
+        loop = self.service.loop
+        if loop is None:
+            raise RuntimeError("the broker is not started")
+
+        async def call() -> Any:
             return fn(*args)
 
-        return asyncio.run_coroutine_threadsafe(call(), self.service.loop).result(timeout=10)
+        return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=10)
 
     def _handler_class(self):
         admin = self

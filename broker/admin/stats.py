@@ -5,29 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from broker.core.topic import Topic
-from broker.subscriptions.base import Subscription
+from broker.storage.cursors import format_ranges
+from broker.storage.position import Position
+from broker.subscriptions.subscription import Subscription
+
+EARLIEST = Position(-1, -1)
 
 
-def _position(topic: Topic, index: int) -> str:
-    """Index → "ledger:entry" as Pulsar prints positions."""
-    if index < 0:
-        return "-1:-1"
-    ledger_id, entry_id = topic.log.position_of(index)
-    return f"{ledger_id}:{entry_id}"
-
-
-def _ranges(topic: Topic, acked: set[int]) -> str:
-    """Individually acked indexes as Pulsar's `[(5:1226..5:1280]]` ranges (open, closed]."""
-    if not acked:
-        return "[]"
-    runs: list[tuple[int, int]] = []
-    for i in sorted(acked):
-        if runs and runs[-1][1] == i - 1:
-            runs[-1] = (runs[-1][0], i)
-        else:
-            runs.append((i, i))
-    parts = [f"({_position(topic, a - 1)}..{_position(topic, b)}]" for a, b in runs]
-    return "[" + ", ".join(parts) + "]"
+def _position(topic: Topic, index: int) -> Position:
+    """Index → (ledger, entry), printed "ledger:entry" as Pulsar prints positions."""
+    return EARLIEST if index < 0 else Position(*topic.log.position_of(index))
 
 
 def subscription_stats(sub: Subscription) -> dict[str, Any]:
@@ -88,14 +75,17 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
     cursors = {}
     for name, sub in topic.subscriptions.items():
         cursors[name] = {
-            "markDeletePosition": _position(topic, sub.slowest_mark_delete),
-            "readPosition": _position(topic, sub.read_index),
-            "individuallyDeletedMessages": _ranges(topic, sub.acked),
+            "markDeletePosition": str(_position(topic, sub.mark_delete)),
+            "readPosition": str(_position(topic, sub.cursor.read_index)),
+            "individuallyDeletedMessages": format_ranges(
+                (_position(topic, start), _position(topic, end))
+                for start, end in sub.cursor.acked_ranges()
+            ),
             "subscriptionMode": sub.mode,
         }
     return {
         "entriesAddedCounter": topic.log.next_index,
         "numberOfEntries": topic.log.next_index - topic.log.first_index,
-        "lastConfirmedEntry": _position(topic, topic.log.next_index - 1),
+        "lastConfirmedEntry": str(_position(topic, topic.log.next_index - 1)),
         "cursors": cursors,
     }

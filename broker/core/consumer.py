@@ -1,17 +1,20 @@
-"""A consumer attached to a subscription: its permits, its unacknowledged entries, its wire."""
+"""A consumer attached to a subscription: its permits, its unacknowledged entries, its wire.
+
+The consumer sits below the subscriptions (they import it); what it needs of its wire and what
+its connection drives on its subscription are Protocols here, so nothing imports back.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from broker.core.entry import Entry
+from broker.core.entry_log import EntryLog
 from pulsar_protocol.commands import message_command_bytes
 from pulsar_protocol.frames import frame_head
-
-if TYPE_CHECKING:
-    from broker.subscriptions.base import Subscription
 
 
 class ConsumerWire(Protocol):
@@ -24,7 +27,44 @@ class ConsumerWire(Protocol):
 
     def send_active_consumer_change(self, consumer_id: int, active: bool) -> None: ...
 
-    def consumer_closed_by_broker(self, consumer_id: int) -> None: ...
+
+class SubscriptionTopic(Protocol):
+    """The topic as a consumer's connection reaches it through the subscription."""
+
+    @property
+    def log(self) -> EntryLog: ...
+
+    def remove_subscription(self, name: str) -> None: ...
+
+
+class ConsumerSubscription(Protocol):
+    """What a consumer's commands act on: broker.subscriptions.subscription implements it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def topic(self) -> SubscriptionTopic: ...
+
+    @property
+    def consumers(self) -> Sequence[Consumer]: ...
+
+    def add_consumer(self, consumer: Consumer) -> None: ...
+
+    def remove_consumer(self, consumer: Consumer) -> None: ...
+
+    def on_flow(self, consumer: Consumer, permits: int) -> None: ...
+
+    def on_ack(self, consumer: Consumer, cumulative: bool, indexes: list[int]) -> None: ...
+
+    def on_redeliver(self, consumer: Consumer, indexes: list[int] | None) -> None: ...
+
+    def wake(self, consumer: Consumer) -> None: ...
+
+    def seek(self, index: int) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -32,17 +72,13 @@ class Consumer:
     consumer_id: int
     name: str
     wire: ConsumerWire
-    subscription: Subscription | None = None
+    subscription: ConsumerSubscription | None = None
     priority: int = 0
     address: str = ""
     permits: int = 0
     connected_since: float = field(default_factory=time.time)
     unacked: dict[int, int] = field(default_factory=dict)
     """index → messages in the entry, for entries sent and not yet acknowledged."""
-    # Broadcast virtual cursor: the next entry to send, and everything below mark_delete acked.
-    read_index: int = 0
-    mark_delete: int = -1
-    acked: set[int] = field(default_factory=set)
     messages_out: int = 0
     bytes_out: int = 0
 

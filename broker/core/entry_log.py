@@ -8,16 +8,12 @@ readers all sit near the tail; the ledger log serves older entries from disk.
 from __future__ import annotations
 
 import itertools
-import time
 from collections import deque
 from typing import Protocol
 
 from broker.core.entry import Entry
+from pulsar_protocol.extensions import now_us
 from pulsar_protocol.payload import message_count
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000
 
 
 class EntryLog(Protocol):

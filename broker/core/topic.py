@@ -1,31 +1,32 @@
-"""A topic: its entry log, its producers and its subscriptions."""
+"""A topic: its entry log, its producers and its subscriptions.
+
+Storage is reached through the `CursorSink` Protocol defined here, where it is consumed, so the
+topic never imports the storage that persists its cursors.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog, now_us
-from broker.subscriptions.base import Subscription
-from broker.subscriptions.broadcast import BroadcastSubscription
-from broker.subscriptions.key_shared import KeySharedSubscription
-from broker.subscriptions.shared import SharedSubscription
-from broker.subscriptions.single_active import ExclusiveSubscription, FailoverSubscription
-
-if TYPE_CHECKING:
-    from broker.storage_adapter import CursorSink
+from broker.subscriptions.cursor import Cursor
+from broker.subscriptions.subscription import Subscription
 
 TRIM_DELAY_S = 0.2
 
-SUBSCRIPTION_CLASSES: dict[str, type[Subscription]] = {
-    "Exclusive": ExclusiveSubscription,
-    "Shared": SharedSubscription,
-    "Failover": FailoverSubscription,
-    "Key_Shared": KeySharedSubscription,
-    "Broadcast": BroadcastSubscription,
-}
+SavedCursors = dict[str, tuple[str, int, set[int]]]
+"""Subscription name → (mode, mark_delete, individually acked indexes), as storage loads them."""
+
+
+class CursorSink(Protocol):
+    """Where a persistent topic's cursor changes go (broker.storage.ledger_storage)."""
+
+    def moved(self, topic: str, subscription: Subscription) -> None: ...
+
+    def deleted(self, topic: str, subscription: str) -> None: ...
 
 
 @dataclass(eq=False)
@@ -36,7 +37,8 @@ class Producer:
     address: str = ""
     messages_in: int = 0
     bytes_in: int = 0
-    pending: list = field(default_factory=list)
+    pending: list[asyncio.Future[Entry]] = field(default_factory=list)
+    """Publishes not yet answered, in SEND order (receipts leave in that order)."""
 
 
 class Topic:
@@ -48,7 +50,7 @@ class Topic:
         persistent: bool,
         loop: asyncio.AbstractEventLoop,
         cursor_sink: CursorSink | None = None,
-        cursors: dict[str, tuple[str, int, set[int]]] | None = None,
+        cursors: SavedCursors | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -57,8 +59,6 @@ class Topic:
         self.producers: dict[int, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self._cursor_sink = cursor_sink
-        # Permits come from FLOW only; acks free no permits in Pulsar's model.
-        self.permits_freed_by_ack = False
         self.messages_in = 0
         self.bytes_in = 0
         self.rate_messages = 0.0  # msgRateIn, updated by the service once a second
@@ -67,9 +67,8 @@ class Topic:
         if hasattr(log, "on_readable"):
             log.on_readable = self._entries_readable
         for sub_name, (mode, mark_delete, acked) in (cursors or {}).items():
-            sub = SUBSCRIPTION_CLASSES[mode](self, sub_name, mark_delete)
-            sub.acked = set(acked)
-            self.subscriptions[sub_name] = sub
+            cursor = Cursor(mark_delete, acked)
+            self.subscriptions[sub_name] = Subscription(self, sub_name, mode, cursor)
 
     async def publish(self, payload: bytes, key: bytes, received_us: int, publish_ms: int) -> Entry:
         entry = await self.log.append(payload, key, received_us, publish_ms)
@@ -96,7 +95,7 @@ class Topic:
         sub = self.subscriptions.get(name)
         if sub is None:
             start = self.log.first_index - 1 if initial_earliest else self.log.next_index - 1
-            sub = SUBSCRIPTION_CLASSES[mode](self, name, start)
+            sub = Subscription(self, name, mode, Cursor(start))
             self.subscriptions[name] = sub
             self.cursor_moved(sub)
         return sub
@@ -106,12 +105,12 @@ class Topic:
         if sub is not None:
             sub.close()
             if self._cursor_sink is not None:
-                self._cursor_sink.deleted(self, name)
+                self._cursor_sink.deleted(self.name, name)
             self._trim()
 
-    def cursor_moved(self, sub: Subscription) -> None:
+    def cursor_moved(self, subscription: Subscription) -> None:
         if self._cursor_sink is not None and self.persistent:
-            self._cursor_sink.moved(self, sub)
+            self._cursor_sink.moved(self.name, subscription)
         # Trimming looks at every subscription: do it at most a few times a second, not per ack.
         if self._trim_handle is None:
             self._trim_handle = self.loop.call_later(TRIM_DELAY_S, self._trim)
@@ -120,7 +119,7 @@ class Topic:
         """Entries every subscription is past go: from memory, or whole ledgers from disk."""
         self._trim_handle = None
         if self.subscriptions:
-            low = min(s.slowest_mark_delete for s in self.subscriptions.values())
+            low = min(s.mark_delete for s in self.subscriptions.values())
             self.log.trim_before(low + 1)
 
     def close(self) -> None:

@@ -1,8 +1,10 @@
-"""One client connection: a thin asyncio shell translating frames into calls on the core.
+"""One client connection: a thin asyncio shell translating codec events into calls on the core.
 
-The codec enforces framing; this class maps each command type to a handler (a table, not a
-long if-chain), answers errors with the ServerError codes the client understands, and keeps
-dispatch off the read path: handlers only record state and schedule.
+As uvicorn's h11_impl over h11: `data_received` feeds pulsar_protocol's Connection and hands
+each event to a handler (a table by event type, and for requests by command type); the codec
+enforces every rule of the wire (handshake, PING/PONG, request ids, the unknown-command
+policy, SEND checksums) and queues its own answers, which this shell only writes. Handlers
+record state and schedule; dispatch stays off the read path.
 """
 
 from __future__ import annotations
@@ -10,52 +12,71 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from broker.config import BrokerConfig
 from broker.core.consumer import Consumer
-from broker.core.entry_log import now_us
 from broker.core.topic import Producer, Topic
 from broker.subscriptions.base import SubscriptionError
+from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import T, command
+from pulsar_protocol.connection import Connection
 from pulsar_protocol.errors import RemoteProtocolError
-from pulsar_protocol.frames import FrameDecoder, encode_frame
-from pulsar_protocol.payload import decode_payload
-
-if TYPE_CHECKING:
-    from broker.server.service import BrokerService
+from pulsar_protocol.extensions import now_us
+from pulsar_protocol.state import SERVER
 
 log = logging.getLogger("broker.connection")
 
 SERVER_VERSION = "fanout-bench-broker 0.1"
-MAX_PROTOCOL_VERSION = 20
 _producer_names = itertools.count()
 
 
+class ConnectionHost(Protocol):
+    """What a connection needs of the broker service (broker.server.service.BrokerService),
+    declared here so that the service imports its connections and not the reverse."""
+
+    config: BrokerConfig
+    instance_id: str
+    connections: set[ServerConnection]
+
+    def topic(self, name: str) -> Topic: ...
+
+    def partitions_of(self, name: str) -> int: ...
+
+    def subscription_mode(self, req: pb.CommandSubscribe) -> str: ...
+
+
 class ServerConnection(asyncio.Protocol):
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: ConnectionHost) -> None:
         self.service = service
-        self.decoder = FrameDecoder(service.config.maxMessageSize + 10 * 1024)
+        max_size = service.config.maxMessageSize
+        self.conn = Connection(
+            SERVER,
+            max_frame_size=max_size + 10 * 1024,
+            server_version=SERVER_VERSION,
+            max_message_size=max_size,
+        )
         self.transport: asyncio.Transport | None = None
-        self.connected = False
-        self.protocol_version = 0
-        self.sends_broker_entry_metadata = False
         self.writable = True
+        self.sends_broker_entry_metadata = False
+        """The client asked for the stage stamps ahead of each payload (CONNECT's flags)."""
         self.address = ""
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
-        self._handlers = {
-            T.CONNECT: self._on_connect,
-            T.PING: self._on_ping,
-            T.PONG: lambda cmd, frame, now: None,
+        self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
+            ev.Connect: self._on_connect,
+            ev.Request: self._on_request,
+            ev.Send: self._on_send,
+            ev.Flow: self._on_flow,
+            ev.Notice: self._on_notice,
+        }
+        self._requests: dict[int, Callable[[Any], None]] = {
             T.PARTITIONED_METADATA: self._on_partitioned_metadata,
             T.LOOKUP: self._on_lookup,
             T.PRODUCER: self._on_producer,
-            T.SEND: self._on_send,
             T.SUBSCRIBE: self._on_subscribe,
-            T.FLOW: self._on_flow,
-            T.ACK: self._on_ack,
-            T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._on_redeliver,
             T.UNSUBSCRIBE: self._on_unsubscribe,
             T.CLOSE_PRODUCER: self._on_close_producer,
             T.CLOSE_CONSUMER: self._on_close_consumer,
@@ -63,6 +84,14 @@ class ServerConnection(asyncio.Protocol):
             T.SEEK: self._on_seek,
             T.GET_SCHEMA: self._on_get_schema,
         }
+        self._notices: dict[int, Callable[[Any], None]] = {
+            T.ACK: self._on_ack,
+            T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._on_redeliver,
+        }
+
+    @property
+    def protocol_version(self) -> int:
+        return self.conn.protocol_version
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -93,83 +122,88 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         # One clock read per read from the socket: the wire timestamp of everything in it.
         received_us = now_us()
-        self.decoder.receive_data(data)
+        conn, handlers = self.conn, self._handlers
+        conn.receive_data(data)
         try:
-            while (frame := self.decoder.next_frame()) is not None:
-                handler = self._handlers.get(frame.command.type)
-                if handler is None:
-                    raise RemoteProtocolError(f"unsupported command type {frame.command.type}")
-                if not self.connected and frame.command.type != T.CONNECT:
-                    raise RemoteProtocolError("first command must be CONNECT")
-                handler(frame.command, frame, received_us)
+            while (event := conn.next_event()) is not ev.NEED_DATA:
+                if type(event) is ev.ConnectionClosed:
+                    break  # the client's EOF (eof_received): asyncio closes the transport
+                handlers[type(event)](event, received_us)
         except RemoteProtocolError as exc:
             log.warning("closing %s: %s", self.address, exc)
-            self._send(command(T.ERROR, request_id=0, error=exc.server_error, message=str(exc)))
+            self._flush()  # the codec's ERROR reply goes out before the close
             self.close()
+            return
+        self._flush()
+
+    def eof_received(self) -> bool | None:
+        self.data_received(b"")
+        return None  # close the transport
 
     # -- writing ---------------------------------------------------------------------------
-    def _send(self, cmd: pb.BaseCommand, payload: bytes | None = None) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(encode_frame(cmd, payload))
+    def _flush(self) -> None:
+        buffers = self.conn.buffers_to_send()
+        if buffers and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(buffers)
+
+    def _open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def _send(self, event: ev.Event) -> None:
+        if self._open():
+            self.conn.send(event)
+            self._flush()
+
+    def _answer(self, type_: int, **fields: Any) -> None:
+        """The Response to a request: `fields` carry its request_id, echoed."""
+        self._send(ev.Response(command(type_, **fields)))
 
     def write_frames(self, frames: list[bytes]) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(frames)
+        if self._open():
+            self.conn.send_frames(frames)
+            self._flush()
 
     def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
-        self._send(command(T.ACTIVE_CONSUMER_CHANGE, consumer_id=consumer_id, is_active=active))
-
-    def consumer_closed_by_broker(self, consumer_id: int) -> None:
-        self._send(command(T.CLOSE_CONSUMER, consumer_id=consumer_id, request_id=0))
+        self._send(
+            ev.Notice(command(T.ACTIVE_CONSUMER_CHANGE, consumer_id=consumer_id, is_active=active))
+        )
 
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
 
     def _error(self, request_id: int, error: int, message: str) -> None:
-        self._send(command(T.ERROR, request_id=request_id, error=error, message=message))
+        self._answer(T.ERROR, request_id=request_id, error=error, message=message)
 
     # -- handlers --------------------------------------------------------------------------
-    def _on_connect(self, cmd, frame, now) -> None:
-        c = cmd.connect
-        self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
-        self.sends_broker_entry_metadata = c.feature_flags.supports_broker_entry_metadata
-        self.connected = True
-        self._send(
-            command(
-                T.CONNECTED,
-                server_version=SERVER_VERSION,
-                protocol_version=self.protocol_version,
-                max_message_size=self.service.config.maxMessageSize,
-            )
+    def _on_connect(self, event: ev.Connect, now: int) -> None:
+        """The codec has answered CONNECTED already; only the client's wishes are kept."""
+        self.sends_broker_entry_metadata = event.supports_broker_entry_metadata
+
+    def _on_request(self, event: ev.Request, now: int) -> None:
+        self._requests[event.type](event.body)
+
+    def _on_notice(self, event: ev.Notice, now: int) -> None:
+        self._notices[event.type](event.body)
+
+    def _on_partitioned_metadata(self, req: pb.CommandPartitionedTopicMetadata) -> None:
+        self._answer(
+            T.PARTITIONED_METADATA_RESPONSE,
+            request_id=req.request_id,
+            partitions=self.service.partitions_of(req.topic),
+            response=pb.CommandPartitionedTopicMetadataResponse.Success,
         )
 
-    def _on_ping(self, cmd, frame, now) -> None:
-        self._send(command(T.PONG))
-
-    def _on_partitioned_metadata(self, cmd, frame, now) -> None:
-        req = cmd.partitionMetadata
-        self._send(
-            command(
-                T.PARTITIONED_METADATA_RESPONSE,
-                request_id=req.request_id,
-                partitions=self.service.partitions_of(req.topic),
-                response=pb.CommandPartitionedTopicMetadataResponse.Success,
-            )
+    def _on_lookup(self, req: pb.CommandLookupTopic) -> None:
+        self._answer(
+            T.LOOKUP_RESPONSE,
+            request_id=req.request_id,
+            brokerServiceUrl=self.service.config.advertised_url,
+            response=pb.CommandLookupTopicResponse.Connect,
+            authoritative=True,
         )
 
-    def _on_lookup(self, cmd, frame, now) -> None:
-        self._send(
-            command(
-                T.LOOKUP_RESPONSE,
-                request_id=cmd.lookupTopic.request_id,
-                brokerServiceUrl=self.service.config.advertised_url,
-                response=pb.CommandLookupTopicResponse.Connect,
-                authoritative=True,
-            )
-        )
-
-    def _topic_for(self, req) -> Topic | None:
+    def _topic_for(self, req: pb.CommandProducer | pb.CommandSubscribe) -> Topic | None:
         """The request's topic, or None after answering InvalidTopicName."""
         try:
             return self.service.topic(req.topic)
@@ -177,8 +211,7 @@ class ServerConnection(asyncio.Protocol):
             self._error(req.request_id, pb.InvalidTopicName, str(exc))
             return None
 
-    def _on_producer(self, cmd, frame, now) -> None:
-        req = cmd.producer
+    def _on_producer(self, req: pb.CommandProducer) -> None:
         topic = self._topic_for(req)
         if topic is None:
             return
@@ -186,32 +219,28 @@ class ServerConnection(asyncio.Protocol):
         producer = Producer(req.producer_id, name, topic, self.address)
         self.producers[req.producer_id] = producer
         topic.producers[id(producer)] = producer
-        self._send(command(T.PRODUCER_SUCCESS, request_id=req.request_id, producer_name=name))
+        self._answer(T.PRODUCER_SUCCESS, request_id=req.request_id, producer_name=name)
 
-    def _on_send(self, cmd, frame, received_us) -> None:
-        send = cmd.send
+    def _on_send(self, send: ev.Send, received_us: int) -> None:
+        """A SEND the codec checked (checksum, metadata): publish, and receipt in order."""
         producer = self.producers.get(send.producer_id)
-        if producer is None or frame.payload is None:
-            self._send_error(send, pb.UnknownError, "unknown producer or empty SEND")
+        if producer is None:
+            self._send_error(send, pb.UnknownError, "unknown producer")
             return
-        try:
-            payload = decode_payload(frame.payload, verify=True)
-        except RemoteProtocolError as exc:
-            self._send_error(send, exc.server_error, str(exc))
-            return
-        meta = payload.metadata
+        meta = send.metadata
+        assert meta is not None  # a server's codec always parses it
         key = meta.ordering_key or meta.partition_key.encode()
         producer.messages_in += 1
-        producer.bytes_in += len(frame.payload)
+        producer.bytes_in += len(send.payload)
         task = asyncio.ensure_future(
-            producer.topic.publish(frame.payload, key, received_us, meta.publish_time)
+            producer.topic.publish(send.payload, key, received_us, meta.publish_time)
         )
         # Receipts leave in SEND order: each waits for the previous one of its producer.
         previous = producer.pending[-1] if producer.pending else None
         producer.pending.append(task)
         asyncio.ensure_future(self._receipt(producer, send, task, previous))
 
-    async def _receipt(self, producer: Producer, send, task, previous) -> None:
+    async def _receipt(self, producer: Producer, send: ev.Send, task, previous) -> None:
         if previous is not None:
             await asyncio.wait([previous])
         try:
@@ -221,37 +250,28 @@ class ServerConnection(asyncio.Protocol):
             self._send_error(send, pb.PersistenceError, str(exc))
         else:
             self._send(
-                command(
-                    T.SEND_RECEIPT,
-                    producer_id=send.producer_id,
-                    sequence_id=send.sequence_id,
-                    message_id=pb.MessageIdData(ledgerId=entry.ledger_id, entryId=entry.entry_id),
-                    highest_sequence_id=send.highest_sequence_id,
+                ev.SendReceipt(
+                    send.producer_id,
+                    send.sequence_id,
+                    entry.ledger_id,
+                    entry.entry_id,
+                    send.highest_sequence_id,
                 )
             )
         finally:
             producer.pending.remove(task)
 
-    def _send_error(self, send: pb.CommandSend, error: int, message: str) -> None:
+    def _send_error(self, send: ev.Send, error: int, message: str) -> None:
         """SEND_ERROR for one SEND: the client fails that message instead of timing out."""
-        self._send(
-            command(
-                T.SEND_ERROR,
-                producer_id=send.producer_id,
-                sequence_id=send.sequence_id,
-                error=error,
-                message=message,
-            )
-        )
+        self._send(ev.SendError(send.producer_id, send.sequence_id, error, message))
 
-    def _on_subscribe(self, cmd, frame, now) -> None:
-        req = cmd.subscribe
+    def _on_subscribe(self, req: pb.CommandSubscribe) -> None:
         topic = self._topic_for(req)
         if topic is None:
             return
         if req.consumer_id in self.consumers:
             # The client re-subscribes after a timeout with the same id: answer success again.
-            self._send(command(T.SUCCESS, request_id=req.request_id))
+            self._answer(T.SUCCESS, request_id=req.request_id)
             return
         requested = self.service.subscription_mode(req)
         sub = topic.subscriptions.get(req.subscription)
@@ -282,7 +302,7 @@ class ServerConnection(asyncio.Protocol):
             self._error(req.request_id, exc.server_error, str(exc))
             return
         self.consumers[req.consumer_id] = consumer
-        self._send(command(T.SUCCESS, request_id=req.request_id))
+        self._answer(T.SUCCESS, request_id=req.request_id)
 
     def _consumer(self, consumer_id: int) -> Consumer | None:
         consumer = self.consumers.get(consumer_id)
@@ -290,28 +310,24 @@ class ServerConnection(asyncio.Protocol):
             return None
         return consumer
 
-    def _on_flow(self, cmd, frame, now) -> None:
-        consumer = self._consumer(cmd.flow.consumer_id)
-        if consumer is not None:
-            consumer.subscription.on_flow(consumer, cmd.flow.messagePermits)
+    def _on_flow(self, flow: ev.Flow, now: int) -> None:
+        consumer = self._consumer(flow.consumer_id)
+        if consumer is not None and consumer.subscription is not None:
+            consumer.subscription.on_flow(consumer, flow.permits)
 
-    def _on_ack(self, cmd, frame, now) -> None:
-        ack = cmd.ack
+    def _on_ack(self, ack: pb.CommandAck) -> None:
         consumer = self._consumer(ack.consumer_id)
-        if consumer is None:
-            return
-        log_ = consumer.subscription.topic.log
-        indexes = [log_.index_of(m.ledgerId, m.entryId) for m in ack.message_id]
-        consumer.subscription.on_ack(consumer, ack.ack_type == pb.CommandAck.Cumulative, indexes)
+        if consumer is not None and consumer.subscription is not None:
+            log_ = consumer.subscription.topic.log
+            indexes = [log_.index_of(m.ledgerId, m.entryId) for m in ack.message_id]
+            cumulative = ack.ack_type == pb.CommandAck.Cumulative
+            consumer.subscription.on_ack(consumer, cumulative, indexes)
         if ack.HasField("request_id"):
-            self._send(
-                command(T.ACK_RESPONSE, consumer_id=ack.consumer_id, request_id=ack.request_id)
-            )
+            self._answer(T.ACK_RESPONSE, consumer_id=ack.consumer_id, request_id=ack.request_id)
 
-    def _on_redeliver(self, cmd, frame, now) -> None:
-        req = cmd.redeliverUnacknowledgedMessages
+    def _on_redeliver(self, req: pb.CommandRedeliverUnacknowledgedMessages) -> None:
         consumer = self._consumer(req.consumer_id)
-        if consumer is None:
+        if consumer is None or consumer.subscription is None:
             return
         log_ = consumer.subscription.topic.log
         ids = [log_.index_of(m.ledgerId, m.entryId) for m in req.message_ids] or None
@@ -322,10 +338,9 @@ class ServerConnection(asyncio.Protocol):
         if consumer.subscription is not None:
             consumer.subscription.remove_consumer(consumer)
 
-    def _on_unsubscribe(self, cmd, frame, now) -> None:
-        req = cmd.unsubscribe
+    def _on_unsubscribe(self, req: pb.CommandUnsubscribe) -> None:
         consumer = self._consumer(req.consumer_id)
-        if consumer is None:
+        if consumer is None or consumer.subscription is None:
             self._error(req.request_id, pb.ConsumerNotFound, "no such consumer")
             return
         sub = consumer.subscription
@@ -334,24 +349,23 @@ class ServerConnection(asyncio.Protocol):
             return
         self._detach_consumer(consumer)
         sub.topic.remove_subscription(sub.name)
-        self._send(command(T.SUCCESS, request_id=req.request_id))
+        self._answer(T.SUCCESS, request_id=req.request_id)
 
-    def _on_close_producer(self, cmd, frame, now) -> None:
-        producer = self.producers.pop(cmd.close_producer.producer_id, None)
+    def _on_close_producer(self, req: pb.CommandCloseProducer) -> None:
+        producer = self.producers.pop(req.producer_id, None)
         if producer is not None:
             producer.topic.producers.pop(id(producer), None)
-        self._send(command(T.SUCCESS, request_id=cmd.close_producer.request_id))
+        self._answer(T.SUCCESS, request_id=req.request_id)
 
-    def _on_close_consumer(self, cmd, frame, now) -> None:
-        consumer = self.consumers.get(cmd.close_consumer.consumer_id)
+    def _on_close_consumer(self, req: pb.CommandCloseConsumer) -> None:
+        consumer = self.consumers.get(req.consumer_id)
         if consumer is not None:
             self._detach_consumer(consumer)
-        self._send(command(T.SUCCESS, request_id=cmd.close_consumer.request_id))
+        self._answer(T.SUCCESS, request_id=req.request_id)
 
-    def _on_get_last_message_id(self, cmd, frame, now) -> None:
-        req = cmd.getLastMessageId
+    def _on_get_last_message_id(self, req: pb.CommandGetLastMessageId) -> None:
         consumer = self._consumer(req.consumer_id)
-        if consumer is None:
+        if consumer is None or consumer.subscription is None:
             self._error(req.request_id, pb.ConsumerNotFound, "no such consumer")
             return
         sub = consumer.subscription
@@ -363,16 +377,13 @@ class ServerConnection(asyncio.Protocol):
             if last
             else pb.MessageIdData(ledgerId=none, entryId=none)
         )
-        self._send(
-            command(
-                T.GET_LAST_MESSAGE_ID_RESPONSE, request_id=req.request_id, last_message_id=msg_id
-            )
+        self._answer(
+            T.GET_LAST_MESSAGE_ID_RESPONSE, request_id=req.request_id, last_message_id=msg_id
         )
 
-    def _on_seek(self, cmd, frame, now) -> None:
-        req = cmd.seek
+    def _on_seek(self, req: pb.CommandSeek) -> None:
         consumer = self._consumer(req.consumer_id)
-        if consumer is None:
+        if consumer is None or consumer.subscription is None:
             self._error(req.request_id, pb.ConsumerNotFound, "no such consumer")
             return
         sub = consumer.subscription
@@ -381,14 +392,12 @@ class ServerConnection(asyncio.Protocol):
         else:
             index = sub.topic.log.first_index
         sub.seek(index)
-        self._send(command(T.SUCCESS, request_id=req.request_id))
+        self._answer(T.SUCCESS, request_id=req.request_id)
 
-    def _on_get_schema(self, cmd, frame, now) -> None:
-        self._send(
-            command(
-                T.GET_SCHEMA_RESPONSE,
-                request_id=cmd.getSchema.request_id,
-                error_code=pb.TopicNotFound,
-                error_message="no schema",
-            )
+    def _on_get_schema(self, req: pb.CommandGetSchema) -> None:
+        self._answer(
+            T.GET_SCHEMA_RESPONSE,
+            request_id=req.request_id,
+            error_code=pb.TopicNotFound,
+            error_message="no schema",
         )

@@ -11,13 +11,15 @@ import socket
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from broker.config import BrokerConfig
 from broker.core.entry_log import MemoryEntryLog
-from broker.core.topic import SUBSCRIPTION_CLASSES, Topic
+from broker.core.topic import Topic
 from broker.server.connection import ServerConnection
+from broker.subscriptions.modes import DISPATCHERS
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.extensions import NAME_BY_SUBTYPE, SUBSCRIPTION_MODE_PROPERTY
 from pulsar_protocol.topic_names import PARTITION_SUFFIX, partition_names
@@ -32,7 +34,7 @@ class TopicExists(ValueError):
     """A topic to create is there already (the admin API answers 409, as Pulsar's does)."""
 
 
-_MODES_BY_LOWER = {m.lower(): m for m in SUBSCRIPTION_CLASSES}
+_MODES_BY_LOWER = {m.lower(): m for m in DISPATCHERS}
 
 
 def parse_topic(name: str) -> tuple[bool, str]:
@@ -66,6 +68,8 @@ class BrokerService:
         persistent, full = parse_topic(name)
         topic = self.topics.get(full)
         if topic is None:
+            if self.loop is None:
+                raise RuntimeError("topics exist only while the broker runs (call start first)")
             if persistent and self.storage is not None:
                 log_, cursors = self.storage.open_topic(full)
                 topic = Topic(
@@ -113,9 +117,7 @@ class BrokerService:
     def create_subscription(self, topic_name: str, subscription: str, mode: str) -> None:
         canonical = _MODES_BY_LOWER.get(mode.lower())
         if canonical is None:
-            raise ValueError(
-                f"unknown subscription mode {mode!r}; one of {sorted(SUBSCRIPTION_CLASSES)}"
-            )
+            raise ValueError(f"unknown subscription mode {mode!r}; one of {sorted(DISPATCHERS)}")
         _, full = parse_topic(topic_name)
         self.preset_modes[(full, subscription)] = canonical
         partitions = self.partitioned.get(full, 0)
@@ -165,7 +167,7 @@ class BrokerService:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for topic in list(self.topics.values()):
-                counters = [(topic, topic.messages_in, topic.bytes_in)]
+                counters: list[tuple[Any, int, int]] = [(topic, topic.messages_in, topic.bytes_in)]
                 counters += [(sub, sub.messages_out, 0) for sub in topic.subscriptions.values()]
                 for obj, messages, size in counters:
                     before = last.get(id(obj))

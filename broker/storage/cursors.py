@@ -1,10 +1,11 @@
-"""Subscription cursors: acked ranges, markDelete, and their persistence.
+"""Subscription cursors on disk: markDelete, acked ranges, and their throttled persistence.
 
 Pulsar keeps a cursor as markDeletePosition (it and everything before it is acked) plus
 individuallyDeletedMessages, the open-closed ranges of entries acked after it; the gaps between
-ranges are the acknowledgement holes (seeds 001, 003). The state is persisted at most once per
-second per cursor, so a crash loses up to a second of acks and those messages are delivered
-again: at-least-once, by design.
+ranges are the acknowledgement holes (seeds 001, 003). The live cursor is
+broker.subscriptions.cursor.Cursor (in entry indexes); this module keeps its state in positions.
+The state is persisted at most once per second per cursor, so a crash loses up to a second of
+acks and those messages are delivered again: at-least-once, by design.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,80 +25,9 @@ Range = tuple[Position, Position]
 """(start, end]: every entry after start up to and including end."""
 
 
-class AckSet:
-    """markDelete plus the acked ranges after it: sorted, disjoint, merged when they touch.
-
-    An individual ack of L:E is the range (L:E-1, L:E], so Pulsar's own "-1" bounds appear at
-    the start of a ledger, and two ranges that meet only across a ledger boundary stay apart
-    until markDelete sweeps over both (only the ledger knows that 6:0 follows 5:49999).
-    """
-
-    def __init__(self, mark_delete: Position, ranges: Iterable[Range] = ()) -> None:
-        self._mark_delete = mark_delete
-        self._ranges: list[Range] = []
-        for start, end in ranges:
-            self.ack_range(start, end)
-
-    @property
-    def mark_delete(self) -> Position:
-        """Everything at or before it is acked."""
-        return self._mark_delete
-
-    @property
-    def ranges(self) -> list[Range]:
-        """The acked ranges after markDelete (a copy, for persisting)."""
-        return list(self._ranges)
-
-    def ack(self, position: Position) -> None:
-        """Ack one entry: the range (L:E-1, L:E]."""
-        self.ack_range(Position(position.ledger_id, position.entry_id - 1), position)
-
-    def ack_range(self, start: Position, end: Position) -> None:
-        """Ack every entry in (start, end], merging with the ranges it overlaps or touches."""
-        start = max(start, self._mark_delete)
-        if start >= end:
-            return
-        ranges = self._ranges
-        low = bisect_left(ranges, start, key=_range_end)  # first range ending at or after start
-        high = bisect_right(ranges, end, lo=low, key=_range_start)  # first starting after end
-        if low < high:
-            start = min(start, ranges[low][0])
-            end = max(end, ranges[high - 1][1])
-        ranges[low:high] = [(start, end)]
-
-    def is_acked(self, position: Position) -> bool:
-        """At or before markDelete, or inside an acked range (a redelivery may skip it)."""
-        if position <= self._mark_delete:
-            return True
-        index = bisect_left(self._ranges, position, key=_range_end)
-        return index < len(self._ranges) and self._ranges[index][0] < position
-
-    def advance_mark_delete(self, next_position: Callable[[Position], Position]) -> Position:
-        """Move markDelete over the acked entries right after it; returns the new markDelete.
-
-        next_position is the ledger's next_position_after: it knows what follows the last entry
-        of a ledger. A cumulative ack is ``ack_range(mark_delete, position)`` and then this.
-        """
-        swept = 0
-        for start, end in self._ranges:
-            if not start < next_position(self._mark_delete) <= end:
-                break
-            self._mark_delete = end
-            swept += 1
-        del self._ranges[:swept]
-        return self._mark_delete
-
-    def format_ranges(self) -> str:
-        """Pulsar's notation: ``[(5:1226..5:1280], (5:1300..5:1310]]``."""
-        return "[" + ", ".join(f"({start}..{end}]" for start, end in self._ranges) + "]"
-
-
-def _range_start(acked: Range) -> Position:
-    return acked[0]
-
-
-def _range_end(acked: Range) -> Position:
-    return acked[1]
+def format_ranges(ranges: Iterable[Range]) -> str:
+    """Pulsar's individuallyDeletedMessages notation: ``[(5:1226..5:1280], (5:1300..5:1310]]``."""
+    return "[" + ", ".join(f"({start}..{end}]" for start, end in ranges) + "]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +129,29 @@ def _decode(raw: bytes) -> CursorState:
     )
 
 
+@dataclass(slots=True)
+class CursorWrites:
+    """Cursor files to write, snapshotted where the cursors live (the event loop); `apply`
+    runs where blocking on the disk is fine (a thread). Deletes go first, so a subscription
+    deleted and created again under the same name ends up saved."""
+
+    store: CursorStore
+    saves: list[tuple[str, CursorState]] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+
+    def apply(self) -> None:
+        for name in self.deletes:
+            self.store.delete(name)
+        for name, state in self.saves:
+            self.store.save(name, state)
+
+
 class ThrottledCursorWriter:
     """Persist each changed cursor at most once per interval (Pulsar's default: once a second).
 
-    Call :meth:`tick` periodically and :meth:`flush_all` at shutdown; both write files, so run
-    them where blocking on the disk is acceptable. state_fn runs in that same place.
+    Marking a cursor dirty is cheap and keeps only a function of its latest state. `take` (on
+    the loop, where that function may run) snapshots what is due; `CursorWrites.apply` writes
+    it. `tick` and `flush_all` do both in one place, for callers that may block.
     """
 
     def __init__(
@@ -213,43 +160,63 @@ class ThrottledCursorWriter:
         interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._store = store
+        self.store = store
         self._interval_s = interval_s
         self._clock = clock
         self._dirty: dict[str, Callable[[], CursorState]] = {}
         self._saved_at: dict[str, float] = {}
+        self._deletes: set[str] = set()
 
     def mark_dirty(self, name: str, state_fn: Callable[[], CursorState]) -> None:
-        """Note that name changed; state_fn is called at save time, so the latest state wins."""
+        """Note that name changed; state_fn is called at take time, so the latest state wins."""
         self._dirty[name] = state_fn
-
-    def tick(self) -> int:
-        """Save the changed cursors whose interval has passed; returns how many were saved."""
-        now = self._clock()
-        due = [
-            name
-            for name in self._dirty
-            if (saved_at := self._saved_at.get(name)) is None or now - saved_at >= self._interval_s
-        ]
-        for name in due:
-            self._save(name, now)
-        return len(due)
-
-    def flush_all(self) -> int:
-        """Save every changed cursor now (shutdown); returns how many were saved."""
-        now = self._clock()
-        names = list(self._dirty)
-        for name in names:
-            self._save(name, now)
-        return len(names)
 
     def delete(self, name: str) -> None:
         """The subscription is gone: drop its pending save (or it would come back) and its file."""
         self._dirty.pop(name, None)
         self._saved_at.pop(name, None)
-        self._store.delete(name)
+        self._deletes.add(name)
 
-    def _save(self, name: str, now: float) -> None:
-        self._store.save(name, self._dirty[name]())
-        del self._dirty[name]  # only once saved: a failed save stays dirty and is retried
-        self._saved_at[name] = now
+    def take(self, everything: bool = False) -> CursorWrites:
+        """What is due now (everything: all that changed, as at shutdown), as a snapshot."""
+        now = self._clock()
+        due = [
+            name
+            for name in self._dirty
+            if everything
+            or (saved_at := self._saved_at.get(name)) is None
+            or now - saved_at >= self._interval_s
+        ]
+        writes = CursorWrites(self.store, deletes=sorted(self._deletes))
+        self._deletes.clear()
+        for name in due:
+            writes.saves.append((name, self._dirty.pop(name)()))
+            self._saved_at[name] = now
+        return writes
+
+    def retry(self, writes: CursorWrites) -> None:
+        """`writes` failed: keep what it held pending, unless changed or deleted since."""
+        for name, state in writes.saves:
+            if name not in self._deletes:
+                self._dirty.setdefault(name, _constant(state))
+        self._deletes.update(writes.deletes)
+
+    def tick(self) -> int:
+        """Save the changed cursors whose interval has passed; returns how many were saved."""
+        return self._write(self.take())
+
+    def flush_all(self) -> int:
+        """Save every changed cursor now (shutdown); returns how many were saved."""
+        return self._write(self.take(everything=True))
+
+    def _write(self, writes: CursorWrites) -> int:
+        try:
+            writes.apply()
+        except BaseException:
+            self.retry(writes)  # a failed save stays dirty and is retried
+            raise
+        return len(writes.saves)
+
+
+def _constant(state: CursorState) -> Callable[[], CursorState]:
+    return lambda: state

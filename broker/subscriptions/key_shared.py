@@ -7,17 +7,19 @@ entry with the same key: the order per key is kept, other keys go on.
 
 from __future__ import annotations
 
+from typing import Any
+
 from broker.core.consumer import Consumer
 from broker.core.entry import Entry
-from broker.subscriptions.base import READ_BATCH, Subscription
+from broker.subscriptions.base import READ_BATCH, Dispatcher
 from pulsar_protocol.extensions import KEY_SLOTS as SLOTS
 from pulsar_protocol.extensions import key_slot
 
 
-class KeySharedSubscription(Subscription):
+class KeySharedDispatcher(Dispatcher):
     mode = "Key_Shared"
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._waiting: list[Entry] = []
         self._rr = 0

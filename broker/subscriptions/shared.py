@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from broker.subscriptions.base import READ_BATCH, Subscription
+from typing import Any
+
+from broker.subscriptions.base import READ_BATCH, Dispatcher
 
 
-class SharedSubscription(Subscription):
+class RoundRobinDispatcher(Dispatcher):
     mode = "Shared"
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._next = 0
 

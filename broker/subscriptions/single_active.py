@@ -1,25 +1,18 @@
-"""Exclusive and Failover: one consumer receives everything, in order."""
+"""Exclusive and Failover: one consumer, the active one, receives everything, in order."""
 
 from __future__ import annotations
 
 from broker.core.consumer import Consumer
-from broker.subscriptions.base import READ_BATCH, Subscription, SubscriptionError
+from broker.subscriptions.base import READ_BATCH, Dispatcher, SubscriptionError
 from pulsar_protocol import pulsar_api_pb2 as pb
 
 
-class ExclusiveSubscription(Subscription):
-    mode = "Exclusive"
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        if self.consumers:
-            raise SubscriptionError(
-                f"Exclusive subscription {self.name!r} already has a consumer", pb.ConsumerBusy
-            )
-        super().add_consumer(consumer)
+class SingleActiveDispatcher(Dispatcher):
+    """Everything goes to `active`; the modes differ in who may attach and who is active."""
 
     @property
     def active(self) -> Consumer | None:
-        return self.consumers[0] if self.consumers else None
+        raise NotImplementedError
 
     def dispatch(self) -> None:
         consumer = self.active
@@ -30,7 +23,20 @@ class ExclusiveSubscription(Subscription):
             self.send(consumer, entries)
 
 
-class FailoverSubscription(ExclusiveSubscription):
+class ExclusiveDispatcher(SingleActiveDispatcher):
+    mode = "Exclusive"
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        if self.consumers:
+            raise SubscriptionError("already has a consumer", pb.ConsumerBusy)
+        super().add_consumer(consumer)
+
+    @property
+    def active(self) -> Consumer | None:
+        return self.consumers[0] if self.consumers else None
+
+
+class FailoverDispatcher(SingleActiveDispatcher):
     """One active consumer (highest priority, then first by name); the next takes over on leave.
 
     On a switch the cursor rewinds to the first unacknowledged entry, as Pulsar does, so the
@@ -39,9 +45,6 @@ class FailoverSubscription(ExclusiveSubscription):
 
     mode = "Failover"
     _current: Consumer | None = None
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        Subscription.add_consumer(self, consumer)
 
     @property
     def active(self) -> Consumer | None:
@@ -60,7 +63,6 @@ class FailoverSubscription(ExclusiveSubscription):
         if self._current is not None and self._current in self.consumers:
             self._return_unacked(self._current)
         self._current = active
-        self.read_index = self.mark_delete + 1
-        self.redeliver.clear()
+        self.cursor.rewind()
         for c in self.consumers:
             c.wire.send_active_consumer_change(c.consumer_id, c is active)

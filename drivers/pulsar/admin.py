@@ -1,13 +1,14 @@
-"""Creating partitioned topics through a broker's admin REST API.
+"""A broker's admin REST API: creating partitioned topics, and the topic stats of a run.
 
 Partition counts are metadata, not part of the binary protocol: the official clients can only
 read them (PARTITIONED_METADATA), so creating them goes over HTTP, as OMB's Pulsar driver does
-with PulsarAdmin. The same endpoint is served by Apache Pulsar and by the bundled broker.
+with PulsarAdmin. The same endpoints are served by Apache Pulsar and by the bundled broker.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import urllib.error
 import urllib.request
 
@@ -15,6 +16,9 @@ from drivers.base import DriverError
 from pulsar_protocol.topic_names import admin_path
 
 TIMEOUT_SECONDS = 30.0
+STATS_TIMEOUT_SECONDS = 60.0
+
+log = logging.getLogger("drivers.pulsar")
 
 
 def topic_path(topic: str) -> str:
@@ -69,3 +73,23 @@ def create_partitioned_topic(admin_url: str, topic: str, partitions: int) -> Non
             "use a fresh topic name or delete it"
         )
     raise DriverError(f"PUT {url} answered {status}: {body[:200]!r}")
+
+
+def stats_url(admin_url: str, topic: str) -> str:
+    return f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}/stats"
+
+
+def topic_stats(admin_url: str, names: list[str]) -> dict[str, object]:
+    """`GET .../{topic}/stats` of each name (a partition under its own name): every
+    subscription and consumer with its counters and address. A topic that does not answer
+    costs a warning and maps to None."""
+    stats: dict[str, object] = {}
+    for name in names:
+        url = stats_url(admin_url, name)
+        try:
+            with urllib.request.urlopen(url, timeout=STATS_TIMEOUT_SECONDS) as reply:
+                stats[name] = json.loads(reply.read())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            log.warning("topic stats of %s: %s", name, getattr(exc, "reason", exc))
+            stats[name] = None
+    return stats

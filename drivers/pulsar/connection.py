@@ -1,10 +1,13 @@
-"""One TCP connection to the broker under gevent: a reader greenlet, requests, acks.
+"""One TCP connection to the broker under gevent: a thin shell over pulsar_protocol.
 
-The reader takes one clock read per recv and hands every delivery to the harness inline: with
-tens of thousands of consumers, a greenlet per message would cost seconds (DESIGN.md, "Measure
-at the wire"). Frames written by many greenlets (subscribers, a producer, the ack flusher, the
-reader's own FLOW and PONG) go through one lock, so they never interleave on the socket.
-Requests are matched to answers by request_id, which is unique per connection here.
+The codec (pulsar_protocol.connection.Connection) holds every rule of the wire: handshake,
+PING/PONG, request ids and their answers, consumer and producer states, permits and acks.
+This shell reads the socket, feeds the codec, hands each event to its handler, and writes
+what the codec queued. The reader takes one clock read per recv and hands every delivery to
+the harness inline: with tens of thousands of consumers, a greenlet per message would cost
+seconds (DESIGN.md, "Measure at the wire"). Writes from many greenlets (subscribers, a
+producer, the ack flusher, the reader's FLOWs and PONGs) drain the codec under one lock, so
+frames never interleave and leave in the order the codec queued them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import gevent
 from gevent import socket
@@ -22,23 +25,29 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
-from drivers.pulsar.consumer import ConsumerState, flow_frame, subscribe_command
+from drivers.pulsar.consumer import ConsumerState, subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
+from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import T, body_of, command
-from pulsar_protocol.errors import RemoteProtocolError
-from pulsar_protocol.frames import Frame, FrameDecoder, encode_frame
+from pulsar_protocol.commands import T, command
+from pulsar_protocol.connection import MAX_PROTOCOL_VERSION
+from pulsar_protocol.connection import Connection as ProtocolConnection
+from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
+from pulsar_protocol.events import NEED_DATA
+from pulsar_protocol.extensions import now_us
+from pulsar_protocol.state import CLIENT
+from pulsar_protocol.state import ConsumerState as WireState
+
+__all__ = ["Connection", "RequestFailed", "RequestTimeout", "connect_socket", "now_us"]
 
 log = logging.getLogger("drivers.pulsar")
 
 RECV_SIZE = 256 * 1024
 CLIENT_VERSION = "fanout-bench"
-PROTOCOL_VERSION = 20
+PROTOCOL_VERSION = MAX_PROTOCOL_VERSION
 IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
-_PING = encode_frame(command(T.PING))
-_PONG = encode_frame(command(T.PONG))
 
 
 class RequestFailed(DriverError):
@@ -66,27 +75,9 @@ class ProducerLink(Protocol):
     def connection_lost(self, error: DriverError) -> None: ...
 
 
-def connect_frame(proxy_to: str = "") -> bytes:
-    """CONNECT; through a Pulsar proxy it names the broker to be proxied to."""
-    fields = {"proxy_to_broker_url": proxy_to} if proxy_to else {}
-    return encode_frame(
-        command(
-            T.CONNECT,
-            client_version=CLIENT_VERSION,
-            protocol_version=PROTOCOL_VERSION,
-            feature_flags=pb.FeatureFlags(supports_broker_entry_metadata=True),
-            **fields,
-        )
-    )
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000
-
-
 def server_error_text(code: int, message: str) -> str:
     try:
-        name = pb.ServerError.Name(code)
+        name = pb.ServerError.Name(pb.ServerError.ValueType(code))
     except ValueError:
         name = f"ServerError {code}"
     return f"{name}: {message}"
@@ -110,11 +101,12 @@ def connect_socket(host: str, port: int, source: str | None, timeout: float) -> 
     return sock
 
 
-def _refused(result: AsyncResult) -> bool:
+def _refused(result: AsyncResult[tuple[pb.BaseCommand, int]]) -> bool:
     """Whether a request settled leaving nothing on the broker: ERROR, or a lost connection."""
     if not result.ready():
         return False
-    return not result.successful() or result.value[0].type == T.ERROR
+    answer = result.value if result.successful() else None
+    return answer is None or answer[0].type == T.ERROR
 
 
 class Connection:
@@ -134,6 +126,7 @@ class Connection:
         self.error: str | None = None
         """Why the connection is closed; None while it is open (or opening)."""
         self.consumers: dict[int, ConsumerState] = {}
+        """Consumers whose SUBSCRIBE succeeded, by consumer_id: the ones deliveries go to."""
         self.producers: dict[int, ProducerLink] = {}
         self._settings = settings
         self._callback = callback
@@ -142,31 +135,27 @@ class Connection:
         self._on_consumers_lost = on_consumers_lost
         self._sock: socket.socket | None = None
         self._write_lock = Semaphore()
-        self._decoder = FrameDecoder()
+        self._protocol = ProtocolConnection(
+            CLIENT, individual_acks=settings.ack_mode == "individual"
+        )
         self._deliveries = DeliveryDecoder(settings.verify_checksum)
-        self._ready = AsyncResult()
-        self._pending: dict[int, AsyncResult] = {}
-        self._request_ids = itertools.count(1)
+        self._ready: AsyncResult[None] = AsyncResult()
+        self._waiting: dict[int, AsyncResult[tuple[pb.BaseCommand, int]]] = {}
+        """request_id → the greenlet's result waiting for its answer."""
         self._object_ids = itertools.count(1)
-        self._partition_counts: dict[str, AsyncResult] = {}
-        self._replies: list[bytes] = []
-        self._ack_dirty: list[ConsumerState] = []
+        self._partition_counts: dict[str, AsyncResult[int]] = {}
         self._ack_wanted = Event()
         self._reader: gevent.Greenlet | None = None
         self._acker: gevent.Greenlet | None = None
-        self._handlers: dict[int, Callable[[Frame, int], None]] = {
-            T.CONNECTED: self._on_connected,
-            T.MESSAGE: self._on_message,
-            T.SEND_RECEIPT: self._on_send_receipt,
-            T.SEND_ERROR: self._on_send_error,
-            T.SUCCESS: self._on_response,
-            T.PRODUCER_SUCCESS: self._on_response,
-            T.PARTITIONED_METADATA_RESPONSE: self._on_response,
-            T.LOOKUP_RESPONSE: self._on_response,
-            T.ERROR: self._on_error,
-            T.PING: self._on_ping,
-            T.CLOSE_CONSUMER: self._on_close_consumer,
-            T.CLOSE_PRODUCER: self._on_close_producer,
+        self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
+            ev.Message: self._on_message,
+            ev.Response: self._on_response,
+            ev.SendReceipt: self._on_send_receipt,
+            ev.SendError: self._on_send_error,
+            ev.Notice: self._on_notice,
+            ev.Connected: self._on_connected,
+            ev.ConnectionRefused: self._on_refused,
+            ev.ConnectionClosed: self._on_closed_by_peer,
         }
 
     @property
@@ -200,7 +189,14 @@ class Connection:
         self._sock = sock
         self._reader = self._group.spawn(self._read_loop)
         try:
-            self.write(connect_frame(self.route.proxy_to))
+            self.send(
+                ev.Connect(
+                    CLIENT_VERSION,
+                    PROTOCOL_VERSION,
+                    supports_broker_entry_metadata=True,
+                    proxy_to_broker_url=self.route.proxy_to,
+                )
+            )
         except RequestFailed:
             pass  # _fail has recorded why; wait_ready() reports it
 
@@ -216,18 +212,35 @@ class Connection:
         self._ready.get()
 
     # -- writing and requests ----------------------------------------------------------------
-    def write(self, data: bytes) -> None:
+    def send(self, *events: ev.Event) -> None:
+        """Hand `events` to the codec and write what it queued, in one write. A closed
+        connection, a failed write and a codec refusal all raise RequestFailed."""
         if self.error is not None:
             raise RequestFailed(self.error)
+        try:
+            for event in events:
+                self._protocol.send(event)
+        except LocalProtocolError as exc:
+            log.exception("connection %d: the driver broke the protocol", self.id)
+            self._fail(f"protocol error on {self.address}: {exc}")
+            raise RequestFailed(f"protocol error on {self.address}: {exc}") from None
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write everything the codec queued. Drained under the lock, so whatever one greenlet
+        drains leaves before what the next one drains."""
         with self._write_lock:
+            data = self._protocol.data_to_send()
+            if not data or self._sock is None:
+                return
             try:
                 self._sock.sendall(data)
             except OSError as exc:
                 self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
-                raise RequestFailed(self.error) from None
+                raise RequestFailed(f"connection to {self.address} lost") from None
 
     def next_request_id(self) -> int:
-        return next(self._request_ids)
+        return self._protocol.next_request_id()
 
     def next_object_id(self) -> int:
         """A consumer_id or producer_id, unique on this connection."""
@@ -241,23 +254,29 @@ class Connection:
         """
         return self._await(request_id, self._send_request(cmd, request_id))
 
-    def _send_request(self, cmd: pb.BaseCommand, request_id: int) -> AsyncResult:
-        result = self._pending[request_id] = AsyncResult()
+    def _send_request(
+        self, cmd: pb.BaseCommand, request_id: int
+    ) -> AsyncResult[tuple[pb.BaseCommand, int]]:
+        result = self._waiting[request_id] = AsyncResult()
         try:
-            self.write(encode_frame(cmd))
+            self.send(ev.Request(cmd))
         except RequestFailed:
-            self._pending.pop(request_id, None)
+            self._waiting.pop(request_id, None)
             raise
         return result
 
-    def _await(self, request_id: int, result: AsyncResult) -> tuple[pb.BaseCommand, int]:
+    def _await(
+        self, request_id: int, result: AsyncResult[tuple[pb.BaseCommand, int]]
+    ) -> tuple[pb.BaseCommand, int]:
         try:
             result.wait(self._settings.operation_timeout)
         finally:
-            self._pending.pop(request_id, None)
+            self._waiting.pop(request_id, None)
         if not result.ready():
             raise RequestTimeout()
-        answer, receive_us = result.get()
+        got = result.get()
+        assert got is not None
+        answer, receive_us = got
         if answer.type == T.ERROR:
             raise RequestFailed(server_error_text(answer.error.error, answer.error.message))
         return answer, receive_us
@@ -266,7 +285,7 @@ class Connection:
         """Keep-alive; a connection that cannot take it has recorded why in `error`."""
         if self._ready.successful() and self.error is None:
             try:
-                self.write(_PING)
+                self.send(ev.Ping())
             except RequestFailed:
                 pass
 
@@ -276,7 +295,9 @@ class Connection:
         it): the partition count, 0 for a plain topic."""
         known = self._partition_counts.get(topic)
         if known is not None:
-            return known.get()
+            count = known.get()
+            assert count is not None
+            return count
         known = self._partition_counts[topic] = AsyncResult()
         try:
             rid = self.next_request_id()
@@ -307,37 +328,35 @@ class Connection:
         broker owns) at once, as the official clients do, and give each its permits; returns
         the wire time of the last SUCCESS and the consumer ids. If one is refused, the others
         are closed again and the whole raises."""
-        s = self._settings
-        sent: list[tuple[int, int, AsyncResult]] = []
+        sent: list[tuple[int, int, AsyncResult[tuple[pb.BaseCommand, int]]]] = []
         try:
             for topic in topics:
                 consumer_id = self.next_object_id()
                 rid = self.next_request_id()
-                self.consumers[consumer_id] = ConsumerState(
-                    spec.index,
-                    consumer_id,
-                    s.receiver_queue_size,
-                    s.ack_mode == "individual",
-                    spec,
-                    topic,
-                )
                 cmd = subscribe_command(spec, consumer_id, rid, topic)
                 sent.append((consumer_id, rid, self._send_request(cmd, rid)))
             success_us = max(self._await(rid, result)[1] for _, rid, result in sent)
         except RequestFailed:
-            self.consumers.pop(consumer_id, None)  # the one whose SUBSCRIBE could not be sent
             for cid, rid, result in sent:
-                self._pending.pop(rid, None)
-                self.consumers.pop(cid, None)
+                self._waiting.pop(rid, None)
                 if not _refused(result):
                     self._abandon(cid)  # answered SUCCESS, or may still
             raise
-        for cid, _, _ in sent:
-            self.consumers[cid].established = True
+        ids = [cid for cid, _, _ in sent]
+        for cid, topic in zip(ids, topics, strict=True):
+            self.consumers[cid] = ConsumerState(spec.index, cid, spec, topic)
         if self._acker is None:
             self._acker = self._group.spawn(self._ack_loop)
-        self.write(b"".join(flow_frame(cid, s.receiver_queue_size) for cid, _, _ in sent))
-        return success_us, [cid for cid, _, _ in sent]
+        # The broker dispatches nothing before a consumer's first FLOW: its receiver queue.
+        queue = self._settings.receiver_queue_size
+        self.send(
+            *(
+                ev.Flow(cid, queue)
+                for cid in ids
+                if self._protocol.consumer_state(cid) is WireState.SUBSCRIBED
+            )
+        )
+        return success_us, ids
 
     def close_consumers(self, consumer_ids: list[int]) -> None:
         """Close consumers that subscribed (a consumer refused on another broker's partition)."""
@@ -349,10 +368,12 @@ class Connection:
         """Close a consumer the harness will not use: one whose SUBSCRIBE timed out, lest a
         late SUCCESS leave the broker holding it (a Broadcast subscription's cursor is its
         slowest consumer's), or whose sibling partitions were refused."""
+        if self._protocol.consumer_state(consumer_id) in (None, WireState.CLOSING):
+            return  # refused, closed by the broker, or being closed already
         rid = self.next_request_id()
         try:
-            self.write(
-                encode_frame(command(T.CLOSE_CONSUMER, consumer_id=consumer_id, request_id=rid))
+            self.send(
+                ev.Request(command(T.CLOSE_CONSUMER, consumer_id=consumer_id, request_id=rid))
             )
         except RequestFailed:
             pass  # the connection is gone, and the consumer with it
@@ -380,9 +401,9 @@ class Connection:
             )
         if not self._ready.ready():
             self._ready.set_exception(error)
-        for result in self._pending.values():
+        for result in self._waiting.values():
             result.set_exception(error)
-        self._pending.clear()
+        self._waiting.clear()
         for producer in list(self.producers.values()):
             producer.connection_lost(error)
         current = gevent.getcurrent()
@@ -393,32 +414,29 @@ class Connection:
             self._sock.close()
         self._on_closed(self)
         if lost:
-            established = [c for c in self.consumers.values() if c.established]
+            subscribed = list(self.consumers.values())
             self.consumers.clear()
-            if established:
-                self._on_consumers_lost(established)
+            if subscribed:
+                self._on_consumers_lost(subscribed)
 
     # -- the reader ---------------------------------------------------------------------------
     def _read_loop(self) -> None:
-        sock, decoder, handlers = self._sock, self._decoder, self._handlers
+        sock, protocol, handlers = self._sock, self._protocol, self._handlers
+        assert sock is not None
+        next_event = protocol.next_event
         try:
             while True:
                 data = sock.recv(RECV_SIZE)
                 receive_us = now_us()  # one clock read for everything this recv returned
-                if not data:
-                    self._fail(f"connection closed by the broker at {self.address}")
-                    return
-                decoder.receive_data(data)
-                while (frame := decoder.next_frame()) is not None:
-                    handler = handlers.get(frame.command.type)
-                    if handler is not None:
-                        handler(frame, receive_us)
+                protocol.receive_data(data)
+                while (event := next_event()) is not NEED_DATA:
+                    handlers[type(event)](event, receive_us)
                 self._after_batch()
                 # A recv that finds data never yields: without this, one busy connection would
                 # starve the others, the subscribers and the timers.
                 gevent.sleep(0)
         except RequestFailed:
-            return  # a write failed, and _fail has run
+            return  # the broker closed, refused, or a write failed: _fail has run
         except OSError as exc:
             self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
         except RemoteProtocolError as exc:
@@ -428,80 +446,74 @@ class Connection:
             self._fail(f"reader failed: {exc!r}")
 
     def _after_batch(self) -> None:
-        """Write the FLOWs and PONGs this recv produced in one go; wake the ack flusher."""
-        if self._replies:
-            replies, self._replies = self._replies, []
-            self.write(b"".join(replies))
-        if self._ack_dirty and not self._ack_wanted.is_set():
+        """Write the FLOWs and PONGs this recv made the codec queue in one go; wake the ack
+        flusher."""
+        self._flush()
+        if self._protocol.acks_due and not self._ack_wanted.is_set():
             self._ack_wanted.set()
 
-    def _on_message(self, frame: Frame, receive_us: int) -> None:
-        msg = frame.command.message
+    def _on_message(self, event: ev.Message, receive_us: int) -> None:
+        msg = event.command
         consumer = self.consumers.get(msg.consumer_id)
-        if consumer is None or frame.payload is None:
+        if consumer is None:
             return  # closed meanwhile
         try:
-            bodies = self._deliveries.bodies(frame.payload)
+            bodies = self._deliveries.bodies(event.payload)
         except RemoteProtocolError as exc:
             log.warning(
                 "connection %d: dropped a delivery to consumer %d: %s", self.id, consumer.index, exc
             )
             bodies = []
-        stamps = self._deliveries.stamps(frame.broker_entry_metadata)
+        stamps = self._deliveries.stamps(event.broker_entry_metadata)
         index, received = consumer.index, self._callback.message_received
         for body in bodies:
             received(index, body, receive_us, stamps)
-        flow = consumer.delivered(msg.message_id, len(bodies) or 1)
-        if flow is not None:
-            self._replies.append(flow)
-        if not consumer.ack_queued:
-            consumer.ack_queued = True
-            self._ack_dirty.append(consumer)
+        self._protocol.acknowledge_consumed(msg.consumer_id, len(bodies) or 1, msg.message_id)
 
-    def _on_connected(self, frame: Frame, receive_us: int) -> None:
+    def _on_connected(self, event: ev.Connected, receive_us: int) -> None:
         if not self._ready.ready():
             self._ready.set(None)
 
-    def _on_response(self, frame: Frame, receive_us: int) -> None:
-        result = self._pending.pop(body_of(frame.command).request_id, None)
+    def _on_refused(self, event: ev.ConnectionRefused, receive_us: int) -> None:
+        reason = (
+            f"CONNECT refused by {self.address}: {server_error_text(event.error, event.message)}"
+        )
+        self._fail(reason)
+        raise RequestFailed(reason)
+
+    def _on_closed_by_peer(self, event: ev.ConnectionClosed, receive_us: int) -> None:
+        reason = f"connection closed by the broker at {self.address}"
+        self._fail(reason)
+        raise RequestFailed(reason)
+
+    def _on_response(self, event: ev.Response, receive_us: int) -> None:
+        result = self._waiting.pop(event.request_id, None)
         if result is not None:
-            result.set((frame.command, receive_us))
+            result.set((event.command, receive_us))
 
-    def _on_error(self, frame: Frame, receive_us: int) -> None:
-        if not self._ready.ready():
-            err = frame.command.error
-            self._fail(
-                f"CONNECT refused by {self.address}: {server_error_text(err.error, err.message)}"
-            )
-            return
-        self._on_response(frame, receive_us)
-
-    def _on_ping(self, frame: Frame, receive_us: int) -> None:
-        self._replies.append(_PONG)
-
-    def _on_send_receipt(self, frame: Frame, receive_us: int) -> None:
-        receipt = frame.command.send_receipt
-        producer = self.producers.get(receipt.producer_id)
+    def _on_send_receipt(self, event: ev.SendReceipt, receive_us: int) -> None:
+        producer = self.producers.get(event.producer_id)
         if producer is not None:
-            producer.on_receipt(receipt.sequence_id)
+            producer.on_receipt(event.sequence_id)
 
-    def _on_send_error(self, frame: Frame, receive_us: int) -> None:
-        err = frame.command.send_error
-        producer = self.producers.get(err.producer_id)
+    def _on_send_error(self, event: ev.SendError, receive_us: int) -> None:
+        producer = self.producers.get(event.producer_id)
         if producer is not None:
-            producer.on_send_error(err.sequence_id, server_error_text(err.error, err.message))
+            producer.on_send_error(event.sequence_id, server_error_text(event.error, event.message))
 
-    def _on_close_consumer(self, frame: Frame, receive_us: int) -> None:
-        consumer = self.consumers.pop(frame.command.close_consumer.consumer_id, None)
-        if consumer is not None:
-            log.warning("connection %d: the broker closed consumer %d", self.id, consumer.index)
-            if consumer.established:
+    def _on_notice(self, event: ev.Notice, receive_us: int) -> None:
+        """The broker closing a consumer or producer (a topic moving, an unload); other
+        notices (ACTIVE_CONSUMER_CHANGE, REACHED_END_OF_TOPIC) change nothing here."""
+        cmd = event.command
+        if cmd.type == T.CLOSE_CONSUMER:
+            consumer = self.consumers.pop(cmd.close_consumer.consumer_id, None)
+            if consumer is not None:
+                log.warning("connection %d: the broker closed consumer %d", self.id, consumer.index)
                 self._on_consumers_lost([consumer])
-
-    def _on_close_producer(self, frame: Frame, receive_us: int) -> None:
-        producer = self.producers.pop(frame.command.close_producer.producer_id, None)
-        if producer is not None:
-            producer.connection_lost(RequestFailed("the broker closed the producer"))
+        elif cmd.type == T.CLOSE_PRODUCER:
+            producer = self.producers.pop(cmd.close_producer.producer_id, None)
+            if producer is not None:
+                producer.connection_lost(RequestFailed("the broker closed the producer"))
 
     # -- the ack flusher ------------------------------------------------------------------------
     def _ack_loop(self) -> None:
@@ -511,10 +523,8 @@ class Connection:
             self._ack_wanted.wait()
             gevent.sleep(delay)
             self._ack_wanted.clear()
-            dirty, self._ack_dirty = self._ack_dirty, []
-            frames = [frame for c in dirty if (frame := c.take_ack()) is not None]
-            if frames:
+            if self._protocol.flush_acks():
                 try:
-                    self.write(b"".join(frames))
+                    self._flush()
                 except RequestFailed:
                     return

@@ -1,50 +1,23 @@
-"""From a MESSAGE frame to what the harness is handed: message bodies and broker stamps.
+"""From a MESSAGE event to what the harness is handed: message bodies and broker stamps.
 
-This runs in a reader greenlet for every delivery, so it skips work a broadcast repeats: one
-entry reaches every consumer of a connection as identical bytes, one after another, so the
-bodies and stamps decoded last are reused when the next frame carries the same bytes.
+The decoding is the protocol's (pulsar_protocol.payload and .stamps); this runs in a reader
+greenlet for every delivery, so it skips work a broadcast repeats: one entry reaches every
+consumer of a connection as identical bytes, one after another, so the bodies and stamps
+decoded last are reused when the next frame carries the same bytes.
 """
 
 from __future__ import annotations
 
-from google.protobuf.message import DecodeError
-
 from drivers.base import BrokerStamps
-from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.errors import RemoteProtocolError
-from pulsar_protocol.payload import decode_payload, is_batch, split_batch
+from pulsar_protocol.payload import message_bodies
+from pulsar_protocol.stamps import decode_stamps
 
-
-def message_bodies(section: bytes, verify: bool) -> list[bytes]:
-    """The bodies in a payload section: one, or each message of a batch, in order.
-
-    Raises RemoteProtocolError for a bad checksum (only when `verify`), undecodable metadata
-    or a compressed payload (the harness sends uncompressed bodies and reads stamps in them).
-    """
-    payload = decode_payload(section, verify)
-    if payload.metadata.compression != pb.NONE:
-        name = pb.CompressionType.Name(payload.metadata.compression)
-        raise RemoteProtocolError(f"compressed payloads ({name}) are not supported")
-    if not is_batch(payload.metadata):
-        return [payload.data]
-    return [data for _, data in split_batch(payload)]
+__all__ = ["DeliveryDecoder", "broker_stamps", "message_bodies"]
 
 
 def broker_stamps(entry_metadata: bytes) -> BrokerStamps:
     """Stage timestamps from BrokerEntryMetadata; a real Pulsar fills only broker_ms."""
-    bem = pb.BrokerEntryMetadata()
-    try:
-        bem.ParseFromString(entry_metadata)
-    except DecodeError as exc:
-        raise RemoteProtocolError(f"undecodable BrokerEntryMetadata: {exc}") from exc
-    return BrokerStamps(
-        received_us=bem.received_us,
-        persist_start_us=bem.persist_start_us,
-        durable_us=bem.durable_us,
-        notified_us=bem.notified_us,
-        dispatch_us=bem.dispatch_us,
-        broker_ms=bem.broker_timestamp,
-    )
+    return BrokerStamps(*decode_stamps(entry_metadata))
 
 
 class DeliveryDecoder:

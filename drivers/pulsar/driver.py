@@ -8,25 +8,31 @@ The same driver measures the bundled broker and a real Pulsar cluster.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import gevent
+from gevent import socket
 from gevent.event import AsyncResult
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
 from drivers.pulsar import backoff
-from drivers.pulsar.admin import create_partitioned_topic
+from drivers.pulsar.admin import create_partitioned_topic, topic_stats
 from drivers.pulsar.connection import Connection, RequestFailed, now_us
 from drivers.pulsar.consumer import ConsumerState
 from drivers.pulsar.lookup import Route, find_owner
 from drivers.pulsar.partitions import PartitionedProducer, partition_names
 from drivers.pulsar.pool import ConnectionPool
 from drivers.pulsar.producer import PulsarProducer
-from drivers.pulsar.settings import Settings, settings_from
+from drivers.pulsar.settings import PulsarConfig, Settings, parse_service_url, settings_from
 
 log = logging.getLogger("drivers.pulsar")
+
+# Where the harness's topics live: Pulsar's default tenant and namespace, which a standalone
+# Pulsar and the bundled broker both have.
+TENANT, NAMESPACE = "public", "default"
 
 
 class PulsarDriver:
@@ -47,9 +53,38 @@ class PulsarDriver:
         self.resubscribed = 0
         """Consumers subscribed again after a lost connection, over the driver's life."""
 
+    # -- the coordinator's side ------------------------------------------------------------------
+    def parse_config(self, sections: Mapping[Any, object], where: str) -> PulsarConfig:
+        return PulsarConfig.parse(sections, where)
+
+    def topic_name(self, name: str, *, persistent: bool) -> str:
+        domain = "persistent" if persistent else "non-persistent"
+        return f"{domain}://{TENANT}/{NAMESPACE}/{name}"
+
+    def check_reachable(self, service_url: str, timeout: float) -> None:
+        host, port = parse_service_url(service_url)
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                pass
+        except OSError as exc:
+            raise DriverError(
+                f"broker at {service_url} is unreachable ({exc.strerror or exc}); start it, or "
+                "drop client.serviceUrl from the driver file to use the bundled broker"
+            ) from None
+
+    def topic_stats(
+        self, topics: list[str], partitions: int, *, admin_url: str | None
+    ) -> dict[str, object] | None:
+        if admin_url is None:
+            return None
+        if partitions > 1:
+            topics = [name for topic in topics for name in partition_names(topic, partitions)]
+        return topic_stats(admin_url, topics)
+
+    # -- a worker's side ---------------------------------------------------------------------
     def initialize(
         self,
-        config: Any,
+        config: PulsarConfig,
         callback: ConsumerCallback,
         *,
         consumers_per_connection: int,
@@ -89,7 +124,7 @@ class PulsarDriver:
                     name,
                     settings,
                     self._group,
-                    reconnect=lambda name=name: self._owner_connection(name),
+                    reconnect=partial(self._owner_connection, name),
                 )
                 for name in names or [topic]
             ]

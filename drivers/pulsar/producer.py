@@ -32,7 +32,7 @@ from drivers.pulsar.connection import Connection, RequestFailed
 from drivers.pulsar.settings import Settings
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import T, command
-from pulsar_protocol.frames import encode_frame
+from pulsar_protocol.events import Send
 from pulsar_protocol.payload import encode_payload, join_batch
 
 OnDone = Callable[[Exception | None], None]
@@ -45,7 +45,7 @@ class _Pending:
     on_done: OnDone
     deadline: float
     """time.monotonic() after which the send has timed out."""
-    frame: bytes = b""
+    send: Send | None = None
     """The SEND that carries it, kept to send again on a new connection; on the first message
     of a batch only."""
 
@@ -86,8 +86,9 @@ class PulsarProducer:
         self.name = ""
         """Given by the broker in PRODUCER_SUCCESS; every message's metadata carries it."""
         self._conn: Connection | None = conn
+        """None while reconnecting (or after a lost connection without `reconnect`)."""
         self._reconnect = reconnect
-        self._reconnecting: gevent.Greenlet | None = None
+        self._reconnector: gevent.Greenlet | None = None
         self.reconnections = 0
         self._group = group
         self._id = conn.next_object_id()
@@ -110,6 +111,7 @@ class PulsarProducer:
     def open(self) -> None:
         """Register on the owner's connection (the driver looked the topic up); raises
         DriverError when it cannot."""
+        assert self._conn is not None, "open() comes first"
         self._register(self._conn)
         if self._timeout:
             self._expirer = self._group.spawn(self._expire_loop)
@@ -155,18 +157,15 @@ class PulsarProducer:
         )
         if key is not None:
             set_key(metadata, key)
-        pending.frame = encode_frame(
-            command(T.SEND, producer_id=self._id, sequence_id=sequence_id),
-            encode_payload(metadata, payload),
-        )
-        self._write(pending.frame)
+        pending.send = Send(self._id, sequence_id, encode_payload(metadata, payload))
+        self._write(pending.send)
 
-    def _write(self, frame: bytes) -> None:
+    def _write(self, *sends: Send) -> None:
         """Send now, or, while reconnecting, leave it pending: it goes out on the new one."""
         if self._conn is None:
             return
         try:
-            self._conn.write(frame)
+            self._conn.send(*sends)
         except RequestFailed as exc:
             self.connection_lost(exc)
 
@@ -211,24 +210,21 @@ class PulsarProducer:
         if batch.key is not None:
             set_key(metadata, batch.key)
         self._batch_ends[batch.first] = batch.last
-        batch.head.frame = encode_frame(
-            command(
-                T.SEND,
-                producer_id=self._id,
-                sequence_id=batch.first,
-                num_messages=count,
-                highest_sequence_id=batch.last,
-            ),
+        batch.head.send = Send(
+            self._id,
+            batch.first,
             encode_payload(metadata, join_batch(batch.messages)),
+            num_messages=count,
+            highest_sequence_id=batch.last,
         )
-        self._write(batch.head.frame)
+        self._write(batch.head.send)
 
     def close(self) -> None:
         self._flush_batch()
         self._give_up(DriverError(f"producer on {self.topic!r} closed"))
         if self._conn is not None:
             self._conn.close()
-        for greenlet in (self._expirer, self._reconnecting):
+        for greenlet in (self._expirer, self._reconnector):
             if greenlet is not None:
                 greenlet.kill(block=False)
 
@@ -243,29 +239,31 @@ class PulsarProducer:
         if self._reconnect is None or self._failure is not None:
             self._give_up(DriverError(f"producer on {self.topic!r}: {error}"))
             return
-        if self._conn is not None:
-            self._conn.producers.pop(self._id, None)
-            self._conn = None
-        if self._reconnecting is None:
-            self._reconnecting = self._group.spawn(self._reconnect_loop)
+        if self._conn is None:
+            return  # reconnecting already
+        self._conn.producers.pop(self._id, None)
+        self._conn = None
+        self._reconnector = self._group.spawn(self._reconnect_loop)
 
     def _reconnect_loop(self) -> None:
         """Until registered on a new connection (or closed): what is pending then goes out
         again, in order; sends that time out meanwhile fail as usual."""
+        reconnect = self._reconnect
+        assert reconnect is not None
         for delay in backoff.delays():
             if self._failure is not None:
                 return
             gevent.sleep(delay)
             try:
-                conn = self._reconnect()
+                conn = reconnect()
                 self._register(conn)
             except DriverError as exc:
                 log.debug("producer on %s: reconnecting failed (%s)", self.topic, exc)
                 continue
-            self._conn, self._reconnecting = conn, None
+            self._conn, self._reconnector = conn, None
             self.reconnections += 1
             log.info("producer on %s connected again", self.topic)
-            self._write(b"".join(p.frame for p in self._pending if p.frame))
+            self._write(*(p.send for p in self._pending if p.send is not None))
             return
 
     # -- settling --------------------------------------------------------------------------------

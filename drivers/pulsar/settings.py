@@ -1,14 +1,15 @@
-"""The native driver's settings, read from the harness's DriverConfig.
+"""The native driver's configuration: its sections of the driver file (`client`, `producer`,
+`consumer`), parsed and checked here, and the Settings its connections run on.
 
-Attributes are read with getattr and defaults (those of drivers/bundled.yaml), so anything
-shaped like a DriverConfig works, a types.SimpleNamespace in tests included. Values are checked
-once here, so the hot paths never have to.
+Every default is spelled once, in the dataclasses below (drivers/bundled.yaml shows them);
+values are checked once here, so the hot paths never have to.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,20 +17,39 @@ from urllib.parse import urlsplit
 from gevent import socket
 
 from drivers.base import DriverError
+from drivers.config import (
+    ConfigError,
+    Parser,
+    boolean,
+    check_keys,
+    choice,
+    integer,
+    nullable,
+    parse_section,
+    url,
+)
 
 DEFAULT_PORT = 6650
 ACK_MODES = ("cumulative", "individual")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
-    host: str
-    port: int = DEFAULT_PORT
-    consumers_per_connection: int = 1
+class ClientConfig:
+    """Where the broker is and how clients connect to it."""
+
+    service_url: str | None = None
+    """pulsar://host:port of a running broker; None = start the bundled broker on loopback."""
+    admin_url: str | None = None
+    """http(s):// admin API of that broker, used to create partitioned topics."""
     source_addresses: int = 0
-    """Spread connections over 127.0.0.2, 127.0.0.3, ... (this many); 0 = the kernel's choice."""
-    connect_timeout: float = 10.0
-    operation_timeout: float = 30.0
+    """Spread connections over this many 127.x.y.z source addresses (each has its own
+    ephemeral port range); 0 = off."""
+    connect_timeout_seconds: int = 10
+    operation_timeout_seconds: int = 30
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerConfig:
     batching_enabled: bool = False
     batching_max_publish_delay_ms: int = 1
     batching_max_messages: int = 1000
@@ -37,12 +57,144 @@ class Settings:
     max_pending_messages: int = 1000
     send_timeout_ms: int = 30000
     """0 = never time out."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerConfig:
     receiver_queue_size: int = 1000
     ack_group_time_ms: int = 100
-    """0 = flush acknowledgements at the next turn of the event loop."""
+    """0 = send each acknowledgement at once."""
     ack_mode: str = "cumulative"
     verify_checksum: bool = False
-    """CRC32C of every delivery; off by default, it costs more than the rest of a delivery."""
+    """CRC32C of every delivery; off, it costs more than the rest of a delivery. Not a key of
+    the driver file: tests turn it on."""
+
+
+# section -> YAML key -> (dataclass field, parser)
+_SECTIONS: dict[str, dict[str, tuple[str, Parser]]] = {
+    "client": {
+        "serviceUrl": ("service_url", nullable(url("pulsar", "pulsar+ssl"))),
+        "adminUrl": ("admin_url", nullable(url("http", "https"))),
+        "sourceAddresses": ("source_addresses", integer(minimum=0)),
+        "connectTimeoutSeconds": ("connect_timeout_seconds", integer(minimum=1)),
+        "operationTimeoutSeconds": ("operation_timeout_seconds", integer(minimum=1)),
+    },
+    "producer": {
+        "batchingEnabled": ("batching_enabled", boolean),
+        "batchingMaxPublishDelayMs": ("batching_max_publish_delay_ms", integer(minimum=0)),
+        "batchingMaxMessages": ("batching_max_messages", integer(minimum=1)),
+        "batchingMaxBytes": ("batching_max_bytes", integer(minimum=1)),
+        "maxPendingMessages": ("max_pending_messages", integer(minimum=1)),
+        "sendTimeoutMs": ("send_timeout_ms", integer(minimum=0)),
+    },
+    "consumer": {
+        "receiverQueueSize": ("receiver_queue_size", integer(minimum=1)),
+        "ackGroupTimeMs": ("ack_group_time_ms", integer(minimum=0)),
+        "ackMode": ("ack_mode", choice(*ACK_MODES)),
+    },
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PulsarConfig:
+    """The native driver's sections of a driver file, resolved (drivers.base.DriverConfig).
+    The default, PulsarConfig(), is the bundled broker with every default."""
+
+    client: ClientConfig = field(default_factory=ClientConfig)
+    producer: ProducerConfig = field(default_factory=ProducerConfig)
+    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
+
+    @classmethod
+    def parse(cls, sections: Mapping[Any, object], where: str) -> PulsarConfig:
+        """Check and type the sections; ConfigError (one line, starting with `where`)."""
+        check_keys(sections, _SECTIONS, where)
+        client = ClientConfig(**parse_section(sections, "client", _SECTIONS["client"], where))
+        if client.admin_url is not None and client.service_url is None:
+            raise ConfigError(
+                f"{where}key 'client.adminUrl' needs 'client.serviceUrl' (the bundled broker's "
+                "admin API is started by the harness; drop adminUrl or give serviceUrl)"
+            )
+        if client.source_addresses and not _is_loopback_url(client.service_url):
+            raise ConfigError(
+                f"{where}key 'client.sourceAddresses': 127.x.y.z source addresses only reach a "
+                f"loopback broker, and serviceUrl is {client.service_url!r} (set it to 0, or "
+                "use a loopback serviceUrl)"
+            )
+        return cls(
+            client=client,
+            producer=ProducerConfig(
+                **parse_section(sections, "producer", _SECTIONS["producer"], where)
+            ),
+            consumer=ConsumerConfig(
+                **parse_section(sections, "consumer", _SECTIONS["consumer"], where)
+            ),
+        )
+
+    @property
+    def service_url(self) -> str | None:
+        return self.client.service_url
+
+    @property
+    def admin_url(self) -> str | None:
+        return self.client.admin_url
+
+    def partitions_problem(self, partitions: int) -> str | None:
+        if partitions <= 1 or self.service_url is None or self.admin_url is not None:
+            return None  # the bundled broker's admin API is always known
+        return "needs the broker's admin API to create partitioned topics; set client.adminUrl"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The sections under their YAML keys; PulsarConfig.parse of it gives an equal config."""
+        return {
+            name: {key: getattr(getattr(self, name), attr) for key, (attr, _) in keys.items()}
+            for name, keys in _SECTIONS.items()
+        }
+
+
+def _is_loopback_url(service_url: str | None) -> bool:
+    """True for the bundled broker and for service URLs whose every host is loopback."""
+    if service_url is None:
+        return True
+    netloc = urlsplit(service_url).netloc
+    return all(_is_loopback_host(urlsplit(f"//{host}").hostname) for host in netloc.split(","))
+
+
+def _is_loopback_host(host: str | None) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
+
+
+_DEFAULT = PulsarConfig()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """What the connections run on: the config's values in the units the code uses, and the
+    broker's address. Its defaults are the config's (tests build Settings directly)."""
+
+    host: str
+    port: int = DEFAULT_PORT
+    consumers_per_connection: int = 1
+    source_addresses: int = _DEFAULT.client.source_addresses
+    """Spread connections over 127.0.0.2, 127.0.0.3, ... (this many); 0 = the kernel's choice."""
+    connect_timeout: float = float(_DEFAULT.client.connect_timeout_seconds)
+    operation_timeout: float = float(_DEFAULT.client.operation_timeout_seconds)
+    batching_enabled: bool = _DEFAULT.producer.batching_enabled
+    batching_max_publish_delay_ms: int = _DEFAULT.producer.batching_max_publish_delay_ms
+    batching_max_messages: int = _DEFAULT.producer.batching_max_messages
+    batching_max_bytes: int = _DEFAULT.producer.batching_max_bytes
+    max_pending_messages: int = _DEFAULT.producer.max_pending_messages
+    send_timeout_ms: int = _DEFAULT.producer.send_timeout_ms
+    """0 = never time out."""
+    receiver_queue_size: int = _DEFAULT.consumer.receiver_queue_size
+    ack_group_time_ms: int = _DEFAULT.consumer.ack_group_time_ms
+    """0 = flush acknowledgements at the next turn of the event loop."""
+    ack_mode: str = _DEFAULT.consumer.ack_mode
+    verify_checksum: bool = _DEFAULT.consumer.verify_checksum
 
     @property
     def address(self) -> str:
@@ -65,29 +217,31 @@ def parse_service_url(url: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
-def settings_from(config: Any, *, consumers_per_connection: int, service_url: str) -> Settings:
-    """Settings for `initialize`; raises DriverError for values the driver cannot use."""
-    client = getattr(config, "client", None)
-    producer = getattr(config, "producer", None)
-    consumer = getattr(config, "consumer", None)
+def settings_from(
+    config: PulsarConfig | None, *, consumers_per_connection: int, service_url: str
+) -> Settings:
+    """Settings for `initialize` (None: every default); raises DriverError for values the
+    driver cannot use."""
+    config = config or PulsarConfig()
+    client, producer, consumer = config.client, config.producer, config.consumer
     host, port = parse_service_url(service_url)
     settings = Settings(
         host=host,
         port=port,
         consumers_per_connection=consumers_per_connection,
-        source_addresses=getattr(client, "source_addresses", 0),
-        connect_timeout=float(getattr(client, "connect_timeout_seconds", 10)),
-        operation_timeout=float(getattr(client, "operation_timeout_seconds", 30)),
-        batching_enabled=getattr(producer, "batching_enabled", False),
-        batching_max_publish_delay_ms=getattr(producer, "batching_max_publish_delay_ms", 1),
-        batching_max_messages=getattr(producer, "batching_max_messages", 1000),
-        batching_max_bytes=getattr(producer, "batching_max_bytes", 128 * 1024),
-        max_pending_messages=getattr(producer, "max_pending_messages", 1000),
-        send_timeout_ms=getattr(producer, "send_timeout_ms", 30000),
-        receiver_queue_size=getattr(consumer, "receiver_queue_size", 1000),
-        ack_group_time_ms=getattr(consumer, "ack_group_time_ms", 100),
-        ack_mode=getattr(consumer, "ack_mode", "cumulative"),
-        verify_checksum=getattr(consumer, "verify_checksum", False),
+        source_addresses=client.source_addresses,
+        connect_timeout=float(client.connect_timeout_seconds),
+        operation_timeout=float(client.operation_timeout_seconds),
+        batching_enabled=producer.batching_enabled,
+        batching_max_publish_delay_ms=producer.batching_max_publish_delay_ms,
+        batching_max_messages=producer.batching_max_messages,
+        batching_max_bytes=producer.batching_max_bytes,
+        max_pending_messages=producer.max_pending_messages,
+        send_timeout_ms=producer.send_timeout_ms,
+        receiver_queue_size=consumer.receiver_queue_size,
+        ack_group_time_ms=consumer.ack_group_time_ms,
+        ack_mode=consumer.ack_mode,
+        verify_checksum=consumer.verify_checksum,
     )
     _check(settings)
     return settings

@@ -1,23 +1,64 @@
-"""A test double driver: every message reaches every consumer exactly DELAY_MS after it was
-sent, and the callback then runs LAG_MS later, as if the worker were busy.
+"""A test double driver: every message reaches every consumer exactly delayMs after it was
+sent, and the callback then runs lagMs later, as if the worker were busy.
 
-A harness that takes the receive timestamp at the wire records DELAY_MS; one that reads the
-clock when the callback runs records DELAY_MS + LAG_MS. The delays come from the driver YAML's
-`broker` section (the double has no broker), so a test sets them per run.
+A harness that takes the receive timestamp at the wire records delayMs; one that reads the
+clock when the callback runs records delayMs + lagMs. The double owns its settings, as any
+driver does: a `delay:` section of the driver file, which it checks itself, e.g.
+
+    name: delay-double
+    driverClass: tests.doubles.delay_driver:DelayDriver
+    delay:
+      delayMs: 40
+      lagMs: 150
+
+It has no broker, so the harness starts none and has nothing to reach.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import gevent
 
-from drivers.base import BrokerStamps, ConsumerSpec, SubscribeResult
+from drivers.base import BrokerStamps, ConsumerCallback, ConsumerSpec, SubscribeResult
+from drivers.config import Parser, check_keys, integer, parse_section
+from results_contract.clock import now_us
+
+IN_PROCESS = "delay-double://in-process"
+"""The double's "broker": not the bundled one (which a None service URL would start)."""
+
+_KEYS: dict[str, tuple[str, Parser]] = {
+    "delayMs": ("delay_ms", integer(minimum=0)),
+    "lagMs": ("lag_ms", integer(minimum=0)),
+}
 
 
-def _now_us() -> int:
-    return time.time_ns() // 1000
+@dataclass(frozen=True, slots=True)
+class DelayConfig:
+    delay_ms: int = 50
+    lag_ms: int = 0
+
+    @classmethod
+    def parse(cls, sections: Mapping[Any, object], where: str) -> DelayConfig:
+        check_keys(sections, ["delay"], where)
+        return cls(**parse_section(sections, "delay", _KEYS, where))
+
+    @property
+    def service_url(self) -> str | None:
+        return IN_PROCESS
+
+    @property
+    def admin_url(self) -> str | None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"delay": {"delayMs": self.delay_ms, "lagMs": self.lag_ms}}
+
+    def partitions_problem(self, partitions: int) -> str | None:
+        return None  # a topic is a key in a dict: any partition count is the same
 
 
 class DelayProducer:
@@ -35,20 +76,35 @@ class DelayProducer:
 
 
 class DelayDriver:
+    def __init__(self) -> None:
+        self.config = DelayConfig()
+        self.consumers: dict[str, list[int]] = {}
+
+    def parse_config(self, sections: Mapping[Any, object], where: str) -> DelayConfig:
+        return DelayConfig.parse(sections, where)
+
+    def topic_name(self, name: str, *, persistent: bool) -> str:
+        return name
+
+    def check_reachable(self, service_url: str, timeout: float) -> None:
+        pass  # nothing to reach: deliveries happen in this process
+
+    def topic_stats(
+        self, topics: list[str], partitions: int, *, admin_url: str | None
+    ) -> dict[str, object] | None:
+        return None
+
     def initialize(
         self,
-        config,
-        callback,
+        config: DelayConfig,
+        callback: ConsumerCallback,
         *,
         consumers_per_connection: int,
         service_url: str,
         admin_url: str | None = None,
     ) -> None:
+        self.config = config
         self.callback = callback
-        settings = dict(config.broker)
-        self.delay_s = float(settings.get("delayMs", 50)) / 1000
-        self.lag_s = float(settings.get("lagMs", 0)) / 1000
-        self.consumers: dict[str, list[int]] = {}
 
     def create_topic(self, topic: str, partitions: int) -> None:
         pass  # no broker: a topic is a key in self.consumers
@@ -57,16 +113,18 @@ class DelayDriver:
         return DelayProducer(self, topic)
 
     def subscribe(self, spec: ConsumerSpec) -> SubscribeResult:
-        start = _now_us()
+        start = now_us()
         self.consumers.setdefault(spec.topic, []).append(spec.index)
-        return SubscribeResult(spec.index, 0, start, _now_us(), True)
+        return SubscribeResult(spec.index, 0, start, now_us(), True)
 
-    def deliver(self, topic: str, payload: bytes, on_done) -> None:
+    def deliver(
+        self, topic: str, payload: bytes, on_done: Callable[[Exception | None], None]
+    ) -> None:
         on_done(None)
-        gevent.sleep(self.delay_s)
-        receive_us = _now_us()
+        gevent.sleep(self.config.delay_ms / 1000)
+        receive_us = now_us()
         # Busy, not sleeping: the process cannot run the callback any earlier.
-        until = time.perf_counter() + self.lag_s
+        until = time.perf_counter() + self.config.lag_ms / 1000
         while time.perf_counter() < until:
             pass
         stamps = BrokerStamps(

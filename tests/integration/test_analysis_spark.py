@@ -17,7 +17,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from pyspark.sql import SparkSession
 
-from harness.hlog import HlogWriter, new_histogram, record
+from results_contract.hlog import HlogWriter, new_histogram, record
 from spark_analysis import AnalysisError, analyze_path, analyze_run
 from spark_analysis.session import build_session
 

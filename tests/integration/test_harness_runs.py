@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.hlog import decode, new_histogram, read_intervals
+from results_contract.hlog import decode, new_histogram, read_intervals
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -48,24 +48,14 @@ def _merged(run_dir: Path, metric: str):
     return total
 
 
-@pytest.fixture
-def listener():
-    """Something listening where the double's serviceUrl points (the run checks reachability)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(16)
-        yield s.getsockname()[1]
-
-
-def _double_driver(tmp_path: Path, port: int, delay_ms: int, lag_ms: int) -> Path:
+def _double_driver(tmp_path: Path, delay_ms: int, lag_ms: int) -> Path:
+    """The double's own `delay` section (tests/doubles/delay_driver.py); it has no broker."""
     return _write(
         tmp_path / "double.yaml",
         f"""
         name: delay-double
         driverClass: tests.doubles.delay_driver:DelayDriver
-        client:
-          serviceUrl: pulsar://127.0.0.1:{port}
-        broker:
+        delay:
           delayMs: {delay_ms}
           lagMs: {lag_ms}
     """,
@@ -89,9 +79,9 @@ def _workload(tmp_path: Path, consumers: int, rate: int, test_s: int, name="doub
     )
 
 
-def test_latency_is_taken_at_the_wire_not_when_the_callback_runs(tmp_path, listener):
+def test_latency_is_taken_at_the_wire_not_when_the_callback_runs(tmp_path):
     delay_ms, lag_ms = 40, 150
-    driver = _double_driver(tmp_path, listener, delay_ms, lag_ms)
+    driver = _double_driver(tmp_path, delay_ms, lag_ms)
     workload = _workload(tmp_path, consumers=5, rate=4, test_s=3)
     result = _bench(
         "run",
@@ -118,10 +108,11 @@ def test_latency_is_taken_at_the_wire_not_when_the_callback_runs(tmp_path, liste
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["partial"] is False
     assert manifest["consumers"] == 5
+    assert manifest["driver"]["delay"] == {"delayMs": delay_ms, "lagMs": lag_ms}
 
 
-def test_a_worker_killed_mid_run_leaves_a_partial_run_with_its_data(tmp_path, listener):
-    driver = _double_driver(tmp_path, listener, 5, 0)
+def test_a_worker_killed_mid_run_leaves_a_partial_run_with_its_data(tmp_path):
+    driver = _double_driver(tmp_path, 5, 0)
     workload = _workload(tmp_path, consumers=4, rate=5, test_s=8)
     proc = subprocess.Popen(
         [
@@ -213,10 +204,10 @@ def test_missing_workload_and_misspelled_key_are_one_line_errors(tmp_path):
     assert result.stderr.strip().count("\n") == 0
 
 
-def test_workers_elsewhere_ship_their_raw_files_to_the_coordinator(tmp_path, listener):
+def test_workers_elsewhere_ship_their_raw_files_to_the_coordinator(tmp_path):
     """A worker on another host writes locally and sends its files at the end; the run folder
     on the coordinator's host ends up with the same files (forced here on one host)."""
-    driver = _double_driver(tmp_path, listener, 5, 0)
+    driver = _double_driver(tmp_path, 5, 0)
     workload = _workload(tmp_path, consumers=4, rate=4, test_s=2)
     result = _bench(
         "run",
@@ -276,6 +267,7 @@ def test_a_worker_whose_clock_is_3_s_ahead_is_measured_and_corrected(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert FAKETIME is not None  # for the type checker: skipped above otherwise
     skewed = subprocess.Popen(
         [FAKETIME, "-f", "+3s", sys.executable, "-m", "harness", "worker"]
         + ["--master", f"127.0.0.1:{master_port}"],

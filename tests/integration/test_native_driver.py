@@ -3,13 +3,13 @@ against the official Apache pulsar-client in both directions."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
 import time
 import urllib.request
 from collections.abc import Iterator
-from types import SimpleNamespace
 
 import gevent
 import pulsar
@@ -17,12 +17,20 @@ import pytest
 
 from drivers.base import BrokerStamps, ConsumerSpec, DriverError
 from drivers.pulsar.driver import PulsarDriver
+from drivers.pulsar.producer import PulsarProducer
+from drivers.pulsar.settings import ClientConfig, ConsumerConfig, ProducerConfig, PulsarConfig
 from tests.conftest import BrokerProcess, start_broker
 
 pytestmark = pytest.mark.integration
 
 WAIT = 10.0
 SLACK_US = 2_000  # receive and dispatch stamps come from one clock; allow for its granularity
+
+
+def at_most(seconds: float) -> gevent.Timeout:
+    """A block that ends quietly after `seconds` (the assertion after it says what was due)."""
+    # gevent documents exception=False as "expire silently"; types-gevent's stub omits it.
+    return gevent.Timeout(seconds, False)  # type: ignore[arg-type]
 
 
 class Deliveries:
@@ -37,21 +45,21 @@ class Deliveries:
         self.count += 1
 
     def wait_for(self, n: int) -> None:
-        with gevent.Timeout(WAIT, False):
+        with at_most(WAIT):
             while self.count < n:
                 gevent.sleep(0.005)
         assert self.count == n
 
 
-def config(**consumer) -> SimpleNamespace:
-    return SimpleNamespace(
-        client=SimpleNamespace(
+def config(**consumer) -> PulsarConfig:
+    return PulsarConfig(
+        client=ClientConfig(
             source_addresses=0, connect_timeout_seconds=3, operation_timeout_seconds=5
         ),
-        producer=SimpleNamespace(
+        producer=ProducerConfig(
             batching_enabled=False, max_pending_messages=100, send_timeout_ms=5000
         ),
-        consumer=SimpleNamespace(
+        consumer=ConsumerConfig(
             **{
                 "receiver_queue_size": 1000,
                 "ack_group_time_ms": 20,
@@ -99,7 +107,7 @@ def native(broker) -> Iterator:
 
     def make(
         consumers_per_connection: int = 1,
-        cfg: SimpleNamespace | None = None,
+        cfg: PulsarConfig | None = None,
         url: str | None = None,
     ) -> tuple[PulsarDriver, Deliveries]:
         driver, deliveries = PulsarDriver(), Deliveries()
@@ -129,7 +137,7 @@ def send_all(producer, bodies: list[bytes], key: bytes | None = None) -> list:
     done: list = []
     for body in bodies:
         producer.send_async(key, body, done.append)
-    with gevent.Timeout(WAIT, False):
+    with at_most(WAIT):
         while len(done) < len(bodies):
             gevent.sleep(0.005)
     return done
@@ -161,7 +169,7 @@ def test_broadcast_to_200_consumers_over_4_connections(broker, native):
             assert stamps is not None and stamps.complete
             assert receive_us >= stamps.dispatch_us - SLACK_US
     # Cumulative acks reach the broker: nothing is left for any virtual cursor.
-    with gevent.Timeout(WAIT, False):
+    with at_most(WAIT):
         while stats(broker, "bcast")["subscriptions"]["all"]["msgBacklog"]:
             gevent.sleep(0.05)
     assert stats(broker, "bcast")["subscriptions"]["all"]["msgBacklog"] == 0
@@ -169,7 +177,7 @@ def test_broadcast_to_200_consumers_over_4_connections(broker, native):
 
 def test_shared_with_one_subscription_per_consumer(broker, native):
     cfg = config(ack_mode="individual")
-    cfg.client.source_addresses = 2
+    cfg = dataclasses.replace(cfg, client=dataclasses.replace(cfg.client, source_addresses=2))
     driver, deliveries = native(consumers_per_connection=1, cfg=cfg)
     specs = [ConsumerSpec(i, f"c{i}", "per-sub", f"sub-{i}", "Shared") for i in range(10)]
     results = subscribe_all(driver, specs)
@@ -188,7 +196,7 @@ def test_shared_with_one_subscription_per_consumer(broker, native):
     assert send_all(producer, bodies, key=b"k") == [None] * 5
     deliveries.wait_for(10 * 5)
     assert all([b for b, _, _ in deliveries.by_consumer[i]] == bodies for i in range(10))
-    with gevent.Timeout(WAIT, False):
+    with at_most(WAIT):
         while any(s["msgBacklog"] for s in stats(broker, "per-sub")["subscriptions"].values()):
             gevent.sleep(0.05)
     assert all(s["msgBacklog"] == 0 for s in stats(broker, "per-sub")["subscriptions"].values())
@@ -237,9 +245,15 @@ def test_the_official_client_reads_what_the_native_producer_routes(broker, nativ
 
 def test_batches_from_the_native_producer_reach_both_consumers_message_by_message(broker, native):
     cfg = config()
-    cfg.producer.batching_enabled = True
-    cfg.producer.batching_max_publish_delay_ms = 50
-    cfg.producer.batching_max_messages = 10
+    cfg = dataclasses.replace(
+        cfg,
+        producer=dataclasses.replace(
+            cfg.producer,
+            batching_enabled=True,
+            batching_max_publish_delay_ms=50,
+            batching_max_messages=10,
+        ),
+    )
     client = pulsar.Client(broker.url, operation_timeout_seconds=5)
     try:
         official = client.subscribe("batched", "official")
@@ -345,7 +359,7 @@ def test_close_ends_the_consumers_and_producers(broker, native):
     done: list = []
     producer.send_async(None, b"late", done.append)
     assert isinstance(done[0], DriverError)
-    with gevent.Timeout(WAIT, False):
+    with at_most(WAIT):
         while stats(broker, "closing")["subscriptions"]["s"]["consumers"]:
             gevent.sleep(0.05)
     assert stats(broker, "closing")["subscriptions"]["s"]["consumers"] == []
@@ -382,12 +396,13 @@ def test_consumers_and_producers_come_back_after_the_broker_restarts(tmp_path):
         # Sent at once: they wait, pending, until the producer is registered again.
         after = [b"after-%d" % k for k in range(3)]
         assert send_all(producer, after) == [None] * 3
-        with gevent.Timeout(WAIT, False):
+        with at_most(WAIT):
             while driver.resubscribed < 10:
                 gevent.sleep(0.05)
         assert driver.resubscribed == 10
+        assert isinstance(producer, PulsarProducer)
         assert producer.reconnections == 1
-        with gevent.Timeout(WAIT, False):
+        with at_most(WAIT):
             while any(deliveries.by_consumer[i][-1][0] != after[-1] for i in range(10)):
                 gevent.sleep(0.05)
         for index in range(10):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.hlog import HlogWriter, new_histogram, record
+from results_contract.hlog import HlogWriter, new_histogram, record
 from spark_analysis import AnalysisError
 from spark_analysis.__main__ import main
 from spark_analysis.connections import read_connections

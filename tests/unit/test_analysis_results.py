@@ -4,11 +4,14 @@ summary units."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from harness.hlog import METRICS, new_histogram, record
 from reports.samples import sample_summary
+from results_contract.hlog import new_histogram, record
+from results_contract.metrics import METRICS
+from results_contract.schemas import SUMMARY_UNITS as UNITS
 from spark_analysis import AnalysisError
 from spark_analysis.client_bound import WorkerLoad, judge
 from spark_analysis.connections import bin_width_us
@@ -21,7 +24,6 @@ from spark_analysis.histograms import (
 )
 from spark_analysis.inputs import Manifest
 from spark_analysis.omb import java_double, omb_result
-from spark_analysis.summary import UNITS
 from spark_analysis.sweep import case_row, evaluate, fit_polynomial, sweep_summary
 
 # --- the curve fit (seed 000, figure 4) ----------------------------------------------------
@@ -268,7 +270,7 @@ def test_omb_result_fields_and_units() -> None:
         "consume_rate": [3] * 10 + [0, 0, 0, 3, 3],
         "backlog": list(range(15)),
     }
-    windows = {
+    windows: dict[str, list[LatencyStats | None]] = {
         "publish": [stats(1500), None],
         "publish_delay": [stats(250), None],
         "e2e": [stats(12_000), stats(8_000)],
@@ -298,8 +300,13 @@ def test_omb_result_fields_and_units() -> None:
 
 def test_omb_result_needs_the_workload_keys() -> None:
     workload = {k: v for k, v in WORKLOAD.items() if k != "partitionsPerTopic"}
-    series = {"publish_rate": [], "error_rate": [], "consume_rate": [], "backlog": []}
-    windows = {"publish": [], "publish_delay": [], "e2e": []}
+    series: dict[str, list[Any]] = {
+        "publish_rate": [],
+        "error_rate": [],
+        "consume_rate": [],
+        "backlog": [],
+    }
+    windows: dict[str, list[LatencyStats | None]] = {"publish": [], "publish_delay": [], "e2e": []}
     with pytest.raises(AnalysisError) as caught:
         omb_result(manifest(workload), series, windows, {})
     assert str(caught.value) == (

@@ -9,6 +9,8 @@ import pytest
 from broker.core.consumer import Consumer
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import Topic
+from broker.subscriptions.broadcast import BroadcastDispatcher
+from broker.subscriptions.cursor import Cursor
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.frames import FrameDecoder
 from pulsar_protocol.payload import encode_payload
@@ -34,9 +36,6 @@ class FakeWire:
 
     def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
         self.changes.append((consumer_id, active))
-
-    def consumer_closed_by_broker(self, consumer_id: int) -> None:
-        pass
 
 
 SECTION = encode_payload(
@@ -78,13 +77,13 @@ def test_broadcast_slow_consumer_does_not_hold_back_others_and_main_cursor_is_th
     assert [e for c, e in got if c == 2] == [0, 1]
     sub.on_ack(fast, True, [4])
     sub.on_ack(slow, True, [1])
-    assert sub.slowest_mark_delete == 1
+    assert sub.mark_delete == 1
     assert sub.backlog() == 3
     sub.on_flow(slow, 10)
     _settle(loop)
     assert [e for c, e in wire.received() if c == 2] == [2, 3, 4]
     sub.on_ack(slow, True, [4])
-    assert sub.slowest_mark_delete == 4
+    assert sub.mark_delete == 4
 
 
 def test_broadcast_flow_serves_only_the_consumer_that_sent_it(loop):
@@ -96,7 +95,9 @@ def test_broadcast_flow_serves_only_the_consumer_that_sent_it(loop):
         sub.add_consumer(c)
     _publish(loop, topic, 2)
     sub.on_flow(consumers[1], 5)
-    assert sub._targets == {consumers[1]}  # the next round is this consumer, not all three
+    dispatcher = sub.dispatcher
+    assert isinstance(dispatcher, BroadcastDispatcher)
+    assert dispatcher._targets == {consumers[1]}  # the next round is this consumer, not all three
     _settle(loop)
     assert [len(w.received()) for w in wires] == [0, 2, 0]
 
@@ -154,3 +155,55 @@ def test_failover_rewind_with_small_permits_steps_over_acked_entries(loop):
     sub.on_flow(b, 1)
     _settle(loop)
     assert wire.received() == [(2, 3)]
+
+
+# -- the cursor every subscription (and every Broadcast consumer) has ----------------------------
+
+
+def test_cursor_individual_acks_leave_holes_and_merge_into_ranges():
+    cursor = Cursor(0)
+    for index in (2, 3, 5, 7, 6):
+        assert cursor.ack(index)
+    assert cursor.acked_ranges() == [(1, 3), (4, 7)]  # Pulsar's (open, closed]
+    assert [i for i in range(9) if not cursor.is_acked(i)] == [1, 4, 8]
+    cursor.ack(4)  # fills the hole between two ranges
+    assert cursor.acked_ranges() == [(1, 7)]
+    cursor.ack(1)  # the last hole: mark_delete sweeps over everything
+    assert (cursor.mark_delete, cursor.acked_ranges()) == (7, [])
+    assert not cursor.ack(3)  # already below mark_delete
+
+
+def test_cursor_cumulative_ack_sweeps_over_the_ranges_it_reaches():
+    cursor = Cursor(10, acked=range(21, 31))
+    assert not cursor.ack_cumulative(10)
+    assert cursor.ack_cumulative(25)
+    assert (cursor.mark_delete, cursor.acked_ranges()) == (30, [])
+
+
+def test_cursor_restores_only_what_is_above_mark_delete():
+    assert Cursor(5, [3, 4, 7, 8]).acked_ranges() == [(6, 8)]
+    restored = Cursor(5, [6, 7, 9])
+    assert (restored.mark_delete, restored.acked_ranges(), restored.read_index) == (7, [(8, 9)], 8)
+
+
+def test_cursor_hands_back_unacked_entries_counted_and_reads_them_first():
+    log = MemoryEntryLog()
+    asyncio.run(_append(log, 6))
+    cursor = Cursor(-1)
+    assert [e.index for e in cursor.next_entries(log, 4)[0]] == [0, 1, 2, 3]
+    cursor.ack(1)
+    cursor.hand_back([1, 2, 0])  # 1 is acked: nothing to send again
+    cursor.hand_back([2])
+    assert cursor.redelivery_counts == {0: 1, 2: 2}
+    entries, redelivered = cursor.next_entries(log, 10)
+    assert ([e.index for e in entries], redelivered) == ([0, 2], True)
+    assert [e.index for e in cursor.next_entries(log, 10)[0]] == [4, 5]
+    cursor.ack_cumulative(2)
+    assert cursor.redelivery_counts == {}  # nothing below mark_delete is kept
+    cursor.rewind()
+    assert cursor.read_index == 3
+
+
+async def _append(log: MemoryEntryLog, n: int) -> None:
+    for _ in range(n):
+        await log.append(SECTION, b"", 1, 1)

@@ -1,24 +1,33 @@
-"""Driver files: shipped files, defaults, the broker pass-through, errors."""
+"""Driver files: the harness's keys (name, driverClass, broker), the sections each driver
+parses itself (the native driver's client/producer/consumer, the test double's delay), the
+shipped files, and the errors."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import msgpack  # type: ignore[import-untyped]  # no stubs for the pinned version
 import pytest
 import yaml
 
-from harness.config_errors import ConfigError
-from harness.driver_config import (
-    DEFAULT_DRIVER_CLASS,
-    ClientConfig,
-    ConsumerConfig,
-    DriverConfig,
-    ProducerConfig,
-    load_driver,
-)
+from drivers.base import load_driver
+from drivers.config import ConfigError
+from drivers.pulsar.settings import ClientConfig, ConsumerConfig, ProducerConfig, PulsarConfig
+from harness.driver_config import DEFAULT_DRIVER_CLASS, DriverFile, load_driver_file
+from harness.messages import RunConfig
+from harness.run_plan import RunPlan
+from harness.workload import Workload
+from tests.doubles.delay_driver import DelayConfig, DelayDriver
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "drivers").glob("*.yaml"))
+DOUBLE = "tests.doubles.delay_driver:DelayDriver"
+
+
+def pulsar(driver: DriverFile) -> PulsarConfig:
+    """The native driver's own config, as it parsed it."""
+    assert isinstance(driver.config, PulsarConfig)
+    return driver.config
 
 
 @pytest.fixture
@@ -33,51 +42,63 @@ def write(tmp_path, monkeypatch):
     return write
 
 
-def test_default_is_the_bundled_broker():
-    config = load_driver(None)
-    assert config == DriverConfig(name="bundled")
-    assert config.uses_bundled_broker
-    assert config.driver_class == DEFAULT_DRIVER_CLASS == "drivers.pulsar.driver:PulsarDriver"
-    assert config.client == ClientConfig(
+def test_default_is_the_native_driver_on_the_bundled_broker():
+    driver = load_driver_file(None)
+    assert (driver.name, driver.driver_class) == ("bundled", DEFAULT_DRIVER_CLASS)
+    assert driver.driver_class == "drivers.pulsar.driver:PulsarDriver"
+    assert driver.uses_bundled_broker
+    assert driver.config == PulsarConfig()
+    assert pulsar(driver).client == ClientConfig(
         service_url=None,
         admin_url=None,
         source_addresses=0,
         connect_timeout_seconds=10,
         operation_timeout_seconds=30,
     )
-    assert config.producer == ProducerConfig(
+    assert pulsar(driver).producer == ProducerConfig(
         batching_enabled=False,
         batching_max_publish_delay_ms=1,
         max_pending_messages=1000,
         send_timeout_ms=30000,
     )
-    assert config.consumer == ConsumerConfig(
+    assert pulsar(driver).consumer == ConsumerConfig(
         receiver_queue_size=1000, ack_group_time_ms=100, ack_mode="cumulative"
     )
-    assert dict(config.broker) == {}
+    assert dict(driver.broker) == {}
 
 
 def test_bundled_yaml_spells_out_the_default():
-    assert load_driver(ROOT / "drivers" / "bundled.yaml") == load_driver(None)
+    assert load_driver_file(ROOT / "drivers" / "bundled.yaml") == load_driver_file(None)
 
 
 def test_remote_example():
-    config = load_driver(ROOT / "drivers" / "pulsar-remote.yaml")
-    assert not config.uses_bundled_broker
-    assert config.client.service_url == "pulsar://127.0.0.1:6650"
-    assert config.client.admin_url == "http://127.0.0.1:8080"
+    driver = load_driver_file(ROOT / "drivers" / "pulsar-remote.yaml")
+    assert not driver.uses_bundled_broker
+    assert driver.config.service_url == "pulsar://127.0.0.1:6650"
+    assert driver.config.admin_url == "http://127.0.0.1:8080"
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_to_dict_loads_back_equal(path, tmp_path):
-    config = load_driver(path)
+    driver = load_driver_file(path)
     copy = tmp_path / "copy.yaml"
-    copy.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    assert load_driver(copy) == config
+    copy.write_text(yaml.safe_dump(driver.to_dict(), sort_keys=False))
+    assert load_driver_file(copy) == driver
+
+
+def test_the_manifest_keys_stay_those_of_the_yaml():
+    assert list(load_driver_file(None).to_dict()) == [
+        "name",
+        "driverClass",
+        "client",
+        "producer",
+        "consumer",
+        "broker",
+    ]
 
 
 def test_sections_and_broker_settings(write):
-    config = load_driver(
+    driver = load_driver_file(
         write(
             "name: tuned\n"
             "producer: {batchingEnabled: true, sendTimeoutMs: 0}\n"
@@ -86,16 +107,17 @@ def test_sections_and_broker_settings(write):
             "broker:\n  journalSyncData: false\n  listenBacklog: 4096\n  dataDir: /tmp/b\n"
         )
     )
+    config = pulsar(driver)
     assert (config.producer.batching_enabled, config.producer.send_timeout_ms) == (True, 0)
     assert (config.consumer.ack_mode, config.consumer.receiver_queue_size) == ("individual", 10)
     assert config.client == ClientConfig()
-    assert dict(config.broker) == {
+    assert dict(driver.broker) == {
         "journalSyncData": False,
         "listenBacklog": 4096,
         "dataDir": "/tmp/b",
     }
     with pytest.raises(TypeError):
-        config.broker["x"] = 1  # type: ignore[index]
+        driver.broker["x"] = 1  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -108,12 +130,62 @@ def test_sections_and_broker_settings(write):
     ],
 )
 def test_source_addresses_with_a_loopback_broker(write, url):
-    config = load_driver(write(f"name: r\nclient: {{serviceUrl: '{url}', sourceAddresses: 8}}\n"))
-    assert config.client.source_addresses == 8
+    driver = load_driver_file(
+        write(f"name: r\nclient: {{serviceUrl: '{url}', sourceAddresses: 8}}\n")
+    )
+    assert pulsar(driver).client.source_addresses == 8
+
+
+def test_partitioned_topics_need_an_admin_api_unless_the_broker_is_bundled(write):
+    assert PulsarConfig().partitions_problem(3) is None
+    remote = load_driver_file(write("name: r\nclient: {serviceUrl: 'pulsar://h:6650'}\n"))
+    assert remote.config.partitions_problem(1) is None
+    assert remote.config.partitions_problem(3) == (
+        "needs the broker's admin API to create partitioned topics; set client.adminUrl"
+    )
+
+
+def test_the_native_driver_names_topics_and_the_harness_does_not():
+    driver = load_driver_file(None)
+    plan = RunPlan.make("r1", Workload(name="t", message_size=1, producer_rate=1), driver)
+    assert plan.topics == ("persistent://public/default/fanout-r1-0",)
+    w = Workload(
+        name="t", message_size=1, producer_rate=1, topics=2, topic_persistence="non-persistent"
+    )
+    assert RunPlan.make("r2", w, driver).topics == (
+        "non-persistent://public/default/fanout-r2-0",
+        "non-persistent://public/default/fanout-r2-1",
+    )
 
 
 ERRORS = [
+    # the harness's keys
     ("client: {}\n", "missing key 'name' (every driver file needs a name)"),
+    ("name: [a]\n", "key 'name': expected a string, got a list"),
+    (
+        "name: d\ndriverClass: drivers.pulsar.driver.PulsarDriver\n",
+        "key 'driverClass': expected 'package.module:Class', got "
+        "'drivers.pulsar.driver.PulsarDriver' (e.g. 'drivers.pulsar.driver:PulsarDriver')",
+    ),
+    (
+        "name: d\ndriverClass: drivers.pulsar.driver:NoSuchDriver\n",
+        "key 'driverClass': cannot load driver class 'drivers.pulsar.driver:NoSuchDriver': "
+        "module 'drivers.pulsar.driver' has no attribute 'NoSuchDriver'",
+    ),
+    ("name: d\nbroker: 3\n", "key 'broker': expected a mapping, got 3"),
+    (
+        "name: d\nbroker: {cache: {sizeMB: 10}}\n",
+        "key 'broker.cache': expected a string, number, boolean or null, got a mapping "
+        "(broker settings are flat)",
+    ),
+    ("name: d\nbroker: {1: x}\n", "key 'broker': setting 1 is not a string (quote it)"),
+    ("- name: d\n", "the top level is a list, expected a mapping of keys (see docs/workloads.md)"),
+    (
+        "name: d\nname: e\n",
+        "line 2, column 1: duplicate key 'name' (keep one; to sweep a key, "
+        "give it a list of values)",
+    ),
+    # the native driver's sections, checked by the driver
     ("name: d\nproducers: {}\n", "unknown key 'producers' (did you mean 'producer'?)"),
     (
         "name: d\nclient: {serviceURL: 'pulsar://h:6650'}\n",
@@ -156,24 +228,19 @@ ERRORS = [
         "(did you mean 'cumulative'?)",
     ),
     ("name: d\nconsumer: [1]\n", "key 'consumer': expected a mapping, got a list"),
+    ("name: d\n7: {}\n", "key 7 is not a string (keys are names; see docs/workloads.md)"),
+    # the test double's section, checked by the double
     (
-        "name: d\ndriverClass: drivers.pulsar.driver.PulsarDriver\n",
-        "key 'driverClass': expected 'package.module:Class', got "
-        "'drivers.pulsar.driver.PulsarDriver' (e.g. 'drivers.pulsar.driver:PulsarDriver')",
+        f"name: d\ndriverClass: {DOUBLE}\ndelay: {{delayMs: 5, lagMS: 1}}\n",
+        "unknown key 'delay.lagMS' (did you mean 'delay.lagMs'?)",
     ),
-    ("name: d\nbroker: 3\n", "key 'broker': expected a mapping, got 3"),
     (
-        "name: d\nbroker: {cache: {sizeMB: 10}}\n",
-        "key 'broker.cache': expected a string, number, boolean or null, got a mapping "
-        "(broker settings are flat)",
+        f"name: d\ndriverClass: {DOUBLE}\nclient: {{serviceUrl: 'pulsar://h:1'}}\n",
+        "unknown key 'client' (see docs/workloads.md)",
     ),
-    ("name: d\nbroker: {1: x}\n", "key 'broker': setting 1 is not a string (quote it)"),
-    ("name: [a]\n", "key 'name': expected a string, got a list"),
-    ("- name: d\n", "the top level is a list, expected a mapping of keys (see docs/workloads.md)"),
     (
-        "name: d\nname: e\n",
-        "line 2, column 1: duplicate key 'name' (keep one; to sweep a key, "
-        "give it a list of values)",
+        f"name: d\ndriverClass: {DOUBLE}\ndelay: {{delayMs: -5}}\n",
+        "key 'delay.delayMs': must not be negative, got -5",
     ),
 ]
 
@@ -182,12 +249,53 @@ ERRORS = [
 def test_error_message(write, text, message):
     path = write(text)
     with pytest.raises(ConfigError) as exc:
-        load_driver(path)
+        load_driver_file(path)
     assert str(exc.value) == f"{path}: {message}"
     assert "\n" not in str(exc.value)
 
 
 def test_missing_file(write):
     with pytest.raises(ConfigError) as exc:
-        load_driver("drivers/missing.yaml")
+        load_driver_file("drivers/missing.yaml")
     assert str(exc.value) == "drivers/missing.yaml: no such file"
+
+
+# A second driver gets keys of its own without a change in the harness.
+
+
+def _double_file(write, section: str) -> DriverFile:
+    return load_driver_file(write(f"name: double\ndriverClass: {DOUBLE}\n{section}"))
+
+
+def test_the_doubles_own_section_is_accepted_and_reaches_a_workers_double(write):
+    driver = _double_file(write, "delay:\n  delayMs: 40\n  lagMs: 150\n")
+    assert driver.config == DelayConfig(delay_ms=40, lag_ms=150)
+    assert not driver.uses_bundled_broker  # the double needs no broker
+    assert driver.to_dict() == {
+        "name": "double",
+        "driverClass": DOUBLE,
+        "delay": {"delayMs": 40, "lagMs": 150},
+        "broker": {},
+    }
+    # As a worker gets it: in the run's plan, through Locust's msgpack transport.
+    plan = RunPlan.make("r1", Workload(name="t", message_size=1, producer_rate=1), driver)
+    config = RunConfig(plan, "w0", 0, 1, "/tmp/raw", "host", 0, None)
+    # Locust's framing (locust.rpc.protocol.Message), without importing Locust here: it
+    # monkey-patches the whole test process with gevent.
+    wire = msgpack.dumps((RunConfig.NAME, config.to_dict(), "node"))
+    _, data, _ = msgpack.loads(wire, raw=False, strict_map_key=False)
+    received = RunConfig.from_dict(data)
+    assert received == config
+    worker_driver = load_driver(received.plan.driver_class)
+    assert isinstance(worker_driver, DelayDriver)
+    worker_driver.initialize(
+        worker_driver.parse_config(received.plan.driver_settings, "from the master: "),
+        callback=None,  # type: ignore[arg-type]
+        consumers_per_connection=1,
+        service_url=received.plan.service_url,
+    )
+    assert worker_driver.config == DelayConfig(delay_ms=40, lag_ms=150)
+
+
+def test_the_double_falls_back_to_its_own_defaults(write):
+    assert _double_file(write, "").config == DelayConfig(delay_ms=50, lag_ms=0)

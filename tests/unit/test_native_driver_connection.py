@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import gevent
 import pytest
@@ -21,7 +22,7 @@ from drivers.pulsar.connection import Connection, RequestFailed, RequestTimeout,
 from drivers.pulsar.producer import PulsarProducer
 from drivers.pulsar.settings import Settings
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import T, command, message_command_bytes
+from pulsar_protocol.commands import T, command, message_command_bytes, type_name
 from pulsar_protocol.frames import Frame, FrameDecoder, encode_frame, encode_raw_frame
 from pulsar_protocol.payload import decode_payload, encode_payload, join_batch, split_batch
 
@@ -59,7 +60,7 @@ class FakeBroker:
 
     def expect(self, type_: int) -> pb.BaseCommand:
         cmd = self.next_frame().command
-        assert cmd.type == type_, f"expected {pb.BaseCommand.Type.Name(type_)}, got {cmd}"
+        assert cmd.type == type_, f"expected {type_name(type_)}, got {cmd}"
         return cmd
 
     def send(self, *frames: bytes) -> None:
@@ -371,7 +372,9 @@ def test_sends_carry_metadata_and_settle_in_fifo_order(make_wire):
     done: list[tuple[int, Exception | None]] = []
     for k in range(3):
         producer.send_async(
-            b"key" if k == 1 else None, b"body%d" % k, lambda error, k=k: done.append((k, error))
+            b"key" if k == 1 else None,
+            b"body%d" % k,
+            partial(lambda k, error: done.append((k, error)), k),
         )
     frames = [wire.broker.next_frame() for _ in range(3)]
     for k, frame in enumerate(frames):
@@ -438,7 +441,12 @@ def test_a_full_producer_blocks_its_sender(make_wire):
     wire = make_wire(max_pending_messages=2)
     producer = open_producer(wire)
     done: list[Exception | None] = []
-    sender = gevent.spawn(lambda: [producer.send_async(None, b"x", done.append) for _ in "123"])
+
+    def send_three() -> None:
+        for _ in "123":
+            producer.send_async(None, b"x", done.append)
+
+    sender = gevent.spawn(send_three)
     for _ in range(2):
         wire.broker.next_frame()
     gevent.sleep(0.02)
@@ -487,7 +495,7 @@ def test_a_batch_goes_out_as_one_send_after_its_delay_and_one_receipt_settles_it
     producer = open_producer(wire)
     done: list = []
     for k in range(3):
-        producer.send_async(None, b"body%d" % k, lambda e, k=k: done.append((k, e)))
+        producer.send_async(None, b"body%d" % k, partial(lambda k, e: done.append((k, e)), k))
     frame = wire.broker.next_frame()
     send = frame.command.send
     assert (send.sequence_id, send.num_messages, send.highest_sequence_id) == (0, 3, 2)

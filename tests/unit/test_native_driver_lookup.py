@@ -14,6 +14,7 @@ from gevent.server import StreamServer
 from drivers.base import ConsumerSpec, DriverError
 from drivers.pulsar.driver import PulsarDriver
 from drivers.pulsar.lookup import MAX_REDIRECTS
+from drivers.pulsar.settings import ClientConfig, PulsarConfig
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import T, body_of, command
 from pulsar_protocol.frames import FrameDecoder, encode_frame
@@ -106,8 +107,8 @@ def driver_for() -> Iterator[Callable[[ScriptedBroker], PulsarDriver]]:
     def make(service: ScriptedBroker, per_connection: int = 10) -> PulsarDriver:
         driver = PulsarDriver()
         driver.initialize(
-            SimpleNamespace(
-                client=SimpleNamespace(connect_timeout_seconds=2, operation_timeout_seconds=2)
+            PulsarConfig(
+                client=ClientConfig(connect_timeout_seconds=2, operation_timeout_seconds=2)
             ),
             SimpleNamespace(message_received=lambda *args: None),
             consumers_per_connection=per_connection,

@@ -4,20 +4,27 @@ commands, permits and acks, the connection layout, and what the driver refuses u
 from __future__ import annotations
 
 import resource
-from types import SimpleNamespace
 
 import pytest
 from gevent.pool import Group
 
 from drivers.base import ConsumerSpec, DriverError
 from drivers.pulsar.admin import topic_path
-from drivers.pulsar.consumer import ConsumerState, subscribe_command
+from drivers.pulsar.consumer import subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder, broker_stamps, message_bodies
 from drivers.pulsar.driver import PulsarDriver
 from drivers.pulsar.lookup import Route
 from drivers.pulsar.partitions import PartitionedProducer, key_partition, partition_names
 from drivers.pulsar.pool import FD_MARGIN, ConnectionPool, socket_budget, source_address
-from drivers.pulsar.settings import Settings, parse_service_url, settings_from
+from drivers.pulsar.settings import (
+    ClientConfig,
+    ConsumerConfig,
+    ProducerConfig,
+    PulsarConfig,
+    Settings,
+    parse_service_url,
+    settings_from,
+)
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import T
 from pulsar_protocol.errors import RemoteProtocolError
@@ -120,15 +127,15 @@ def test_settings_fall_back_to_the_bundled_defaults():
     assert not s.verify_checksum
 
 
-def test_settings_read_a_driver_config_shape():
-    config = SimpleNamespace(
-        client=SimpleNamespace(
+def test_settings_read_the_drivers_config():
+    config = PulsarConfig(
+        client=ClientConfig(
             source_addresses=3, connect_timeout_seconds=2, operation_timeout_seconds=4
         ),
-        producer=SimpleNamespace(
+        producer=ProducerConfig(
             batching_enabled=False, max_pending_messages=5, send_timeout_ms=700
         ),
-        consumer=SimpleNamespace(receiver_queue_size=8, ack_group_time_ms=0, ack_mode="individual"),
+        consumer=ConsumerConfig(receiver_queue_size=8, ack_group_time_ms=0, ack_mode="individual"),
     )
     s = settings_from(config, consumers_per_connection=1, service_url="pulsar://localhost")
     assert (s.port, s.source_addresses, s.connect_timeout, s.operation_timeout) == (6650, 3, 2, 4)
@@ -151,10 +158,10 @@ def test_service_urls_the_driver_cannot_use(url, message):
 
 
 def test_bad_values_are_refused():
-    consumer = SimpleNamespace(ack_mode="sometimes")
+    consumer = ConsumerConfig(ack_mode="sometimes")
     with pytest.raises(DriverError, match="ackMode"):
         settings_from(
-            SimpleNamespace(consumer=consumer),
+            PulsarConfig(consumer=consumer),
             consumers_per_connection=1,
             service_url="pulsar://127.0.0.1:6650",
         )
@@ -163,10 +170,10 @@ def test_bad_values_are_refused():
 
 
 def test_source_addresses_need_a_loopback_broker():
-    client = SimpleNamespace(source_addresses=2)
+    client = ClientConfig(source_addresses=2)
     with pytest.raises(DriverError, match="loopback"):
         settings_from(
-            SimpleNamespace(client=client),
+            PulsarConfig(client=client),
             consumers_per_connection=1,
             service_url="pulsar://192.0.2.1:6650",
         )
@@ -214,36 +221,7 @@ def test_an_unknown_subscription_type_is_a_driver_error():
         subscribe_command(ConsumerSpec(0, "c", "t", "s", "Fanout"), 1, 1)
 
 
-def msg_id(entry: int) -> pb.MessageIdData:
-    return pb.MessageIdData(ledgerId=1, entryId=entry)
-
-
-def test_permits_are_given_back_at_half_the_queue():
-    state = ConsumerState(0, 5, receiver_queue_size=10, individual_acks=False)
-    assert [state.delivered(msg_id(e), 1) for e in range(4)] == [None] * 4
-    flow = decoded(state.delivered(msg_id(4), 1))
-    assert (flow.flow.consumer_id, flow.flow.messagePermits) == (5, 5)
-    assert decoded(state.delivered(msg_id(5), 6)).flow.messagePermits == 6  # a batch: 6 messages
-
-
-def test_cumulative_acks_carry_the_latest_id_only():
-    state = ConsumerState(0, 5, receiver_queue_size=100, individual_acks=False)
-    for entry in range(3):
-        state.delivered(msg_id(entry), 1)
-    ack = decoded(state.take_ack()).ack
-    assert ack.ack_type == pb.CommandAck.Cumulative
-    assert [(m.ledgerId, m.entryId) for m in ack.message_id] == [(1, 2)]
-    assert state.take_ack() is None
-
-
-def test_individual_acks_carry_every_id_in_one_command():
-    state = ConsumerState(0, 5, receiver_queue_size=100, individual_acks=True)
-    for entry in range(3):
-        state.delivered(msg_id(entry), 1)
-    ack = decoded(state.take_ack()).ack
-    assert ack.ack_type == pb.CommandAck.Individual
-    assert [m.entryId for m in ack.message_id] == [0, 1, 2]
-    assert state.take_ack() is None
+# Permits and acknowledgements are the codec's now: tests/unit/test_protocol_connection.py.
 
 
 # -- layout -----------------------------------------------------------------------------------
@@ -262,10 +240,18 @@ def test_the_socket_budget_is_the_file_limit_minus_a_margin(monkeypatch):
     assert socket_budget() == 20000 - FD_MARGIN
 
 
+class _NoCallback:
+    def message_received(self, consumer_index, payload, receive_us, stamps) -> None:
+        raise AssertionError("no deliveries here")
+
+
+NO_CALLBACK = _NoCallback()
+
+
 def test_more_connections_than_the_budget_is_a_clear_error():
     group = Group()
     settings = Settings(host="127.0.0.1", port=1, consumers_per_connection=50)
-    pool = ConnectionPool(settings, callback=None, group=group, max_connections=0)
+    pool = ConnectionPool(settings, callback=NO_CALLBACK, group=group, max_connections=0)
     try:
         with pytest.raises(DriverError, match="consumersPerConnection=50") as info:
             pool.for_consumer(0)

@@ -2,8 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage.cursors import AckSet, CursorState, CursorStore, ThrottledCursorWriter
-from broker.storage.ledger import ManagedLedger
+from broker.storage.cursors import CursorState, CursorStore, ThrottledCursorWriter, format_ranges
 from broker.storage.position import Position
 
 
@@ -11,83 +10,14 @@ def pos(text: str) -> Position:
     return Position.parse(text)
 
 
-def within_ledger(position: Position) -> Position:
-    return Position(position.ledger_id, position.entry_id + 1)
-
-
-# -- AckSet -----------------------------------------------------------------------------------
+# -- format_ranges ----------------------------------------------------------------------------
 
 
 def test_formats_ranges_as_pulsar_prints_them() -> None:
-    acks = AckSet(pos("5:1000"))
-    assert acks.format_ranges() == "[]"
-    acks.ack_range(pos("5:1226"), pos("5:1280"))
-    acks.ack(pos("5:1300"))
-    assert acks.format_ranges() == "[(5:1226..5:1280], (5:1299..5:1300]]"
-    assert not acks.is_acked(pos("5:1226")) and acks.is_acked(pos("5:1227"))
-    assert acks.is_acked(pos("5:1280")) and not acks.is_acked(pos("5:1281"))
-    assert acks.is_acked(pos("5:999"))  # at or before markDelete
-
-
-def test_individual_acks_merge_and_leave_holes() -> None:
-    acks = AckSet(pos("1:0"))
-    for entry in (2, 3, 5, 7, 6):
-        acks.ack(Position(1, entry))
-    assert acks.format_ranges() == "[(1:1..1:3], (1:4..1:7]]"
-    assert [e for e in range(9) if not acks.is_acked(Position(1, e))] == [1, 4, 8]
-
-    acks.ack(pos("1:4"))  # fills the hole between two ranges
-    assert acks.ranges == [(pos("1:1"), pos("1:7"))]
-
-    acks.ack_range(pos("1:9"), pos("1:12"))
-    acks.ack_range(pos("1:0"), pos("1:10"))  # overlaps both and bridges them
-    assert acks.format_ranges() == "[(1:0..1:12]]"
-
-
-def test_mark_delete_advances_over_the_contiguous_acked_prefix() -> None:
-    acks = AckSet(pos("1:0"))
-    acks.ack(pos("1:2"))
-    acks.ack(pos("1:3"))
-    assert acks.advance_mark_delete(within_ledger) == pos("1:0")  # 1:1 is a hole
-
-    acks.ack(pos("1:1"))
-    acks.ack(pos("1:6"))
-    assert acks.advance_mark_delete(within_ledger) == pos("1:3")
-    assert acks.mark_delete == pos("1:3")
-    assert acks.format_ranges() == "[(1:5..1:6]]"
-
-    acks.ack(pos("1:2"))  # already below markDelete: nothing to keep
-    acks.ack_range(pos("1:0"), pos("1:4"))  # only (1:3, 1:4] is new
-    assert acks.format_ranges() == "[(1:3..1:4], (1:5..1:6]]"
-    assert acks.advance_mark_delete(within_ledger) == pos("1:4")
-
-
-def test_mark_delete_crosses_ledgers_with_the_ledgers_help(tmp_path: Path) -> None:
-    ledger = ManagedLedger.open(tmp_path, max_entries_per_ledger=3)
-    for i in range(7):  # 1:0..1:2, 2:0..2:2, 3:0
-        ledger.write(b"%d" % i, i)
-    ledger.confirm()
-    acks = AckSet(pos("1:1"))
-    for position in ("1:2", "2:0", "2:1", "3:0"):
-        acks.ack(pos(position))
-    assert acks.format_ranges() == "[(1:1..1:2], (2:-1..2:1], (3:-1..3:0]]"
-
-    assert acks.advance_mark_delete(ledger.next_position_after) == pos("2:1")
-    assert acks.format_ranges() == "[(3:-1..3:0]]"
-
-
-def test_cumulative_ack_is_a_range_from_mark_delete() -> None:
-    acks = AckSet(pos("4:10"), ranges=[(pos("4:20"), pos("4:30"))])
-    acks.ack_range(acks.mark_delete, pos("4:25"))
-    assert acks.advance_mark_delete(within_ledger) == pos("4:30")
-    assert acks.ranges == []
-
-
-def test_restores_from_persisted_ranges() -> None:
-    ranges = [(pos("5:1226"), pos("5:1280")), (pos("6:-1"), pos("6:4"))]
-    acks = AckSet(pos("5:1200"), ranges)
-    assert acks.ranges == ranges
-    assert AckSet(pos("5:1250"), ranges).ranges == [(pos("5:1250"), pos("5:1280")), ranges[1]]
+    assert format_ranges([]) == "[]"
+    ranges = [(pos("5:1226"), pos("5:1280")), (pos("5:1299"), pos("5:1300"))]
+    assert format_ranges(ranges) == "[(5:1226..5:1280], (5:1299..5:1300]]"
+    assert format_ranges([(pos("-1:-1"), pos("3:0"))]) == "[(-1:-1..3:0]]"
 
 
 # -- CursorStore ------------------------------------------------------------------------------
@@ -222,3 +152,61 @@ def test_deleting_a_cursor_drops_its_pending_save(tmp_path: Path) -> None:
     clock.now += 10
     assert writer.flush_all() == 0
     assert store.load_all() == {}
+
+
+def test_take_snapshots_on_one_side_and_apply_writes_on_the_other(tmp_path: Path) -> None:
+    store, clock = RecordingStore(tmp_path), FakeClock()
+    writer = ThrottledCursorWriter(store, clock=clock)
+    states = iter([CursorState(pos("1:1")), CursorState(pos("1:2"))])
+    writer.mark_dirty("a", lambda: next(states))
+    writes = writer.take()
+    assert store.saves == []  # nothing touches the disk until apply
+    writer.mark_dirty("a", lambda: next(states))  # changed again meanwhile: stays pending
+    writes.apply()
+    assert store.saves == [("a", pos("1:1"))]
+    assert writer.take().saves == []  # within its interval
+    assert writer.take(everything=True).saves == [("a", CursorState(pos("1:2")))]
+
+
+def test_failed_writes_stay_pending_unless_changed_or_deleted_since(tmp_path: Path) -> None:
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    writer = ThrottledCursorWriter(CursorStore(tmp_path, fsync=failing_fsync), clock=FakeClock())
+    for name in ("kept", "changed", "deleted"):
+        writer.mark_dirty(name, lambda: CursorState(pos("1:1")))
+    failed = writer.take()
+    # While the write runs elsewhere, the loop goes on changing and deleting cursors.
+    writer.mark_dirty("changed", lambda: CursorState(pos("1:9")))
+    writer.delete("deleted")
+    with pytest.raises(OSError):
+        failed.apply()
+    writer.retry(failed)
+    writes = writer.take(everything=True)
+    assert sorted(writes.saves) == [
+        ("changed", CursorState(pos("1:9"))),
+        ("kept", CursorState(pos("1:1"))),
+    ]
+    assert writes.deletes == ["deleted"]
+
+
+def test_tick_keeps_a_failed_save_pending(tmp_path: Path) -> None:
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    writer = ThrottledCursorWriter(CursorStore(tmp_path, fsync=failing_fsync), clock=FakeClock())
+    writer.mark_dirty("s", lambda: CursorState(pos("1:1")))
+    with pytest.raises(OSError):
+        writer.tick()
+    assert writer.take(everything=True).saves == [("s", CursorState(pos("1:1")))]
+
+
+def test_a_subscription_deleted_and_created_again_is_saved(tmp_path: Path) -> None:
+    store = CursorStore(tmp_path, sync_data=False)
+    writer = ThrottledCursorWriter(store, clock=FakeClock())
+    writer.mark_dirty("s", lambda: CursorState(pos("1:1")))
+    writer.flush_all()
+    writer.delete("s")
+    writer.mark_dirty("s", lambda: CursorState(pos("2:0")))
+    writer.flush_all()
+    assert store.load_all() == {"s": CursorState(pos("2:0"))}

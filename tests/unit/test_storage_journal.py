@@ -61,7 +61,11 @@ def test_group_commit_fsyncs_far_less_than_it_appends(tmp_path: Path, run: Run) 
         tasks = []
         for i in range(100):
             task = asyncio.ensure_future(journal.append(topics[i % 2], b"m%d" % i, i))
-            task.add_done_callback(lambda _, i=i: completed.append(i))
+
+            def record(_: object, i: int = i) -> None:
+                completed.append(i)
+
+            task.add_done_callback(record)
             tasks.append(task)
         return await asyncio.gather(*tasks)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config_errors import ConfigError
+from drivers.config import ConfigError
 from harness.workload import SweepAxis, load_workload
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,8 +1,12 @@
-"""ConfigError and the checks that raise it, shared by the workload and driver parsers.
+"""ConfigError and the value checks that raise it, for every parser of a run's files.
+
+The harness parses workloads and the harness's part of a driver file (`name`, `driverClass`,
+`broker`); each driver parses its own sections. Both raise the same one-line ConfigError, so
+this module lives on the drivers' side of the boundary: drivers never import the harness, and
+the harness already imports the driver API (drivers/base.py).
 
 A bad file must stop `bench run` before anything starts, with one line that names the file,
-the key and the fix. OMB's mapper ignores unknown keys and PyYAML keeps the last of two
-duplicate keys; both hide typos, so here both are errors.
+the key and the fix. OMB's mapper ignores unknown keys; here they are errors.
 """
 
 from __future__ import annotations
@@ -10,10 +14,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 Parser = Callable[[object], Any]
 """Turns one raw YAML value into a typed one, or raises InvalidValue."""
@@ -29,67 +30,8 @@ class InvalidValue(Exception):
     """A value is wrong; raised by parsers, which know neither the file nor the key."""
 
 
-def load_yaml_mapping(path: Path, source: str) -> dict[object, object]:
-    """Read a YAML file whose top level must be a mapping; `source` is how errors name it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{source}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{source}: is a directory (give a YAML file)") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{source}: not UTF-8 text (give a YAML file)") from None
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)
-    except yaml.MarkedYAMLError as exc:
-        raise ConfigError(f"{source}: {_describe_yaml_error(exc)}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: invalid YAML: {str(exc).splitlines()[0]}") from None
-    if data is None:
-        raise ConfigError(f"{source}: the file is empty (expected a mapping of keys; {DOCS_HINT})")
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{source}: the top level is {describe(data)}, expected a mapping of keys ({DOCS_HINT})"
-        )
-    return data
-
-
-class _DuplicateKey(yaml.MarkedYAMLError):
-    """PyYAML silently keeps the last duplicate; a duplicated key is almost always a mistake."""
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-            except TypeError:  # unhashable; the base class reports it with its line
-                continue
-            if duplicate:
-                raise _DuplicateKey(
-                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
-    mark = exc.problem_mark or exc.context_mark
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-    if isinstance(exc, _DuplicateKey):
-        return f"{where}{exc.problem} (keep one; to sweep a key, give it a list of values)"
-    problem = exc.problem or exc.context or "cannot parse"
-    return f"{where}invalid YAML: {problem}"
-
-
 def check_keys(
-    data: Mapping[object, object], known: Iterable[str], where: str, prefix: str = ""
+    data: Mapping[Any, object], known: Iterable[str], where: str, prefix: str = ""
 ) -> None:
     """Reject non-string and unknown keys, suggesting the closest known one.
 
@@ -106,9 +48,37 @@ def check_keys(
 
 
 def _suggest(key: str, known: list[str], prefix: str) -> str:
-    matches = [k for k in known if _fold(k) == _fold(key)]
+    matches = [k for k in known if fold(k) == fold(key)]
     matches = matches or difflib.get_close_matches(key, known, n=1)
     return f"did you mean {prefix + matches[0]!r}?" if matches else DOCS_HINT
+
+
+def section(data: Mapping[Any, object], name: str, where: str) -> Mapping[Any, object]:
+    """The mapping under `name`; absent or empty (`client:` with nothing under it) means
+    defaults, so {}."""
+    raw = data.get(name)
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}key {name!r}: expected a mapping, got {describe(raw)}")
+    return raw
+
+
+def parse_section(
+    data: Mapping[Any, object],
+    name: str,
+    keys: Mapping[str, tuple[str, Parser]],
+    where: str,
+) -> dict[str, Any]:
+    """Section `name` checked against `keys` (YAML key -> (field, parser)): the given values
+    as {field: typed value}, ready for a dataclass's keyword arguments."""
+    raw = section(data, name, where)
+    check_keys(raw, keys, where, prefix=f"{name}.")
+    return {
+        attr: parse_value(parser, raw[key], where, f"{name}.{key}")
+        for key, (attr, parser) in keys.items()
+        if key in raw
+    }
 
 
 def describe(value: object) -> str:
@@ -183,23 +153,37 @@ def string(value: object) -> str:
     return value
 
 
-def choice(*choices: str) -> Parser:
-    """One of `choices`, matched ignoring case, '_' and '-'; returns the canonical spelling."""
-    by_folded = {_fold(c): c for c in choices}
+def url(*schemes: str) -> Parser:
+    """A string starting with one of `schemes` followed by '://'."""
 
     def parse(value: object) -> str:
-        if isinstance(value, str) and _fold(value) in by_folded:
-            return by_folded[_fold(value)]
+        text = string(value)
+        if not text.startswith(tuple(f"{scheme}://" for scheme in schemes)):
+            wanted = " or ".join(f"{scheme}://" for scheme in schemes)
+            raise InvalidValue(f"expected a {wanted} URL, got {text!r}")
+        return text
+
+    return parse
+
+
+def choice(*choices: str) -> Parser:
+    """One of `choices`, matched ignoring case, '_' and '-'; returns the canonical spelling."""
+    by_folded = {fold(c): c for c in choices}
+
+    def parse(value: object) -> str:
+        if isinstance(value, str) and fold(value) in by_folded:
+            return by_folded[fold(value)]
         hint = ""
         if isinstance(value, str):
-            close = difflib.get_close_matches(_fold(value), list(by_folded), n=1)
+            close = difflib.get_close_matches(fold(value), list(by_folded), n=1)
             hint = f" (did you mean {by_folded[close[0]]!r}?)" if close else ""
         raise InvalidValue(f"expected one of {', '.join(choices)}, got {describe(value)}{hint}")
 
     return parse
 
 
-def _fold(text: str) -> str:
+def fold(text: str) -> str:
+    """How names are compared when a spelling is forgiven: no case, '_' or '-'."""
     return text.replace("_", "").replace("-", "").lower()
 
 

@@ -1,5 +1,6 @@
 """Persistent topics on the storage layer: ledgers behind the group-commit journal, cursors
-saved at most once per interval. Adapts broker.storage to the core's EntryLog and cursor hooks.
+saved at most once per interval. Adapts broker.storage to the core's EntryLog (LedgerEntryLog)
+and to the topic's CursorSink (LedgerStorage).
 
 Cursors count entries by a dense index; the ledger table here maps index ↔ (ledger, entry).
 """
@@ -12,25 +13,25 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from broker.config import BrokerConfig
 from broker.core.entry import Entry
-from broker.storage.cursors import CursorState, CursorStore
+from broker.storage.cursors import CursorState, CursorStore, CursorWrites, ThrottledCursorWriter
 from broker.storage.journal import Journal
 from broker.storage.ledger import ManagedLedger
 from broker.storage.position import Position
+from broker.subscriptions.subscription import Subscription
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.payload import is_batch, payload_offsets
-
-if TYPE_CHECKING:
-    from broker.core.topic import Topic
-    from broker.subscriptions.base import Subscription
 
 log = logging.getLogger("broker.storage")
 MiB = 1024 * 1024
 CATCH_UP_BATCH = 500
+EARLIEST = Position(-1, -1)
+TICKS_PER_INTERVAL = 10
+"""The cursor writer is ticked this often per persist interval: a cursor changed just after
+its last save waits one interval, plus at most a tick."""
 
 
 def _entry_facts(payload: bytes) -> tuple[int, bytes, int]:
@@ -195,7 +196,11 @@ class LedgerEntryLog:
 
 
 class LedgerStorage:
-    """All persistent topics of one broker: one journal, a ledger and cursor store per topic."""
+    """All persistent topics of one broker: one journal, a ledger and cursor writer per topic.
+
+    Implements broker.core.topic.CursorSink; cursors are snapshotted on the event loop and
+    written on a thread, each at most once per managedLedgerCursorPositionPersistIntervalMs.
+    """
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -206,11 +211,10 @@ class LedgerStorage:
             sync_data=config.journalSyncData,
             max_group_bytes=config.journalBufferedWritesThreshold,
         )
-        self._stores: dict[str, CursorStore] = {}
-        self._dirty: dict[tuple[str, str], Subscription] = {}
-        self._deleted: set[tuple[str, str]] = set()
+        self._interval_s = config.managedLedgerCursorPositionPersistIntervalMs / 1000
+        self._writers: dict[str, ThrottledCursorWriter] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._logs: dict[str, LedgerEntryLog] = {}
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -229,7 +233,7 @@ class LedgerStorage:
         entry_log = LedgerEntryLog(ledger, self.journal, self.config.managedLedgerCacheSizeMB * MiB)
         self._logs[name] = entry_log
         store = CursorStore(directory / "cursors", sync_data=self.config.journalSyncData)
-        self._stores[name] = store
+        self._writers[name] = ThrottledCursorWriter(store, self._interval_s)
         cursors = {}
         for sub_name, state in store.load_all().items():
             mark = (
@@ -243,62 +247,68 @@ class LedgerStorage:
             cursors[sub_name] = (state.mode, mark, acked)
         return entry_log, cursors
 
-    # -- cursor hooks (called on the event loop) -----------------------------------------------
-    def moved(self, topic: Topic, sub: Subscription) -> None:
-        self._dirty[(topic.name, sub.name)] = sub
+    # -- CursorSink (called on the event loop) ---------------------------------------------------
+    def moved(self, topic: str, subscription: Subscription) -> None:
+        self._writers[topic].mark_dirty(subscription.name, lambda: self._state(topic, subscription))
 
-    def deleted(self, topic: Topic, name: str) -> None:
-        self._dirty.pop((topic.name, name), None)
-        self._deleted.add((topic.name, name))
+    def deleted(self, topic: str, subscription: str) -> None:
+        writer = self._writers.get(topic)
+        if writer is not None:
+            writer.delete(subscription)
 
-    def _state(self, topic_name: str, sub: Subscription) -> CursorState:
-        entry_log = self._logs[topic_name]
-        mark = sub.slowest_mark_delete
-        ranges = []
-        if sub.mode != "Broadcast":
-            for i in sorted(sub.acked):
-                ranges.append(
-                    (
-                        entry_log.position_of(i - 1)
-                        if i - 1 >= entry_log.first_index
-                        else Position(-1, -1),
-                        entry_log.position_of(i),
-                    )
-                )
+    def _state(self, topic: str, sub: Subscription) -> CursorState:
+        entry_log = self._logs[topic]
+        first = entry_log.first_index
+        mark = sub.mark_delete
+        ranges = [
+            (
+                entry_log.position_of(start) if start >= first else EARLIEST,
+                entry_log.position_of(end),
+            )
+            for start, end in sub.cursor.acked_ranges()
+        ]
         return CursorState(
-            mark_delete=entry_log.position_of(mark) if mark >= entry_log.first_index else None,
+            mark_delete=entry_log.position_of(mark) if mark >= first else None,
             individually_acked=ranges,
             mode=sub.mode,
         )
 
     async def _persist_loop(self) -> None:
-        interval = self.config.managedLedgerCursorPositionPersistIntervalMs / 1000
         while True:
-            await asyncio.sleep(interval)
-            await self.flush_cursors()
+            await asyncio.sleep(self._interval_s / TICKS_PER_INTERVAL)
+            try:
+                await self.flush_cursors()
+            except Exception:
+                # Kept pending by the writer: the next tick tries again.
+                log.exception("saving cursors failed")
 
-    async def flush_cursors(self) -> None:
-        """Snapshot dirty cursors on the loop, write them on a thread: at most once per interval."""
-        dirty, self._dirty = self._dirty, {}
-        deleted, self._deleted = self._deleted, set()
-        saves = [(self._stores[t], s, self._state(t, sub)) for (t, s), sub in dirty.items()]
-        removes = [(self._stores[t], s) for t, s in deleted if t in self._stores]
-        if not saves and not removes:
+    async def flush_cursors(self, everything: bool = False) -> None:
+        """Snapshot due cursors on the loop, write them on a thread."""
+        taken = [(w, w.take(everything)) for w in self._writers.values()]
+        batches = [(w, writes) for w, writes in taken if writes.saves or writes.deletes]
+        if not batches:
             return
 
-        def write() -> None:
-            for store, name, state in saves:
-                store.save(name, state)
-            for store, name in removes:
-                store.delete(name)
+        def write() -> list[tuple[ThrottledCursorWriter, CursorWrites, Exception]]:
+            failed = []
+            for writer, writes in batches:
+                try:
+                    writes.apply()
+                except Exception as error:
+                    failed.append((writer, writes, error))
+            return failed
 
-        await asyncio.get_running_loop().run_in_executor(None, write)
+        failed = await asyncio.get_running_loop().run_in_executor(None, write)
+        for writer, writes, _ in failed:
+            writer.retry(writes)
+        if failed:
+            raise failed[0][2]
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
         await self.journal.close()
-        await self.flush_cursors()
+        await self.flush_cursors(everything=True)
         for entry_log in self._logs.values():
             entry_log.ledger.sync()
             entry_log.close()

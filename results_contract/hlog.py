@@ -1,4 +1,5 @@
-"""HdrHistogram interval logs (format V2) with tags: one writer per worker, one reader for Spark.
+"""raw/<worker-id>/histograms.hlog: HdrHistogram interval logs (format V2) with tags, one
+Tag= per metric (metrics.METRICS); the workers write them, Spark and the coordinator read them.
 
 hdrh ships a log writer without tags and a reader that drops them, so the few lines of the
 format live here. Values are µs; the histogram shape is fixed project-wide so that every
@@ -18,21 +19,6 @@ from hdrh.histogram import HdrHistogram
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
 SIGNIFICANT_DIGITS = 3
-
-METRICS = (
-    "e2e",
-    "e2e_actual",
-    "publish",
-    "publish_delay",
-    "connect",
-    "stage.producing",
-    "stage.broker_in",
-    "stage.persistence",
-    "stage.notification",
-    "stage.broker_out",
-    "stage.broadcasting",
-)
-STAGES = tuple(m.split(".", 1)[1] for m in METRICS if m.startswith("stage."))
 
 _LINE = re.compile(r"^Tag=([^,]+),([\d.]+),([\d.]+),([\d.]+),(\S+)$")
 

@@ -1,0 +1,100 @@
+"""manifest.json: what ran, where, with which versions, and when each phase began and ended.
+
+Written last, atomically, once the workers have finished; the analysis reads it first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.clock import ClockOffset
+from harness.driver_config import DriverFile
+from harness.run_plan import RunPlan
+from results_contract.paths import MANIFEST_FILE
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """What the coordinator learned while running a plan, for the manifest."""
+
+    started: float
+    phases: Mapping[str, float]
+    workers: list[str]
+    worker_totals: Mapping[str, Mapping[str, int]]
+    worker_hosts: Mapping[str, str]
+    clocks: Mapping[str, ClockOffset]
+    partial_reasons: list[str]
+
+
+def manifest(plan: RunPlan, driver: DriverFile, record: RunRecord) -> dict[str, Any]:
+    w = plan.workload
+    return {
+        "run_id": plan.run_id,
+        "workload": w.to_dict(),
+        "driver": driver.to_dict(),
+        "service_url": plan.service_url,
+        "consumers": w.total_consumers,
+        "subscriptions": w.total_subscriptions,
+        "producers": w.total_producers,
+        "subscription_type": w.subscription_type,
+        "expected_deliveries_per_message": w.expected_deliveries_per_message,
+        "stage_sample_fraction": w.stage_sample_fraction,
+        "workers": sorted(record.workers),
+        "worker_totals": dict(record.worker_totals),
+        "hosts": {"coordinator": socket.gethostname(), "workers": dict(record.worker_hosts)},
+        "clocks": {k: c.to_dict(record.worker_hosts[k]) for k, c in record.clocks.items()},
+        "versions": versions(),
+        "git_revision": git_revision(),
+        "started": record.started,
+        "phases": dict(record.phases),
+        "partial": bool(record.partial_reasons),
+        "partial_reasons": list(record.partial_reasons),
+    }
+
+
+def write_manifest(run_dir: Path, plan: RunPlan, driver: DriverFile, record: RunRecord) -> None:
+    write_json(run_dir / MANIFEST_FILE, manifest(plan, driver, record), indent=2)
+
+
+def write_json(target: Path, value: object, indent: int | None = None) -> None:
+    """Write through a temporary file and a rename: a reader never sees half a file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=indent))
+    os.replace(tmp, target)
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for name in ("fanout-bench", "pyspark", "locust", "hdrhistogram", "gevent", "uvloop"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def git_revision() -> str:
+    try:
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=Path(__file__).parent,
+                timeout=5,
+            ).stdout.strip()
+            or "unknown"
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"

@@ -1,0 +1,663 @@
+"""One Pulsar connection, either end, without I/O: bytes in, events out; events in, bytes out.
+
+The verbs are h11's: `receive_data(bytes)` buffers (b"" is EOF), `next_event()` returns an
+event or NEED_DATA, `send(event)` queues the event's bytes, `data_to_send()` drains them. The
+shells (broker/server/connection.py over asyncio, drivers/pulsar/connection.py over gevent)
+only move bytes and call the application; every rule of the wire is here:
+
+- the handshake: a server answers CONNECT itself with CONNECTED, negotiating
+  min(client's version, 20); nothing but CONNECT may come first, and a client may send
+  nothing but CONNECT until CONNECTED;
+- keep-alive: PING is answered with PONG inside the codec, so a shell only drains bytes;
+- requests: a client takes request ids from `next_request_id()` and gets each answer once,
+  checked against what it asked; a server echoes ids and never keys on them (a client may
+  reuse one), counting only that each answer matches an unanswered request;
+- producers and consumers of a client move through pulsar_protocol.state's tables;
+- permits: `acknowledge_consumed()` gives FLOW permits back at half the window, as the
+  official clients do, and collects what the next `flush_acks()` acknowledges;
+- SEND: a server's codec checks the checksum and metadata, and answers a bad SEND with
+  SEND_ERROR itself (the connection stays).
+
+Unknown commands: a command this codec does not know, or one that never travels in that
+direction, is a RemoteProtocolError on both sides, and the connection ends. That is what
+Pulsar's own clients do with a command they do not know (they close the connection), and for
+a broker it is the only safe answer to a client that speaks a protocol it does not: ignoring
+a command the client waits on would turn a clear error into a timeout. A server's codec queues
+an ERROR command (request_id 0, the error's ServerError hint) before raising, as h2 queues
+GOAWAY, so the shell drains the bytes and closes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable
+from typing import Literal, NoReturn
+
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import (
+    CLIENT_BOUND_NOTICES,
+    CLIENT_BOUND_RESPONSES,
+    FIELD_OF_TYPE,
+    SERVER_BOUND_NOTICES,
+    SERVER_BOUND_REQUESTS,
+    T,
+    body_of,
+    command,
+    type_name,
+)
+from pulsar_protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from pulsar_protocol.events import (
+    NEED_DATA,
+    Connect,
+    Connected,
+    ConnectionClosed,
+    ConnectionRefused,
+    Event,
+    Flow,
+    Message,
+    Notice,
+    Ping,
+    Pong,
+    Request,
+    Response,
+    Send,
+    SendError,
+    SendReceipt,
+    _NeedData,
+)
+from pulsar_protocol.frames import MAX_FRAME_SIZE, FrameDecoder, frame_head
+from pulsar_protocol.payload import decode_payload
+from pulsar_protocol.state import (
+    CLIENT,
+    CONSUMER_TRANSITIONS,
+    PRODUCER_TRANSITIONS,
+    SERVER,
+    ConnectionState,
+    ConsumerState,
+    ProducerState,
+    Role,
+    Trigger,
+    connection_transition,
+    transition,
+)
+
+MAX_PROTOCOL_VERSION = 20
+"""The highest protocol version this codec speaks; a server answers min(client's, this)."""
+
+_PING = frame_head(command(T.PING).SerializeToString(), None, 0)
+_PONG = frame_head(command(T.PONG).SerializeToString(), None, 0)
+_REQUEST_ANSWERS: dict[int, frozenset[int]] = {
+    **SERVER_BOUND_REQUESTS,
+    T.ACK: frozenset({T.ACK_RESPONSE}),  # only an ACK that carries a request_id waits for one
+}
+_CONSUMER_REQUESTS: dict[int, Trigger] = {
+    T.SUBSCRIBE: Trigger.SUBSCRIBE_SENT,
+    T.CLOSE_CONSUMER: Trigger.CLOSE_SENT,
+}
+_PRODUCER_REQUESTS: dict[int, Trigger] = {
+    T.PRODUCER: Trigger.PRODUCER_SENT,
+    T.CLOSE_PRODUCER: Trigger.CLOSE_SENT,
+}
+
+Reader = Callable[[pb.BaseCommand, bytes | None, bytes | None], Event | None]
+
+
+class _Consumer:
+    """A client's consumer: its state, its permit window, and what it has to acknowledge."""
+
+    __slots__ = ("state", "refill_at", "consumed", "individual", "last")
+
+    def __init__(self) -> None:
+        self.state = ConsumerState.SUBSCRIBING
+        self.refill_at = 1
+        self.consumed = 0
+        self.individual: list[pb.MessageIdData] | None = None
+        self.last: pb.MessageIdData | None = None
+
+
+class Connection:
+    """One end of a Pulsar connection.
+
+    `max_frame_size` bounds incoming frames (checked from the size prefix alone). A SERVER
+    needs `server_version` and may announce `max_message_size`; a CLIENT chooses with
+    `individual_acks` whether `flush_acks()` acknowledges every id or the latest only.
+    """
+
+    def __init__(
+        self,
+        role: Role,
+        *,
+        max_frame_size: int = MAX_FRAME_SIZE,
+        server_version: str = "",
+        max_message_size: int = 0,
+        individual_acks: bool = False,
+    ) -> None:
+        if role is SERVER and not server_version:
+            raise LocalProtocolError("a server must have a server_version (clients require it)")
+        self.role = role
+        self.state = ConnectionState.IDLE
+        self.protocol_version = 0
+        """Negotiated in the handshake; 0 before it."""
+        self.server_version = server_version
+        """Ours as a server; the broker's as a client, once CONNECTED."""
+        self.peer_supports_broker_entry_metadata = False
+        """Server side: the client asked for BrokerEntryMetadata ahead of each payload."""
+        self._max_message_size = max_message_size
+        self._individual_acks = individual_acks
+        self._decoder = FrameDecoder(max_frame_size)
+        self._eof = False
+        self._out: list[bytes] = []
+        # Client side.
+        self._request_ids = itertools.count(1)
+        self._pending: dict[int, tuple[int, int]] = {}
+        """request_id → (request type, consumer or producer id, or -1)."""
+        self._consumers: dict[int, _Consumer] = {}
+        self._producers: dict[int, ProducerState] = {}
+        self._acks_due: dict[int, _Consumer] = {}
+        # Server side: request ids may repeat, so they are counted, never keyed.
+        self._unanswered: Counter[int] = Counter()
+        self._readers: dict[int, Reader] = {}
+        self._set_state(ConnectionState.IDLE)
+
+    # -- state -----------------------------------------------------------------------------
+    def _readers_for(self, state: ConnectionState) -> dict[int, Reader]:
+        """What may be received in `state`: anything else is a protocol error."""
+        keep_alive: dict[int, Reader] = {T.PING: self._read_ping, T.PONG: self._read_pong}
+        if state is ConnectionState.IDLE:
+            return {T.CONNECT: self._read_connect} if self.role is SERVER else {}
+        if state is ConnectionState.CONNECTING:
+            return {T.CONNECTED: self._read_connected, T.ERROR: self._read_refused, **keep_alive}
+        if state is not ConnectionState.CONNECTED:
+            return {}
+        readers: dict[int, Reader]
+        if self.role is SERVER:
+            readers = {t: self._read_request for t in SERVER_BOUND_REQUESTS}
+            readers.update({t: self._read_notice for t in SERVER_BOUND_NOTICES})
+            readers[T.SEND] = self._read_send
+            readers[T.FLOW] = self._read_flow
+        else:
+            readers = {t: self._read_response for t in CLIENT_BOUND_RESPONSES}
+            readers.update({t: self._read_notice for t in CLIENT_BOUND_NOTICES})
+            readers[T.MESSAGE] = self._read_message
+            readers[T.SEND_RECEIPT] = self._read_receipt
+            readers[T.SEND_ERROR] = self._read_send_error
+        readers.update(keep_alive)
+        return readers
+
+    def _set_state(self, state: ConnectionState) -> None:
+        self.state = state
+        self._readers = self._readers_for(state)
+
+    def _trigger(self, trigger: Trigger) -> None:
+        self._set_state(connection_transition(self.role, self.state, trigger))
+
+    def consumer_state(self, consumer_id: int) -> ConsumerState | None:
+        """None for a consumer this connection does not know (or no longer: CLOSED ones go)."""
+        consumer = self._consumers.get(consumer_id)
+        return None if consumer is None else consumer.state
+
+    def producer_state(self, producer_id: int) -> ProducerState | None:
+        return self._producers.get(producer_id)
+
+    def _move_consumer(self, consumer_id: int, trigger: Trigger) -> _Consumer | None:
+        consumer = self._consumers.get(consumer_id)
+        state = None if consumer is None else consumer.state
+        new = transition(CONSUMER_TRANSITIONS, state, trigger, f"consumer {consumer_id}")
+        if new is ConsumerState.CLOSED:
+            self._consumers.pop(consumer_id, None)
+            self._acks_due.pop(consumer_id, None)
+            return None
+        if consumer is None:
+            consumer = self._consumers[consumer_id] = _Consumer()
+            if self._individual_acks:
+                consumer.individual = []
+        consumer.state = new
+        return consumer
+
+    def _move_producer(self, producer_id: int, trigger: Trigger) -> None:
+        state = self._producers.get(producer_id)
+        new = transition(PRODUCER_TRANSITIONS, state, trigger, f"producer {producer_id}")
+        if new is ProducerState.CLOSED:
+            self._producers.pop(producer_id, None)
+        else:
+            self._producers[producer_id] = new
+
+    # -- receiving ---------------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> None:
+        """Buffer bytes read from the peer; b"" means the peer closed its end."""
+        if not data:
+            self._eof = True
+            return
+        if self._eof:
+            raise LocalProtocolError("received data after the end of the stream")
+        self._decoder.receive_data(data)
+
+    def next_event(self) -> Event | Literal[_NeedData.NEED_DATA]:
+        """The next event, or NEED_DATA. Raises RemoteProtocolError when the peer broke the
+        protocol; the connection is then in ERROR (and a server has queued its ERROR reply)."""
+        if self.state is ConnectionState.ERROR:
+            raise RemoteProtocolError("the connection is in ERROR after a protocol error")
+        try:
+            next_parts, readers = self._decoder.next_parts, self._readers
+            while (parts := next_parts()) is not None:
+                cmd = parts[0]
+                # A type value outside the schema parses as "no type" (proto2 enums).
+                reader = readers.get(cmd.type) if cmd.HasField("type") else None
+                if reader is None:
+                    self._refuse(cmd.type if cmd.HasField("type") else None)
+                event = reader(*parts)
+                if event is not None:
+                    return event
+                readers = self._readers  # a reader may have changed the state
+        except ProtocolError as exc:
+            self._error(exc)
+            if isinstance(exc, LocalProtocolError):
+                exc._reraise_as(RemoteProtocolError)
+            raise
+        if self._eof:
+            if self.state is not ConnectionState.CLOSED:
+                self._trigger(Trigger.PEER_CLOSED)
+            return ConnectionClosed()
+        return NEED_DATA
+
+    def _refuse(self, type_: int | None) -> NoReturn:
+        """The unknown-command policy (module docstring): one rule, both roles."""
+        if type_ is None or type_ not in FIELD_OF_TYPE:
+            name = "type" if type_ is None else type_name(type_)
+            raise LocalProtocolError(f"unknown command {name}", pb.NotAllowedError)
+        peer = "client" if self.role is SERVER else "server"
+        raise LocalProtocolError(
+            f"unexpected {type_name(type_)} from the {peer} while {self.state.value}",
+            pb.NotAllowedError,
+        )
+
+    def _error(self, exc: ProtocolError) -> None:
+        """Enter ERROR; a server tells the client why first (request_id 0: no request failed)."""
+        if self.role is SERVER and self.state is not ConnectionState.ERROR:
+            self._queue(command(T.ERROR, request_id=0, error=exc.server_error, message=str(exc)))
+        self._set_state(ConnectionState.ERROR)
+
+    def _read_ping(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> None:
+        self._out.append(_PONG)
+
+    def _read_pong(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> None:
+        return None
+
+    def _read_connect(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
+        c = cmd.connect
+        self._trigger(Trigger.CONNECT_RECEIVED)
+        self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
+        self.peer_supports_broker_entry_metadata = c.feature_flags.supports_broker_entry_metadata
+        fields = {"max_message_size": self._max_message_size} if self._max_message_size else {}
+        self._queue(
+            command(
+                T.CONNECTED,
+                server_version=self.server_version,
+                protocol_version=self.protocol_version,
+                **fields,
+            )
+        )
+        return Connect(
+            c.client_version,
+            c.protocol_version,
+            c.feature_flags.supports_broker_entry_metadata,
+            c.proxy_to_broker_url,
+        )
+
+    def _read_connected(
+        self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None
+    ) -> Event:
+        c = cmd.connected
+        self._trigger(Trigger.CONNECTED_RECEIVED)
+        self.protocol_version = c.protocol_version
+        self.server_version = c.server_version
+        return Connected(c.server_version, c.protocol_version, c.max_message_size)
+
+    def _read_refused(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
+        self._trigger(Trigger.CONNECT_REFUSED)
+        return ConnectionRefused(cmd.error.error, cmd.error.message)
+
+    def _read_request(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
+        self._unanswered[body_of(cmd).request_id] += 1
+        return Request(cmd)
+
+    def _read_notice(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
+        t = cmd.type
+        if self.role is SERVER:
+            if t == T.ACK and cmd.ack.HasField("request_id"):
+                self._unanswered[cmd.ack.request_id] += 1
+        elif t == T.CLOSE_CONSUMER and cmd.close_consumer.consumer_id in self._consumers:
+            self._move_consumer(cmd.close_consumer.consumer_id, Trigger.CLOSED_BY_PEER)
+        elif t == T.CLOSE_PRODUCER and cmd.close_producer.producer_id in self._producers:
+            self._move_producer(cmd.close_producer.producer_id, Trigger.CLOSED_BY_PEER)
+        return Notice(cmd)
+
+    def _read_send(
+        self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None
+    ) -> Event | None:
+        s = cmd.send
+        if payload is None:
+            self._send_error(s, pb.MetadataError, "SEND without a payload")
+            return None
+        try:
+            metadata = decode_payload(payload, verify=True).metadata
+        except RemoteProtocolError as exc:
+            # One bad message fails that message (the client hears it), not the connection.
+            self._send_error(s, exc.server_error, str(exc))
+            return None
+        return Send(
+            s.producer_id, s.sequence_id, payload, s.num_messages, s.highest_sequence_id, metadata
+        )
+
+    def _send_error(self, send: pb.CommandSend, error: int, message: str) -> None:
+        self._queue(
+            command(
+                T.SEND_ERROR,
+                producer_id=send.producer_id,
+                sequence_id=send.sequence_id,
+                error=error,
+                message=message,
+            )
+        )
+
+    def _read_flow(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
+        return Flow(cmd.flow.consumer_id, cmd.flow.messagePermits)
+
+    def _read_message(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
+        if payload is None:
+            raise LocalProtocolError("MESSAGE without a payload")
+        return Message(cmd.message, payload, bem)
+
+    def _read_receipt(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
+        r = cmd.send_receipt
+        return SendReceipt(
+            r.producer_id,
+            r.sequence_id,
+            r.message_id.ledgerId,
+            r.message_id.entryId,
+            r.highest_sequence_id,
+        )
+
+    def _read_send_error(
+        self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None
+    ) -> Event:
+        e = cmd.send_error
+        return SendError(e.producer_id, e.sequence_id, e.error, e.message)
+
+    def _read_response(
+        self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None
+    ) -> Event | None:
+        request_id = body_of(cmd).request_id
+        pending = self._pending.get(request_id)
+        if pending is None:
+            # An answer to a request we no longer wait for (or never made): Pulsar's clients
+            # log and drop these, and so does this codec.
+            return None
+        request_type, object_id = pending
+        refused = cmd.type == T.ERROR
+        if not refused and cmd.type not in _REQUEST_ANSWERS[request_type]:
+            raise LocalProtocolError(
+                f"{type_name(cmd.type)} answers {type_name(request_type)} {request_id}"
+            )
+        if (
+            cmd.type == T.PRODUCER_SUCCESS
+            and cmd.producer_success.HasField("producer_ready")
+            and not cmd.producer_success.producer_ready
+        ):
+            return None  # queued for exclusive access: the ready answer follows
+        del self._pending[request_id]
+        trigger = Trigger.REFUSED if refused else Trigger.ANSWERED
+        if request_type == T.SUBSCRIBE and object_id in self._consumers:
+            self._move_consumer(object_id, trigger)
+        elif request_type == T.CLOSE_CONSUMER and object_id in self._consumers:
+            self._move_consumer(object_id, Trigger.CLOSE_ANSWERED)
+        elif request_type == T.PRODUCER and object_id in self._producers:
+            self._move_producer(object_id, trigger)
+        elif request_type == T.CLOSE_PRODUCER and object_id in self._producers:
+            self._move_producer(object_id, Trigger.CLOSE_ANSWERED)
+        return Response(cmd)
+
+    # -- sending -----------------------------------------------------------------------------
+    def next_request_id(self) -> int:
+        """A request_id for the next Request: unique on this connection."""
+        if self.role is not CLIENT:
+            raise LocalProtocolError("only a client makes requests")
+        return next(self._request_ids)
+
+    def send(self, event: Event) -> None:
+        """Queue `event`'s bytes for `data_to_send()`. Misuse raises LocalProtocolError and
+        puts the connection in ERROR."""
+        if self.state is ConnectionState.ERROR:
+            raise LocalProtocolError("cannot send: the connection is in ERROR")
+        writer = self._writers.get(type(event))
+        try:
+            if writer is None:
+                raise LocalProtocolError(f"cannot send {type(event).__name__}")
+            if self.state is not ConnectionState.CONNECTED and not isinstance(event, Connect):
+                raise LocalProtocolError(f"cannot send before the handshake ({self.state.value})")
+            writer(self, event)
+        except LocalProtocolError:
+            self._set_state(ConnectionState.ERROR)
+            raise
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        """Queue frames built elsewhere: the broker's dispatch writes MESSAGE frames from
+        `commands.message_command_bytes` and `frames.frame_head` with each payload shared
+        by reference, which no event could do as cheaply."""
+        if self.role is not SERVER or self.state is not ConnectionState.CONNECTED:
+            raise LocalProtocolError(f"cannot send frames as a {self.role.value} now")
+        self._out += frames
+
+    def data_to_send(self) -> bytes:
+        """Everything queued since the last call, in order, as one bytes."""
+        out = self._out
+        if not out:
+            return b""
+        self._out = []
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def buffers_to_send(self) -> list[bytes]:
+        """As `data_to_send()`, without joining (for writelines: payloads are not copied)."""
+        out, self._out = self._out, []
+        return out
+
+    def _queue(
+        self, cmd: pb.BaseCommand, payload: bytes | None = None, bem: bytes | None = None
+    ) -> None:
+        if payload is None:
+            self._out.append(frame_head(cmd.SerializeToString(), bem, 0))
+        else:
+            self._out += (frame_head(cmd.SerializeToString(), bem, len(payload)), payload)
+
+    def _write_connect(self, event: Connect) -> None:
+        if self.role is not CLIENT:
+            raise LocalProtocolError("the server's codec answers CONNECT itself")
+        self._trigger(Trigger.CONNECT_SENT)
+        fields = (
+            {"proxy_to_broker_url": event.proxy_to_broker_url} if event.proxy_to_broker_url else {}
+        )
+        self._queue(
+            command(
+                T.CONNECT,
+                client_version=event.client_version,
+                protocol_version=event.protocol_version,
+                feature_flags=pb.FeatureFlags(
+                    supports_broker_entry_metadata=event.supports_broker_entry_metadata
+                ),
+                **fields,
+            )
+        )
+
+    def _write_request(self, event: Request) -> None:
+        t = event.command.type
+        if self.role is not CLIENT or t not in SERVER_BOUND_REQUESTS:
+            raise LocalProtocolError(f"a {self.role.value} cannot request {type_name(t)}")
+        self._track_request(t, event.command)
+        self._queue(event.command)
+
+    def _track_request(self, t: int, cmd: pb.BaseCommand) -> None:
+        body = body_of(cmd)
+        request_id = body.request_id
+        if request_id in self._pending:
+            raise LocalProtocolError(f"request_id {request_id} is already waiting for an answer")
+        object_id = -1
+        if t in _CONSUMER_REQUESTS:
+            object_id = body.consumer_id
+            self._move_consumer(object_id, _CONSUMER_REQUESTS[t])
+        elif t in _PRODUCER_REQUESTS:
+            object_id = body.producer_id
+            self._move_producer(object_id, _PRODUCER_REQUESTS[t])
+        self._pending[request_id] = (t, object_id)
+
+    def _write_response(self, event: Response) -> None:
+        t = event.command.type
+        if self.role is not SERVER or t not in CLIENT_BOUND_RESPONSES:
+            raise LocalProtocolError(f"a {self.role.value} cannot answer with {type_name(t)}")
+        request_id = event.request_id
+        if self._unanswered[request_id] <= 0:
+            raise LocalProtocolError(f"no request {request_id} waits for an answer")
+        self._unanswered[request_id] -= 1
+        if not self._unanswered[request_id]:
+            del self._unanswered[request_id]
+        self._queue(event.command)
+
+    def _write_notice(self, event: Notice) -> None:
+        t = event.command.type
+        allowed = SERVER_BOUND_NOTICES if self.role is CLIENT else CLIENT_BOUND_NOTICES
+        if t not in allowed:
+            raise LocalProtocolError(f"a {self.role.value} cannot send {type_name(t)}")
+        if self.role is CLIENT and t == T.ACK and event.command.ack.HasField("request_id"):
+            self._track_request(t, event.command)
+        self._queue(event.command)
+
+    def _write_send(self, event: Send) -> None:
+        if self.role is not CLIENT:
+            raise LocalProtocolError("a server cannot SEND")
+        self._move_producer(event.producer_id, Trigger.SEND_SENT)
+        fields = {}
+        if event.num_messages != 1:
+            fields["num_messages"] = event.num_messages
+        if event.highest_sequence_id:
+            fields["highest_sequence_id"] = event.highest_sequence_id
+        cmd = command(
+            T.SEND, producer_id=event.producer_id, sequence_id=event.sequence_id, **fields
+        )
+        self._queue(cmd, event.payload)
+
+    def _write_receipt(self, event: SendReceipt) -> None:
+        if self.role is not SERVER:
+            raise LocalProtocolError("a client cannot send SEND_RECEIPT")
+        self._queue(
+            command(
+                T.SEND_RECEIPT,
+                producer_id=event.producer_id,
+                sequence_id=event.sequence_id,
+                message_id=pb.MessageIdData(ledgerId=event.ledger_id, entryId=event.entry_id),
+                highest_sequence_id=event.highest_sequence_id,
+            )
+        )
+
+    def _write_send_error(self, event: SendError) -> None:
+        if self.role is not SERVER:
+            raise LocalProtocolError("a client cannot send SEND_ERROR")
+        self._queue(
+            command(
+                T.SEND_ERROR,
+                producer_id=event.producer_id,
+                sequence_id=event.sequence_id,
+                error=event.error,
+                message=event.message,
+            )
+        )
+
+    def _write_flow(self, event: Flow) -> None:
+        if self.role is not CLIENT:
+            raise LocalProtocolError("a server cannot send FLOW")
+        if event.permits <= 0:
+            raise LocalProtocolError(f"FLOW of {event.permits} permits")
+        was = self.consumer_state(event.consumer_id)
+        consumer = self._move_consumer(event.consumer_id, Trigger.FLOW_SENT)
+        if consumer is not None and was is ConsumerState.SUBSCRIBED:
+            # The first FLOW is the receiver queue: permits come back at half of it.
+            consumer.refill_at = max(1, event.permits // 2)
+        self._queue(command(T.FLOW, consumer_id=event.consumer_id, messagePermits=event.permits))
+
+    def _write_message(self, event: Message) -> None:
+        if self.role is not SERVER:
+            raise LocalProtocolError("a client cannot send MESSAGE")
+        if event.broker_entry_metadata is not None and not self.peer_supports_broker_entry_metadata:
+            raise LocalProtocolError("the client did not ask for broker entry metadata")
+        cmd = pb.BaseCommand(type=pb.BaseCommand.MESSAGE)
+        cmd.message.CopyFrom(event.command)
+        self._queue(cmd, event.payload, event.broker_entry_metadata)
+
+    def _write_ping(self, event: Ping) -> None:
+        self._out.append(_PING)
+
+    def _write_pong(self, event: Pong) -> None:
+        raise LocalProtocolError("PONG is the codec's own answer to PING")
+
+    _writers: dict[type[Event], Callable[..., None]] = {
+        Connect: _write_connect,
+        Request: _write_request,
+        Response: _write_response,
+        Notice: _write_notice,
+        Send: _write_send,
+        SendReceipt: _write_receipt,
+        SendError: _write_send_error,
+        Flow: _write_flow,
+        Message: _write_message,
+        Ping: _write_ping,
+        Pong: _write_pong,
+    }
+    """Event type → writer, looked up, not branched (h11's _writers)."""
+
+    # -- permits and acknowledgements (client side) -------------------------------------------
+    def acknowledge_consumed(
+        self, consumer_id: int, n: int, message_id: pb.MessageIdData | None = None
+    ) -> None:
+        """`n` messages of `consumer_id` were handed to the application: once half the first
+        FLOW's permits are consumed, they go back in one FLOW (queued here, as h2's
+        WindowManager decides on WINDOW_UPDATE). With `message_id`, that message is also
+        acknowledged by the next `flush_acks()` (kept, not copied: acks are rarer than
+        deliveries). A consumer that is not ACTIVE any more is left alone."""
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None or consumer.state is not ConsumerState.ACTIVE:
+            return
+        if message_id is not None:
+            if consumer.individual is not None:
+                consumer.individual.append(message_id)
+            else:
+                consumer.last = message_id
+            if consumer_id not in self._acks_due:
+                self._acks_due[consumer_id] = consumer
+        consumer.consumed += n
+        if consumer.consumed >= consumer.refill_at:
+            permits, consumer.consumed = consumer.consumed, 0
+            self._queue(command(T.FLOW, consumer_id=consumer_id, messagePermits=permits))
+
+    @property
+    def acks_due(self) -> bool:
+        """Whether `flush_acks()` has something to send."""
+        return bool(self._acks_due)
+
+    def flush_acks(self) -> int:
+        """Queue one ACK per consumer with acknowledgements due: cumulative (the latest id) or
+        individual (every id since the last flush, in one command). Returns how many."""
+        due, self._acks_due = self._acks_due, {}
+        sent = 0
+        for consumer_id, consumer in due.items():
+            if consumer.individual is not None:
+                ids, consumer.individual = consumer.individual, []
+                ack_type = pb.CommandAck.Individual
+            else:
+                ids = [consumer.last] if consumer.last is not None else []
+                consumer.last = None
+                ack_type = pb.CommandAck.Cumulative
+            if ids:
+                self._queue(
+                    command(T.ACK, consumer_id=consumer_id, ack_type=ack_type, message_id=ids)
+                )
+                sent += 1
+        return sent

@@ -1,0 +1,181 @@
+"""What a Connection takes in `send()` and hands out from `next_event()`: immutable values.
+
+As in h11 and wsproto, the same event sent by one side is the event the other side receives
+(ConnectionPair in the tests checks it), except PING and PONG, which the codec answers itself.
+Commands the codec has rules about get typed events; the others travel with their protobuf
+body (`Request`, `Response`, `Notice`), so the codec never copies fields it does not read.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Final
+
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import body_of
+from pulsar_protocol.errors import LocalProtocolError
+
+
+class Event:
+    """Base class of everything `send()` takes and `next_event()` returns."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Connect(Event):
+    """The client's first command. `protocol_version` is the highest it speaks."""
+
+    client_version: str
+    protocol_version: int
+    supports_broker_entry_metadata: bool = False
+    proxy_to_broker_url: str = ""
+
+    def __post_init__(self) -> None:
+        if self.protocol_version < 0:
+            raise LocalProtocolError(f"negative protocol version {self.protocol_version}")
+
+
+@dataclass(frozen=True, slots=True)
+class Connected(Event):
+    """The server's answer; `protocol_version` is the negotiated one, min(client's, 20)."""
+
+    server_version: str
+    protocol_version: int
+    max_message_size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRefused(Event):
+    """The server answered CONNECT with ERROR (client side only); the connection is CLOSED."""
+
+    error: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class _WithCommand(Event):
+    command: pb.BaseCommand
+
+    @property
+    def type(self) -> int:
+        return self.command.type
+
+    @property
+    def body(self):  # the typed body: pb.CommandLookupTopic, pb.CommandSuccess, ...
+        return body_of(self.command)
+
+    @property
+    def request_id(self) -> int:
+        return self.body.request_id
+
+
+@dataclass(frozen=True, slots=True)
+class Request(_WithCommand):
+    """A client command that the server answers with a Response echoing its request_id
+    (commands.SERVER_BOUND_REQUESTS). A client takes ids from `Connection.next_request_id()`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Response(_WithCommand):
+    """The server's answer to a Request: SUCCESS, ERROR, PRODUCER_SUCCESS, LOOKUP_RESPONSE, ...
+    A client gets only answers to requests it has pending, each once."""
+
+    @property
+    def error(self) -> int | None:
+        """The ServerError code of an ERROR answer, else None."""
+        return self.command.error.error if self.command.type == pb.BaseCommand.ERROR else None
+
+
+@dataclass(frozen=True, slots=True)
+class Notice(_WithCommand):
+    """A command nobody answers: ACK and REDELIVER_UNACKNOWLEDGED_MESSAGES from a client,
+    CLOSE_CONSUMER, CLOSE_PRODUCER, ACTIVE_CONSUMER_CHANGE and REACHED_END_OF_TOPIC from a
+    broker."""
+
+
+@dataclass(frozen=True, slots=True)
+class Send(Event):
+    """One SEND: `payload` is the whole payload section (magic, checksum, metadata, data).
+
+    The server's codec verifies the checksum and parses the metadata before handing it out
+    (`metadata`; a bad SEND is answered with SEND_ERROR by the codec and never surfaces)."""
+
+    producer_id: int
+    sequence_id: int
+    payload: bytes
+    num_messages: int = 1
+    highest_sequence_id: int = 0
+    metadata: pb.MessageMetadata | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SendReceipt(Event):
+    producer_id: int
+    sequence_id: int
+    ledger_id: int
+    entry_id: int
+    highest_sequence_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SendError(Event):
+    producer_id: int
+    sequence_id: int
+    error: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Flow(Event):
+    consumer_id: int
+    permits: int
+
+
+@dataclass(frozen=True, slots=True)
+class Message(Event):
+    """One delivery, kept as parsed: the MESSAGE body, the raw payload section and the raw
+    BrokerEntryMetadata (decode it with pulsar_protocol.stamps). Nothing is copied or decoded
+    that a receiver may skip: identical entries fanned out to many consumers of a connection
+    are decoded once by the receiver's cache."""
+
+    command: pb.CommandMessage
+    payload: bytes
+    broker_entry_metadata: bytes | None = None
+
+    @property
+    def consumer_id(self) -> int:
+        return self.command.consumer_id
+
+    @property
+    def message_id(self) -> pb.MessageIdData:
+        return self.command.message_id
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(Event):
+    """Keep-alive; the receiving codec answers PONG itself, so no side ever receives it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pong(Event):
+    """Sent by the codec in answer to PING; never handed out either."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed(Event):
+    """The peer closed its end (`receive_data(b"")`)."""
+
+
+class _NeedData(enum.Enum):
+    """Sentinel of `next_event()`: no whole frame is buffered. An enum member, so that
+    `event is NEED_DATA` narrows the type for mypy."""
+
+    NEED_DATA = "NEED_DATA"
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = _NeedData.NEED_DATA

@@ -1,0 +1,57 @@
+"""The six-stage timestamps a broker carries in BrokerEntryMetadata (DESIGN.md, six stages).
+
+Apache's field 1 `broker_timestamp` holds ms; the project's µs stamps are fields 100..104.
+Encoding and decoding live here so the broker and the driver read one spelling.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from google.protobuf.message import DecodeError
+
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.errors import RemoteProtocolError
+
+
+class EntryStamps(NamedTuple):
+    """Broker stage stamps of one entry (µs, realtime); 0 where the broker set none. A real
+    Pulsar fills only `broker_ms`. A tuple, so a caller can unpack it into its own type."""
+
+    received_us: int = 0
+    persist_start_us: int = 0
+    durable_us: int = 0
+    notified_us: int = 0
+    dispatch_us: int = 0
+    broker_ms: int = 0
+
+
+def encode_stamps(index: int, stamps: EntryStamps) -> bytes:
+    """Serialized BrokerEntryMetadata for an entry at `index` (broker_ms is derived from
+    received_us when not given, as Apache stamps the receive time)."""
+    return pb.BrokerEntryMetadata(
+        broker_timestamp=stamps.broker_ms or stamps.received_us // 1000,
+        index=index,
+        received_us=stamps.received_us,
+        persist_start_us=stamps.persist_start_us,
+        durable_us=stamps.durable_us,
+        notified_us=stamps.notified_us,
+        dispatch_us=stamps.dispatch_us,
+    ).SerializeToString()
+
+
+def decode_stamps(entry_metadata: bytes) -> EntryStamps:
+    """The stage stamps in serialized BrokerEntryMetadata; RemoteProtocolError if undecodable."""
+    bem = pb.BrokerEntryMetadata()
+    try:
+        bem.ParseFromString(entry_metadata)
+    except DecodeError as exc:
+        raise RemoteProtocolError(f"undecodable BrokerEntryMetadata: {exc}") from exc
+    return EntryStamps(
+        bem.received_us,
+        bem.persist_start_us,
+        bem.durable_us,
+        bem.notified_us,
+        bem.dispatch_us,
+        bem.broker_timestamp,
+    )

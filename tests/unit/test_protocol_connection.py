@@ -1,0 +1,587 @@
+"""pulsar_protocol.Connection without sockets: a client and a server talking in memory.
+
+As h11's tests: ConnectionPair checks that what one side sends the other receives as the
+same events, and every exchange is fed all at once, one byte at a time, and with trailing
+bytes of a frame still to come.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from pulsar_protocol import events as ev
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, command, message_command_bytes
+from pulsar_protocol.connection import MAX_PROTOCOL_VERSION, Connection
+from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
+from pulsar_protocol.frames import FrameDecoder, encode_frame, encode_raw_frame, frame_head
+from pulsar_protocol.payload import encode_payload
+from pulsar_protocol.stamps import EntryStamps, decode_stamps, encode_stamps
+from pulsar_protocol.state import CLIENT, SERVER, ConnectionState, ConsumerState, ProducerState
+
+FEEDS = ["whole", "byte_at_a_time", "split_with_partial_tail"]
+
+
+def feed(conn: Connection, data: bytes, how: str = "whole") -> list[ev.Event]:
+    """Every event `data` yields, fed in the way `how` says."""
+    if how == "whole":
+        chunks = [data]
+    elif how == "byte_at_a_time":
+        chunks = [data[i : i + 1] for i in range(len(data))]
+    else:
+        cut = max(1, len(data) - 3)
+        chunks = [data[:cut], data[cut:]]
+    out: list[ev.Event] = []
+    for chunk in chunks:
+        conn.receive_data(chunk)
+        while (event := conn.next_event()) is not ev.NEED_DATA:
+            out.append(event)
+    return out
+
+
+class ConnectionPair:
+    """A client and a server wired back to back (h11's ConnectionPair)."""
+
+    def __init__(self, how: str = "whole", **client_kwargs) -> None:
+        self.how = how
+        self.client = Connection(CLIENT, **client_kwargs)
+        self.server = Connection(SERVER, server_version="test-broker", max_message_size=5 << 20)
+
+    def peer(self, side: Connection) -> Connection:
+        return self.server if side is self.client else self.client
+
+    def send(self, side: Connection, event: ev.Event, expect: list | None = None) -> list:
+        """`side` sends `event`; the other side must receive `expect` (default: the event)."""
+        side.send(event)
+        got = feed(self.peer(side), side.data_to_send(), self.how)
+        assert got == ([event] if expect is None else expect)
+        return got
+
+    def answer(self, side: Connection) -> list[ev.Event]:
+        """What `side`'s codec queued by itself, as its peer receives it."""
+        return feed(self.peer(side), side.data_to_send(), self.how)
+
+    def handshake(self, version: int = 20, bem: bool = True) -> ev.Connected:
+        self.send(self.client, ev.Connect("test-client", version, bem))
+        (connected,) = self.answer(self.server)
+        assert isinstance(connected, ev.Connected)
+        return connected
+
+
+@pytest.fixture(params=FEEDS)
+def pair(request) -> ConnectionPair:
+    p = ConnectionPair(request.param)
+    p.handshake()
+    return p
+
+
+def subscribe(p: ConnectionPair, consumer_id: int = 1, permits: int = 10) -> None:
+    rid = p.client.next_request_id()
+    cmd = command(T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=consumer_id)
+    cmd.subscribe.request_id = rid
+    p.send(p.client, ev.Request(cmd))
+    p.send(p.server, ev.Response(command(T.SUCCESS, request_id=rid)))
+    p.send(p.client, ev.Flow(consumer_id, permits))
+    assert p.client.consumer_state(consumer_id) is ConsumerState.ACTIVE
+
+
+def section(body: bytes = b"x") -> bytes:
+    return encode_payload(
+        pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), body
+    )
+
+
+# -- handshake ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("how", FEEDS)
+@pytest.mark.parametrize(("asked", "agreed"), [(20, 20), (25, MAX_PROTOCOL_VERSION), (15, 15)])
+def test_the_server_answers_connect_itself_with_the_negotiated_version(how, asked, agreed):
+    p = ConnectionPair(how)
+    assert p.client.state is ConnectionState.IDLE
+    p.send(p.client, ev.Connect("test-client", asked, supports_broker_entry_metadata=True))
+    assert p.client.state is ConnectionState.CONNECTING
+    assert p.server.state is ConnectionState.CONNECTED
+    assert p.server.peer_supports_broker_entry_metadata
+    assert p.answer(p.server) == [ev.Connected("test-broker", agreed, 5 << 20)]
+    assert (p.client.state, p.client.protocol_version) == (ConnectionState.CONNECTED, agreed)
+    assert p.server.protocol_version == agreed
+    assert p.client.server_version == "test-broker"
+
+
+def test_a_server_needs_a_version_to_announce():
+    with pytest.raises(LocalProtocolError):
+        Connection(SERVER)
+
+
+def test_nothing_but_connect_goes_first():
+    client = Connection(CLIENT)
+    with pytest.raises(LocalProtocolError, match="before the handshake"):
+        client.send(ev.Ping())
+    assert client.state is ConnectionState.ERROR
+    server = Connection(SERVER, server_version="b")
+    server.receive_data(encode_frame(command(T.PING)))
+    with pytest.raises(RemoteProtocolError, match="PING from the client while idle") as info:
+        server.next_event()
+    assert info.value.server_error == pb.NotAllowedError
+    assert server.state is ConnectionState.ERROR
+    error = FrameDecoder()
+    error.receive_data(server.data_to_send())
+    answer = error.next_frame()
+    assert answer is not None and answer.command.type == T.ERROR
+
+
+def test_a_refused_connect_closes_the_connection():
+    client = Connection(CLIENT)
+    client.send(ev.Connect("c", 20))
+    error = encode_frame(command(T.ERROR, request_id=0, error=pb.AuthenticationError, message="no"))
+    assert feed(client, error) == [ev.ConnectionRefused(pb.AuthenticationError, "no")]
+    assert client.state is ConnectionState.CLOSED
+
+
+def test_the_server_codec_answers_connect_and_nobody_else_may():
+    p = ConnectionPair()
+    p.handshake()
+    with pytest.raises(LocalProtocolError):
+        p.server.send(ev.Connect("x", 20))
+
+
+# -- keep-alive -----------------------------------------------------------------------------------
+def test_pings_are_answered_inside_the_codec_both_ways(pair):
+    pair.send(pair.client, ev.Ping(), expect=[])
+    assert pair.answer(pair.server) == []  # the PONG: the client sees no event either
+    pair.send(pair.server, ev.Ping(), expect=[])
+    assert pair.answer(pair.client) == []
+    pair.client.send(ev.Ping())
+    pong = FrameDecoder()
+    pair.server.receive_data(pair.client.data_to_send())
+    assert pair.server.next_event() is ev.NEED_DATA
+    pong.receive_data(pair.server.data_to_send())
+    frame = pong.next_frame()
+    assert frame is not None and frame.command.type == T.PONG
+
+
+def test_pong_is_the_codecs_own(pair):
+    with pytest.raises(LocalProtocolError):
+        pair.client.send(ev.Pong())
+
+
+# -- the unknown-command policy -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("side", "cmd"),
+    [
+        ("server", b"\x08\x24"),  # type 36 (AUTH_CHALLENGE): not in the codec's schema
+        ("server", command(T.SUBSCRIBE, topic="t", subscription="s", subType=0)),  # wrong way
+        ("client", b"\x08\x25"),  # type 37 (AUTH_RESPONSE)
+        ("client", command(T.CONNECTED, server_version="again")),
+    ],
+)
+def test_an_unknown_or_misdirected_command_ends_the_connection_on_both_sides(side, cmd):
+    p = ConnectionPair()
+    p.handshake()
+    receiver = p.client if side == "server" else p.server
+    if isinstance(cmd, bytes):
+        receiver.receive_data(encode_raw_frame(cmd))
+    else:
+        if cmd.type == T.SUBSCRIBE:
+            cmd.subscribe.consumer_id, cmd.subscribe.request_id = 1, 1
+        receiver.receive_data(encode_frame(cmd))
+    with pytest.raises(RemoteProtocolError) as info:
+        receiver.next_event()
+    assert info.value.server_error == pb.NotAllowedError
+    assert receiver.state is ConnectionState.ERROR
+    with pytest.raises(RemoteProtocolError):
+        receiver.next_event()
+    with pytest.raises(LocalProtocolError):
+        receiver.send(ev.Ping())
+    # A broker tells the client why before its shell closes; a client just closes.
+    assert bool(receiver.data_to_send()) == (receiver is p.server)
+
+
+def test_the_servers_error_reply_reaches_the_client_as_a_protocol_error():
+    p = ConnectionPair()
+    p.handshake()
+    p.server.receive_data(encode_raw_frame(b"\x08\x25"))
+    with pytest.raises(RemoteProtocolError):
+        p.server.next_event()
+    decoder = FrameDecoder()
+    decoder.receive_data(p.server.data_to_send())
+    frame = decoder.next_frame()
+    assert frame is not None
+    assert (frame.command.type, frame.command.error.error) == (T.ERROR, pb.NotAllowedError)
+    assert "unknown command" in frame.command.error.message
+
+
+# -- requests -------------------------------------------------------------------------------------
+def lookup(rid: int) -> ev.Request:
+    return ev.Request(command(T.LOOKUP, topic="t", request_id=rid))
+
+
+def lookup_answer(rid: int) -> ev.Response:
+    return ev.Response(
+        command(
+            T.LOOKUP_RESPONSE,
+            request_id=rid,
+            response=pb.CommandLookupTopicResponse.Connect,
+            brokerServiceUrl="pulsar://b:6650",
+        )
+    )
+
+
+def test_each_answer_reaches_its_request_once(pair):
+    first, second = pair.client.next_request_id(), pair.client.next_request_id()
+    assert first != second
+    for rid in (first, second):
+        pair.send(pair.client, lookup(rid))
+    pair.send(pair.server, lookup_answer(second))
+    pair.send(pair.server, lookup_answer(first))
+    # An answer nobody waits for any more is dropped (Pulsar's clients log and drop them).
+    pair.client.receive_data(encode_frame(lookup_answer(first).command))
+    assert pair.client.next_event() is ev.NEED_DATA
+
+
+def test_an_error_settles_any_request(pair):
+    rid = pair.client.next_request_id()
+    pair.send(pair.client, lookup(rid))
+    (got,) = pair.send(
+        pair.server,
+        ev.Response(command(T.ERROR, request_id=rid, error=pb.ServiceNotReady, message="later")),
+    )
+    assert got.error == pb.ServiceNotReady
+
+
+def test_an_answer_of_the_wrong_kind_is_a_remote_protocol_error(pair):
+    rid = pair.client.next_request_id()
+    pair.send(pair.client, lookup(rid))
+    pair.client.receive_data(encode_frame(command(T.SUCCESS, request_id=rid)))
+    with pytest.raises(RemoteProtocolError, match="SUCCESS answers LOOKUP"):
+        pair.client.next_event()
+
+
+def test_a_client_cannot_reuse_a_waiting_request_id(pair):
+    pair.client.send(lookup(1))
+    with pytest.raises(LocalProtocolError, match="already waiting"):
+        pair.client.send(lookup(1))
+
+
+def test_a_server_echoes_request_ids_and_never_keys_on_them():
+    """Pulsar's clients may reuse a request_id on one connection (DESIGN.md, the wire)."""
+    p = ConnectionPair()
+    p.handshake()
+    twice = encode_frame(lookup(7).command) * 2
+    assert feed(p.server, twice) == [lookup(7), lookup(7)]
+    p.server.send(lookup_answer(7))
+    p.server.send(lookup_answer(7))
+    with pytest.raises(LocalProtocolError, match="no request 7"):
+        p.server.send(lookup_answer(7))
+
+
+def test_only_a_client_requests_and_only_a_server_answers(pair):
+    with pytest.raises(LocalProtocolError):
+        pair.server.next_request_id()
+    with pytest.raises(LocalProtocolError):
+        pair.client.send(lookup_answer(1))
+
+
+# -- consumers ------------------------------------------------------------------------------------
+def test_a_consumer_moves_from_subscribing_to_active_with_its_first_flow(pair):
+    rid = pair.client.next_request_id()
+    pair.send(
+        pair.client,
+        ev.Request(
+            command(
+                T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=3, request_id=rid
+            )
+        ),
+    )
+    assert pair.client.consumer_state(3) is ConsumerState.SUBSCRIBING
+    pair.send(pair.server, ev.Response(command(T.SUCCESS, request_id=rid)))
+    assert pair.client.consumer_state(3) is ConsumerState.SUBSCRIBED
+    pair.send(pair.client, ev.Flow(3, 10))
+    assert pair.client.consumer_state(3) is ConsumerState.ACTIVE
+
+
+def test_a_refused_or_closed_consumer_is_forgotten(pair):
+    rid = pair.client.next_request_id()
+    pair.send(
+        pair.client,
+        ev.Request(
+            command(
+                T.SUBSCRIBE, topic="t", subscription="s", subType=0, consumer_id=1, request_id=rid
+            )
+        ),
+    )
+    pair.send(
+        pair.server,
+        ev.Response(command(T.ERROR, request_id=rid, error=pb.ConsumerBusy, message="busy")),
+    )
+    assert pair.client.consumer_state(1) is None
+    subscribe(pair, 2)
+    pair.send(pair.server, ev.Notice(command(T.CLOSE_CONSUMER, consumer_id=2, request_id=0)))
+    assert pair.client.consumer_state(2) is None
+
+
+def test_closing_a_consumer_ignores_a_late_subscribe_answer(pair):
+    sub_rid, close_rid = pair.client.next_request_id(), pair.client.next_request_id()
+    cmd = command(
+        T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=4, request_id=sub_rid
+    )
+    pair.send(pair.client, ev.Request(cmd))
+    pair.send(
+        pair.client, ev.Request(command(T.CLOSE_CONSUMER, consumer_id=4, request_id=close_rid))
+    )
+    assert pair.client.consumer_state(4) is ConsumerState.CLOSING
+    pair.send(pair.server, ev.Response(command(T.SUCCESS, request_id=sub_rid)))
+    assert pair.client.consumer_state(4) is ConsumerState.CLOSING
+    pair.send(pair.server, ev.Response(command(T.SUCCESS, request_id=close_rid)))
+    assert pair.client.consumer_state(4) is None
+
+
+def test_a_flow_for_an_unknown_consumer_is_a_local_protocol_error(pair):
+    with pytest.raises(LocalProtocolError, match="consumer 9 is unknown"):
+        pair.client.send(ev.Flow(9, 10))
+    assert pair.client.state is ConnectionState.ERROR
+
+
+def test_a_flow_before_the_subscribe_succeeded_is_a_local_protocol_error(pair):
+    rid = pair.client.next_request_id()
+    cmd = command(T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=3)
+    cmd.subscribe.request_id = rid
+    pair.send(pair.client, ev.Request(cmd))
+    with pytest.raises(LocalProtocolError, match="consumer 3 is subscribing"):
+        pair.client.send(ev.Flow(3, 10))
+
+
+# -- permits and acknowledgements (moved from test_native_driver_parts.py) ---------------------
+def msg_id(entry: int) -> pb.MessageIdData:
+    return pb.MessageIdData(ledgerId=1, entryId=entry)
+
+
+def sent_commands(conn: Connection) -> list[pb.BaseCommand]:
+    decoder = FrameDecoder()
+    decoder.receive_data(conn.data_to_send())
+    return [frame.command for frame in decoder.frames()]
+
+
+def test_permits_are_given_back_at_half_the_queue(pair):
+    subscribe(pair, 5, permits=10)
+    for entry in range(4):
+        pair.client.acknowledge_consumed(5, 1, msg_id(entry))
+    assert sent_commands(pair.client) == []
+    pair.client.acknowledge_consumed(5, 1, msg_id(4))
+    (flow,) = sent_commands(pair.client)
+    assert (flow.flow.consumer_id, flow.flow.messagePermits) == (5, 5)
+    pair.client.acknowledge_consumed(5, 6, msg_id(5))  # a batch: 6 messages
+    (flow,) = sent_commands(pair.client)
+    assert flow.flow.messagePermits == 6
+
+
+def test_the_server_receives_the_permits_as_flow_events(pair):
+    subscribe(pair, 5, permits=4)
+    pair.client.acknowledge_consumed(5, 2)
+    assert pair.answer(pair.client) == [ev.Flow(5, 2)]
+
+
+def test_cumulative_acks_carry_the_latest_id_only(pair):
+    subscribe(pair, 5, permits=100)
+    for entry in range(3):
+        pair.client.acknowledge_consumed(5, 1, msg_id(entry))
+    assert pair.client.acks_due
+    assert pair.client.flush_acks() == 1
+    (ack,) = sent_commands(pair.client)
+    assert ack.ack.ack_type == pb.CommandAck.Cumulative
+    assert [(m.ledgerId, m.entryId) for m in ack.ack.message_id] == [(1, 2)]
+    assert not pair.client.acks_due
+    assert pair.client.flush_acks() == 0
+
+
+def test_individual_acks_carry_every_id_in_one_command():
+    p = ConnectionPair(individual_acks=True)
+    p.handshake()
+    subscribe(p, 5, permits=100)
+    subscribe(p, 6, permits=100)
+    for entry in range(3):
+        p.client.acknowledge_consumed(5, 1, msg_id(entry))
+    p.client.acknowledge_consumed(6, 1, msg_id(0))
+    assert p.client.flush_acks() == 2
+    acks = {e.body.consumer_id: e.body for e in p.answer(p.client) if isinstance(e, ev.Notice)}
+    assert acks[5].ack_type == pb.CommandAck.Individual
+    assert [m.entryId for m in acks[5].message_id] == [0, 1, 2]
+    assert [m.entryId for m in acks[6].message_id] == [0]
+    assert p.client.flush_acks() == 0
+
+
+def test_a_consumer_no_longer_active_gets_no_flow_and_no_ack(pair):
+    subscribe(pair, 5, permits=2)
+    close_rid = pair.client.next_request_id()
+    pair.send(
+        pair.client, ev.Request(command(T.CLOSE_CONSUMER, consumer_id=5, request_id=close_rid))
+    )
+    pair.client.acknowledge_consumed(5, 5, msg_id(0))
+    assert not pair.client.acks_due
+    assert pair.client.data_to_send() == b""
+
+
+# -- producers ------------------------------------------------------------------------------------
+def register(p: ConnectionPair, producer_id: int = 1) -> None:
+    rid = p.client.next_request_id()
+    p.send(
+        p.client,
+        ev.Request(command(T.PRODUCER, topic="t", producer_id=producer_id, request_id=rid)),
+    )
+    assert p.client.producer_state(producer_id) is ProducerState.REGISTERING
+    p.send(p.server, ev.Response(command(T.PRODUCER_SUCCESS, request_id=rid, producer_name="n")))
+    assert p.client.producer_state(producer_id) is ProducerState.READY
+
+
+def test_sends_and_receipts_travel_as_the_same_events(pair):
+    register(pair)
+    send = ev.Send(1, 0, section(b"hello"))
+    (got,) = pair.send(pair.client, send)
+    assert got.metadata is not None and got.metadata.producer_name == "p"
+    batch = ev.Send(1, 1, section(b"b"), num_messages=3, highest_sequence_id=3)
+    pair.send(pair.client, batch)
+    pair.send(pair.server, ev.SendReceipt(1, 0, 7, 0))
+    pair.send(pair.server, ev.SendReceipt(1, 1, 7, 1, highest_sequence_id=3))
+    pair.send(pair.server, ev.SendError(1, 4, pb.PersistenceError, "disk full"))
+
+
+def test_a_producer_sends_only_once_ready(pair):
+    rid = pair.client.next_request_id()
+    pair.send(
+        pair.client, ev.Request(command(T.PRODUCER, topic="t", producer_id=1, request_id=rid))
+    )
+    with pytest.raises(LocalProtocolError, match="producer 1 is registering"):
+        pair.client.send(ev.Send(1, 0, section()))
+
+
+def test_a_producer_queued_for_exclusive_access_waits_for_the_ready_answer(pair):
+    rid = pair.client.next_request_id()
+    pair.send(
+        pair.client, ev.Request(command(T.PRODUCER, topic="t", producer_id=1, request_id=rid))
+    )
+    waiting = command(T.PRODUCER_SUCCESS, request_id=rid, producer_name="n", producer_ready=False)
+    pair.send(pair.server, ev.Response(waiting), expect=[])
+    assert pair.client.producer_state(1) is ProducerState.REGISTERING
+
+
+def test_a_bad_send_is_answered_by_the_servers_codec_and_the_connection_stays(pair):
+    register(pair)
+    corrupt = bytearray(section(b"payload"))
+    corrupt[-1] ^= 0xFF
+    pair.send(pair.client, ev.Send(1, 0, bytes(corrupt)), expect=[])
+    (error,) = pair.answer(pair.server)
+    assert isinstance(error, ev.SendError)
+    assert (error.sequence_id, error.error) == (0, pb.ChecksumError)
+    pair.send(pair.client, ev.Send(1, 1, section(b"fine")))
+
+
+# -- deliveries -----------------------------------------------------------------------------------
+def test_a_message_event_carries_the_raw_payload_and_entry_metadata(pair):
+    stamps = encode_stamps(3, EntryStamps(1, 2, 3, 4, 5))
+    msg = pb.CommandMessage(consumer_id=1, message_id=msg_id(3))
+    (got,) = pair.send(pair.server, ev.Message(msg, section(b"body"), stamps))
+    assert (got.consumer_id, got.message_id.entryId) == (1, 3)
+    assert decode_stamps(got.broker_entry_metadata) == EntryStamps(1, 2, 3, 4, 5, 0)
+
+
+def test_dispatch_frames_built_by_hand_arrive_as_message_events(pair):
+    payload = section(b"fan-out")
+    cmd = message_command_bytes(9, 1, 2)
+    pair.server.send_frames([frame_head(cmd, None, len(payload)), payload])
+    (got,) = pair.answer(pair.server)
+    assert got == ev.Message(pb.CommandMessage(consumer_id=9, message_id=msg_id(2)), payload)
+
+
+def test_entry_metadata_goes_only_to_a_client_that_asked():
+    p = ConnectionPair()
+    p.handshake(bem=False)
+    msg = pb.CommandMessage(consumer_id=1, message_id=msg_id(0))
+    with pytest.raises(LocalProtocolError, match="did not ask"):
+        p.server.send(ev.Message(msg, section(), b"\x08\x01"))
+
+
+def test_a_message_without_payload_is_a_remote_protocol_error(pair):
+    pair.client.receive_data(encode_frame(command(T.MESSAGE, consumer_id=1, message_id=msg_id(0))))
+    with pytest.raises(RemoteProtocolError, match="without a payload"):
+        pair.client.next_event()
+
+
+def test_stamps_of_a_real_pulsar_carry_only_the_broker_timestamp():
+    bem = pb.BrokerEntryMetadata(broker_timestamp=7, index=3).SerializeToString()
+    assert decode_stamps(bem) == EntryStamps(broker_ms=7)
+    with pytest.raises(RemoteProtocolError):
+        decode_stamps(b"\xff\xff")
+
+
+# -- framing errors and the end -----------------------------------------------------------------
+def test_an_oversized_frame_is_refused_from_its_prefix_alone():
+    server = Connection(SERVER, server_version="b", max_frame_size=1024)
+    server.receive_data(struct.pack(">I", 1 << 30))
+    with pytest.raises(RemoteProtocolError, match="exceeds"):
+        server.next_event()
+    assert server.state is ConnectionState.ERROR
+    assert server.data_to_send()  # the ERROR reply, before the shell closes
+
+
+def test_local_errors_found_while_reading_are_re_raised_as_remote_with_their_hint(pair):
+    pair.client.receive_data(encode_frame(command(T.MESSAGE, consumer_id=1, message_id=msg_id(0))))
+    with pytest.raises(RemoteProtocolError) as info:
+        pair.client.next_event()
+    assert isinstance(info.value.__cause__, LocalProtocolError)
+    assert info.value.server_error == info.value.__cause__.server_error
+
+
+@pytest.mark.parametrize("how", FEEDS)
+def test_eof_ends_in_connection_closed(how):
+    p = ConnectionPair(how)
+    p.handshake()
+    p.server.send(ev.Ping())
+    data = p.server.data_to_send()
+    assert feed(p.client, data) == []
+    p.client.receive_data(b"")
+    assert p.client.next_event() == ev.ConnectionClosed()
+    assert p.client.state is ConnectionState.CLOSED
+    assert p.client.next_event() == ev.ConnectionClosed()
+    with pytest.raises(LocalProtocolError):
+        p.client.receive_data(b"more")
+
+
+def test_mangled_streams_raise_nothing_but_remote_protocol_errors():
+    """The fuzz harness's rule (h11's fuzz/afl-server.py), with a seeded generator in place
+    of Hypothesis: any bytes a peer sends end in events or a RemoteProtocolError."""
+    import random
+
+    rng = random.Random(1234)
+    valid_from_client = b"".join(
+        [
+            encode_frame(command(T.CONNECT, client_version="c", protocol_version=20)),
+            encode_frame(lookup(1).command),
+            encode_frame(command(T.SEND, producer_id=1, sequence_id=0), section(b"x" * 20)),
+            encode_frame(command(T.FLOW, consumer_id=1, messagePermits=5)),
+            encode_frame(command(T.PING)),
+        ]
+    )
+    bem = encode_stamps(0, EntryStamps(1, 2, 3, 4, 5))
+    valid_from_server = b"".join(
+        [
+            encode_frame(command(T.CONNECTED, server_version="s", protocol_version=20)),
+            encode_raw_frame(message_command_bytes(1, 1, 0), section(b"y"), bem),
+            encode_frame(
+                command(T.SEND_RECEIPT, producer_id=1, sequence_id=0, message_id=msg_id(0))
+            ),
+            encode_frame(command(T.PING)),
+        ]
+    )
+    for _ in range(400):
+        for role, valid in ((SERVER, valid_from_client), (CLIENT, valid_from_server)):
+            data = bytearray(valid)
+            for _ in range(rng.randint(1, 6)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            conn = Connection(role, server_version="s") if role is SERVER else Connection(role)
+            if role is CLIENT:
+                conn.send(ev.Connect("c", 20))
+            try:
+                feed(conn, bytes(data), rng.choice(FEEDS))
+            except RemoteProtocolError:
+                assert conn.state is ConnectionState.ERROR

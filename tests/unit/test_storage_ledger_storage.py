@@ -1,0 +1,65 @@
+"""The ledger storage as a topic's CursorSink: cursors with holes come back after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from broker.config import BrokerConfig
+from broker.core.consumer import Consumer
+from broker.core.topic import CursorSink, SavedCursors, Topic
+from broker.storage.ledger_storage import LedgerStorage
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.payload import encode_payload
+
+SECTION = encode_payload(
+    pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"body"
+)
+TOPIC = "persistent://public/default/t"
+
+
+class QuietWire:
+    writable = True
+    sends_broker_entry_metadata = False
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        pass
+
+    def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
+        pass
+
+
+async def _run_once(config: BrokerConfig, acks: dict[str, list[int]]) -> SavedCursors:
+    """Open the topic, publish 6 entries when new, ack individually; return what was loaded."""
+    storage = LedgerStorage(config)
+    sink: CursorSink = storage  # the Protocol the topic consumes
+    storage.attach(asyncio.get_running_loop())
+    log, saved = storage.open_topic(TOPIC)
+    loaded = {name: (mode, mark, set(acked)) for name, (mode, mark, acked) in saved.items()}
+    topic = Topic(
+        TOPIC,
+        log,
+        persistent=True,
+        loop=asyncio.get_running_loop(),
+        cursor_sink=sink,
+        cursors=saved,
+    )
+    if log.next_index == 0:
+        for _ in range(6):
+            await topic.publish(SECTION, b"", 1, 1)
+    for name, indexes in acks.items():
+        sub = topic.subscription(name, "Shared" if name == "shared" else "Broadcast", True)
+        consumer = Consumer(consumer_id=1, name="c", wire=QuietWire())
+        sub.add_consumer(consumer)
+        sub.on_ack(consumer, False, indexes)
+    await storage.close()
+    return loaded
+
+
+def test_cursor_state_survives_a_restart(tmp_path: Path) -> None:
+    config = BrokerConfig(dataDir=str(tmp_path), journalSyncData=False)
+    first = asyncio.run(_run_once(config, {"shared": [0, 2, 3, 5], "broadcast": [0, 1]}))
+    assert first == {}
+    again = asyncio.run(_run_once(config, {}))
+    # Shared keeps its holes; Broadcast keeps its main cursor (the slowest virtual cursor).
+    assert again == {"shared": ("Shared", 0, {2, 3, 5}), "broadcast": ("Broadcast", 1, set())}
