@@ -19,6 +19,7 @@ from harness.driver_config import load_driver_file
 from harness.progress import Progress
 from harness.run_plan import RunPlan
 from harness.workload import load_workload
+from results_contract import paths
 
 
 def _slug(text: str) -> str:
@@ -97,7 +98,7 @@ def main(argv: list[str]) -> int:
             ).run()
             run_dirs.append(run_dir)
         if spec.is_sweep:
-            (base / "sweep.json").write_text(
+            (base / paths.SWEEP_FILE).write_text(
                 json.dumps(
                     {
                         "sweep_id": base.name,
@@ -115,10 +116,10 @@ def main(argv: list[str]) -> int:
 
         if spec.is_sweep:
             for d in run_dirs:
-                render_run(d / "summary.json")
-            report = render_sweep(base / "sweep-summary.json")
+                render_run(d / paths.SUMMARY_FILE)
+            report = render_sweep(base / paths.SWEEP_SUMMARY_FILE)
         else:
-            report = render_run(base / "summary.json")
+            report = render_run(base / paths.SUMMARY_FILE)
     except RunError as exc:
         progress.note(f"bench run: {exc}")
         return 1
