@@ -1,5 +1,5 @@
-"""Shared fixtures: the bundled broker as a real process on loopback; and the order of tests
-that import Locust."""
+"""Shared fixtures: the bundled broker as a real process on loopback; and where the tests that
+import Locust run."""
 
 from __future__ import annotations
 
@@ -18,17 +18,31 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+LOCUST_PROCESS = "FANOUT_BENCH_LOCUST_PROCESS"
+"""Set in the child pytest process that runs the tests marked `locust`."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "locust: imports Locust (which monkey-patches the process): runs last"
+        "markers",
+        "locust: imports Locust (which monkey-patches the process): runs in a pytest process "
+        "of its own (tests/unit/test_locust_process.py)",
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked `locust` run after every other test. Importing Locust monkey-patches the
-    whole process with gevent, and the asyncio/uvloop tests hang once it has; those tests
-    import Locust inside the test, never at collection."""
-    items.sort(key=lambda item: item.get_closest_marker("locust") is not None)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `locust` leave this process unless it is the child made for them.
+
+    Importing Locust monkey-patches the process with gevent: asyncio/uvloop tests that run
+    after it hang, and imported late, beside Spark's py4j threads, it deadlocked on the import
+    lock (seen once in a full run). So they run in a fresh process, where Locust comes first.
+    """
+    if os.environ.get(LOCUST_PROCESS):
+        return
+    moved = [item for item in items if item.get_closest_marker("locust")]
+    if moved:
+        items[:] = [item for item in items if not item.get_closest_marker("locust")]
+        config.hook.pytest_deselected(items=moved)
 
 
 def free_port() -> int:

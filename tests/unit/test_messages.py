@@ -1,6 +1,6 @@
 """The coordinator's and workers' messages (harness/messages.py) over Locust's msgpack
 transport. Locust itself is not imported here: it monkey-patches the test process with gevent
-(tests that need it are marked `locust` and run last, see tests/conftest.py)."""
+(tests that need it are marked `locust` and run in a process of their own, tests/conftest.py)."""
 
 from __future__ import annotations
 

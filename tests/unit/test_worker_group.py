@@ -2,9 +2,8 @@
 waits end when the messages they wait for arrive, a worker's error stops the run, a worker
 Locust marks missing is lost and the run goes on; and the per-run user classes.
 
-Importing Locust monkey-patches the process with gevent, which would hang the asyncio tests
-collected after it: Locust is imported inside the tests, which are marked `locust` and run
-last (tests/conftest.py)."""
+Importing Locust monkey-patches the process with gevent: these tests are marked `locust` and
+run in a pytest process of their own (tests/conftest.py)."""
 
 from __future__ import annotations
 
