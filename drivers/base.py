@@ -5,7 +5,8 @@ A driver creates producers and consumers on a broker. It owns sockets, protocol,
 settings (its sections of the driver file), topic naming and the broker's admin API; the
 harness owns timing, statistics and the bundled broker's lifecycle. Drivers push deliveries
 to the harness through `ConsumerCallback`, with the timestamp taken when the bytes were read
-off the socket (one clock read per `recv`), never when a greenlet got scheduled.
+off the socket (one clock read per `recv`), never when a greenlet got scheduled, and, where the
+platform tells, the kernel's receive time of those bytes.
 
 Drivers run under gevent (Locust workers): calls may block the calling greenlet but must not
 block the process.
@@ -41,9 +42,18 @@ class BrokerStamps:
 
 class ConsumerCallback(Protocol):
     def message_received(
-        self, consumer_index: int, payload: bytes, receive_us: int, stamps: BrokerStamps | None
+        self,
+        consumer_index: int,
+        payload: bytes,
+        receive_us: int,
+        stamps: BrokerStamps | None,
+        kernel_us: int,
     ) -> None:
-        """One delivery. `payload` is the message body; `receive_us` the wire read time."""
+        """One delivery. `payload` is the message body; `receive_us` the wire read time;
+        `kernel_us` when the kernel received those bytes (Linux SO_TIMESTAMPING; one per read,
+        like `receive_us`), or 0 when the driver cannot tell: then the read time is all there
+        is. Both are epoch µs on the driver host's realtime clock. Called once per delivery,
+        in the reader: keep it cheap."""
 
 
 @dataclass(frozen=True, slots=True)

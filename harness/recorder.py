@@ -26,11 +26,13 @@ from results_contract.columns import (
     TIMELINE_COLUMNS,
     header,
 )
-from results_contract.hlog import HlogWriter, new_histogram, record
+from results_contract.hlog import LOWEST_US, HlogWriter, new_histogram, record
 from results_contract.metrics import (
+    CLIENT_DELAY,
     CONNECT,
     E2E,
     E2E_ACTUAL,
+    E2E_KERNEL,
     METRICS,
     PUBLISH,
     PUBLISH_DELAY,
@@ -108,6 +110,10 @@ class Recorder:
         self.total_sent = self.total_received = self.total_errors = 0
         self.out_of_range = 0
         self.loop_lag_ms = 0.0
+        # e2e_kernel and client_delay values not yet recorded: the last kernel, read and
+        # intended times, and how many deliveries since repeated them (see message_received).
+        self._kernel_last = self._read_last = self._intended_last = 0
+        self._kernel_run = self._delay_run = 0
         # Per consumer (by index): deliveries, and those whose sequence number was not above
         # the last one seen (a duplicate, or a reordering); deliveries.csv at close.
         self._subscribed: list[int] = []
@@ -120,7 +126,12 @@ class Recorder:
 
     # -- hot path: one call per delivery -----------------------------------------------------
     def message_received(
-        self, consumer_index: int, payload: bytes, receive_us: int, stamps: BrokerStamps | None
+        self,
+        consumer_index: int,
+        payload: bytes,
+        receive_us: int,
+        stamps: BrokerStamps | None,
+        kernel_us: int,
     ) -> None:
         self.received += 1
         receive_us -= self._offset_us
@@ -145,6 +156,25 @@ class Recorder:
             self.out_of_range += 1
         record(hist[E2E_ACTUAL], receive_us - actual_us)
         record(self.running_e2e, e2e)
+        if kernel_us:  # 0: the driver has no kernel time, and e2e (read time) is all there is
+            kernel_us -= self._offset_us
+            # One kernel time and one read time per recv, and a broadcast message reaches the
+            # consumers of a connection in one recv: count repeats, record each value once.
+            if kernel_us == self._kernel_last and receive_us == self._read_last:
+                self._delay_run += 1
+                if intended_us == self._intended_last:
+                    self._kernel_run += 1
+                else:
+                    self._flush_kernel_runs(client_delay=False)
+                    self._intended_last, self._kernel_run = intended_us, 1
+            else:
+                self._flush_kernel_runs()
+                self._kernel_last, self._read_last, self._intended_last = (
+                    kernel_us,
+                    receive_us,
+                    intended_us,
+                )
+                self._delay_run = self._kernel_run = 1
         if stamps is None:
             return
         row: tuple[int | str, ...]
@@ -176,6 +206,18 @@ class Recorder:
             return
         if self._sample_mod and (seq * 2654435761 + consumer_index * 40503) % self._sample_mod == 0:
             self._stages.writerow(row)
+
+    def _flush_kernel_runs(self, client_delay: bool = True) -> None:
+        """Record the pending repeats of e2e_kernel (and of client_delay)."""
+        hist = self._intervals
+        if self._kernel_run:
+            value = max(LOWEST_US, self._kernel_last - self._intended_last)
+            hist[E2E_KERNEL].record_value(value, self._kernel_run)
+            self._kernel_run = 0
+        if client_delay and self._delay_run:
+            value = max(LOWEST_US, self._read_last - self._kernel_last)
+            hist[CLIENT_DELAY].record_value(value, self._delay_run)
+            self._delay_run = 0
 
     def _make_room(self, index: int) -> None:
         more = index + 1 - len(self._by_consumer)
@@ -217,6 +259,7 @@ class Recorder:
         """Close the interval: histograms to the log, one timeline row; return progress."""
         now = self._now() if now is None else now
         length = now - self._interval_start
+        self._flush_kernel_runs()
         for metric, hist in self._intervals.items():
             if hist.get_total_count():
                 self._hlog.write(metric, self._interval_start, length, hist)

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from results_contract.metrics import E2E, E2E_ACTUAL, PUBLISH, PUBLISH_DELAY, STAGES, stage_metric
+from results_contract.metrics import (
+    CLIENT_DELAY,
+    E2E,
+    E2E_ACTUAL,
+    E2E_KERNEL,
+    PUBLISH,
+    PUBLISH_DELAY,
+    STAGES,
+    stage_metric,
+)
 
 # Changes smaller than this are noise on a shared laptop: not called better or worse.
 SAME_WITHIN = 0.05
@@ -21,6 +30,8 @@ STAGE_LABELS = {s: f"{i} {s.replace('_', ' ')}" for i, s in enumerate(STAGES, st
 LATENCY_LABELS = {
     E2E: "end-to-end (from intended send)",
     E2E_ACTUAL: "end-to-end (from actual send)",
+    E2E_KERNEL: "end-to-end at the kernel (from intended send)",
+    CLIENT_DELAY: "client delay (read − kernel receive)",
     PUBLISH: "publish",
     PUBLISH_DELAY: "publish delay",
     **{stage_metric(s): f"stage {label}" for s, label in STAGE_LABELS.items()},
@@ -71,6 +82,20 @@ METRICS: dict[str, Metric] = {
             "end-to-end P99 from actual send",
             "ms",
             ("latency", "e2e_actual", "p99"),
+            _LOWER,
+        ),
+        Metric(
+            "e2e_kernel_p99_ms",
+            "end-to-end P99 at the kernel",
+            "ms",
+            ("latency", "e2e_kernel", "p99"),
+            _LOWER,
+        ),
+        Metric(
+            "client_delay_p99_ms",
+            "client delay P99",
+            "ms",
+            ("latency", "client_delay", "p99"),
             _LOWER,
         ),
         Metric("publish_p99_ms", "publish P99", "ms", ("latency", "publish", "p99"), _LOWER),

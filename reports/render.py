@@ -23,10 +23,13 @@ from reports.results import RunSummary, SweepSummary, load_summary, load_sweep
 from reports.sweeps import scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
 from results_contract.client_bound import CPU_LIMIT_PERCENT, LOOP_LAG_LIMIT_MS
+from results_contract.harness_cost import HARNESS_COST
 from results_contract.metrics import (
+    CLIENT_DELAY,
     CONNECT,
     E2E,
     E2E_ACTUAL,
+    E2E_KERNEL,
     PUBLISH,
     PUBLISH_DELAY,
     STAGE_METRICS,
@@ -75,7 +78,7 @@ def _broker_why(run: RunSummary) -> str:
 
 # Spectrum curves that share a panel because they share a scale; anything else gets its own.
 SPECTRUM_GROUPS = (
-    ("End-to-end", (E2E, E2E_ACTUAL), "ms"),
+    ("End-to-end", (E2E_KERNEL, E2E, E2E_ACTUAL, CLIENT_DELAY), "ms"),
     ("Publish", (PUBLISH, PUBLISH_DELAY), "ms"),
     ("Connect, per consumer", (CONNECT,), "s"),
     ("Stages", STAGE_METRICS, "ms"),
@@ -217,9 +220,12 @@ def render_run(summary_path: Path, out: Path | None = None) -> Path:
         run=run,
         h=run.headline,
         cb=run.section("client_bound"),
+        hc=run.section(HARNESS_COST),
         conn=run.section("connection"),
         per=run.section("deliveries"),
         e2e=latency.get(E2E) or {},
+        e2e_kernel=latency.get(E2E_KERNEL) or {},
+        client_delay=latency.get(CLIENT_DELAY) or {},
         charts=run_charts(run),
         percentiles=PERCENTILES,
         latency_rows=[

@@ -12,6 +12,16 @@ import math
 from pathlib import Path
 from typing import Any
 
+from results_contract.harness_cost import (
+    BROKER_CPU_S,
+    BROKER_CPU_US_PER_DELIVERY,
+    BROKER_DELIVERIES_DISPATCHED,
+    BROKER_WINDOW_S,
+    CLIENT_CPU_S,
+    CLIENT_CPU_US_PER_DELIVERY,
+    CLIENT_DELIVERIES,
+    HARNESS_COST,
+)
 from results_contract.metrics import (
     BROKER_STAGES,
     CONNECT,
@@ -201,6 +211,15 @@ def sample_summary(
             "reasons": ["w0 CPU above 90 % for 80 % of the measure phase"] if client_bound else [],
             "max_cpu": 99.0 if client_bound else 49.0,
             "max_loop_lag_ms": 132.0 if client_bound else 4.0,
+        },
+        HARNESS_COST: {
+            CLIENT_CPU_US_PER_DELIVERY: 32.0,
+            CLIENT_CPU_S: round(expected * 32e-6, 6),
+            CLIENT_DELIVERIES: expected,
+            BROKER_CPU_US_PER_DELIVERY: 12.0 if broker_stats else None,
+            BROKER_CPU_S: round(expected * 11e-6, 6) if broker_stats else None,
+            BROKER_DELIVERIES_DISPATCHED: expected * 11 // 12 if broker_stats else None,
+            BROKER_WINDOW_S: float(seconds - 5) if broker_stats else None,
         },
     }
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 E2E = "e2e"  # from the intended send time (coordinated omission corrected)
 E2E_ACTUAL = "e2e_actual"  # from the actual send time
+E2E_KERNEL = "e2e_kernel"  # from the intended send time to the kernel's receive time
+CLIENT_DELAY = "client_delay"  # the client's read time less the kernel's receive time
 PUBLISH = "publish"
 PUBLISH_DELAY = "publish_delay"
 CONNECT = "connect"
@@ -25,4 +27,13 @@ def stage_metric(stage: str) -> str:
 
 
 STAGE_METRICS = tuple(stage_metric(stage) for stage in STAGES)
-METRICS = (E2E, E2E_ACTUAL, PUBLISH, PUBLISH_DELAY, CONNECT, *STAGE_METRICS)
+METRICS = (
+    E2E,
+    E2E_ACTUAL,
+    E2E_KERNEL,
+    CLIENT_DELAY,
+    PUBLISH,
+    PUBLISH_DELAY,
+    CONNECT,
+    *STAGE_METRICS,
+)

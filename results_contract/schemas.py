@@ -16,5 +16,12 @@ SWEEP_SCHEMA = "fanout-bench/sweep/1"
 # latency ("latency"). No key is named after a metric: "connect": "s" read as the unit of
 # latency.connect, which it is not.
 SUMMARY_UNITS = MappingProxyType(
-    {"latency": "ms", "connection": "s", "rate": "msg/s", "time": "s", "memory": "MiB"}
+    {
+        "latency": "ms",
+        "connection": "s",
+        "rate": "msg/s",
+        "time": "s",
+        "memory": "MiB",
+        "cpu_per_delivery": "us",
+    }
 )

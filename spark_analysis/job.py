@@ -28,6 +28,7 @@ from spark_analysis.client_bound import judge
 from spark_analysis.connections import analyze_connections, read_connections
 from spark_analysis.deliveries import analyze_deliveries, read_deliveries
 from spark_analysis.errors import AnalysisError
+from spark_analysis.harness_cost import broker_cost, harness_cost, read_broker_counters
 from spark_analysis.histograms import merge_histograms, read_hlogs
 from spark_analysis.inputs import load_json, load_manifest, raw_files
 from spark_analysis.outputs import write_json_atomic
@@ -61,6 +62,7 @@ def analyze_run(
     stage_rows = read_stages(stage_files.present)
     delivery_rows = read_deliveries(delivery_files.present) if delivery_files else None
     broker = broker_series(run_dir, manifest)
+    broker_counters = read_broker_counters(run_dir)
 
     with session_scope(spark, master) as session:
         merged = merge_histograms(
@@ -93,6 +95,11 @@ def analyze_run(
         judge(timeline.worker_loads, manifest.measure_seconds),
         missing,
         deliveries,
+        harness_cost(
+            timeline.measure_cpu_s,
+            timeline.measure_received,
+            broker_cost(broker_counters, manifest.measure_start, manifest.measure_end),
+        ),
     )
     result = omb.omb_result(manifest, timeline.series, merged.windows, merged.totals)
     write_json_atomic(run_dir / OMB_RESULT_FILE, result)

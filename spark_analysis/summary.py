@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from results_contract.harness_cost import HARNESS_COST
 from results_contract.metrics import E2E, METRICS
 from results_contract.schemas import SUMMARY_SCHEMA, SUMMARY_UNITS
 from spark_analysis.histograms import MergedHistograms
@@ -22,6 +23,7 @@ def build_summary(
     client_bound: dict[str, Any],
     missing: list[Path],
     deliveries: dict[str, Any] | None = None,
+    cost: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary document; `missing` raw files (of a partial run) join partial_reasons."""
     e2e = merged.totals.get(E2E)
@@ -74,4 +76,5 @@ def build_summary(
         "deliveries": deliveries,
         "stages": stages,
         "client_bound": client_bound,
+        HARNESS_COST: cost,
     }

@@ -56,6 +56,10 @@ class Timeline:
     deliveries_received: int  # whole run, drain included
     client_errors: int  # whole run: failed or timed-out sends, deliveries that could not be read
     worker_loads: list[WorkerLoad]  # measure phase only
+    # Measure phase, all workers: CPU seconds (each row's `cpu` % over its second; None
+    # without rows) and the deliveries read; the harness cost's client figure.
+    measure_cpu_s: float | None = None
+    measure_received: int = 0
 
 
 def read_timelines(files: Iterable[tuple[str, Path]], manifest: Manifest) -> list[tuple]:
@@ -100,6 +104,11 @@ def analyze_timeline(spark: SparkSession, rows: list[tuple], manifest: Manifest)
         .orderBy("worker")
         .collect()
     )
+    measured = (
+        frame.where((F.col("k") >= 0) & (F.col("k") < seconds))
+        .agg(F.sum("cpu").alias("cpu"), F.sum("received").alias("received"))
+        .collect()[0]
+    )
     series: dict[str, list[Any]] = {
         "t_s": list(range(seconds)),
         "publish_rate": [0] * seconds,
@@ -141,6 +150,8 @@ def analyze_timeline(spark: SparkSession, rows: list[tuple], manifest: Manifest)
         worker_loads=[
             WorkerLoad(r.worker, r.hot_seconds, r.max_cpu, r.max_loop_lag_ms) for r in loads
         ],
+        measure_cpu_s=None if measured.cpu is None else measured.cpu / 100.0,
+        measure_received=measured.received or 0,
     )
 
 

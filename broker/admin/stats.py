@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from broker.core.topic import Topic
@@ -69,6 +70,12 @@ def topic_summary(topic: Topic) -> dict[str, Any]:
         "subscriptionCount": len(topic.subscriptions),
         "consumerCount": sum(len(s.consumers) for s in subs),
     }
+
+
+def deliveries_total(topics: Iterable[Topic]) -> int:
+    """Messages dispatched to consumers since the broker started, over every subscription of
+    every topic (a Broadcast message sent to 10,000 consumers counts 10,000)."""
+    return sum(s.messages_out for t in topics for s in t.subscriptions.values())
 
 
 def internal_stats(topic: Topic) -> dict[str, Any]:

@@ -186,13 +186,17 @@ class BrokerService:
 
     def _write_stats_file(self) -> None:
         """broker/stats-<n>.json: the process and counters per topic (admin/stats.py)."""
-        from broker.admin.stats import topic_summary
+        from broker.admin.stats import deliveries_total, topic_summary
 
         directory = Path(self.config.statsDir)
         directory.mkdir(parents=True, exist_ok=True)
+        times = self._process.cpu_times()
         snapshot = {
             "ts": time.time(),
             "cpu": self._process.cpu_percent(),
+            # Cumulative, so that the analysis can take exact differences over a phase.
+            "cpu_seconds": times.user + times.system,
+            "deliveries": deliveries_total(self.topics.values()),
             "rss": self._process.memory_info().rss,
             "connections": len(self.connections),
             "consumers": sum(len(c.consumers) for c in self.connections),

@@ -5,9 +5,12 @@ PING/PONG, request ids and their answers, consumer and producer states, permits 
 This shell reads the socket, feeds the codec, hands each event to its handler, and writes
 what the codec queued. The reader takes one clock read per recv and hands every delivery to
 the harness inline: with tens of thousands of consumers, a greenlet per message would cost
-seconds (DESIGN.md, "Measure at the wire"). Writes from many greenlets (subscribers, a
-producer, the ack flusher, the reader's FLOWs and PONGs) drain the codec under one lock, so
-frames never interleave and leave in the order the codec queued them.
+seconds (DESIGN.md, "Measure at the wire"). On Linux the socket also carries the kernel's
+receive time of each read (rx_timestamps.py): one kernel time per recv, passed with every
+delivery of that read, so a busy reader shows as client delay, not as broker latency. Writes
+from many greenlets (subscribers, a producer, the ack flusher, the reader's FLOWs and PONGs)
+drain the codec under one lock, so frames never interleave and leave in the order the codec
+queued them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
+from drivers.pulsar import rx_timestamps
 from drivers.pulsar.consumer import ConsumerState, subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
@@ -134,6 +138,12 @@ class Connection:
         self._on_closed = on_closed
         self._on_consumers_lost = on_consumers_lost
         self._sock: socket.socket | None = None
+        self.kernel_timestamps = False
+        """Whether the socket has kernel receive times (SO_TIMESTAMPING) and its latest read
+        carried one. A read without one hands its deliveries kernel_us 0 (read time only)."""
+        self._said_unstamped = False
+        self._kernel_us = 0
+        """The kernel receive time of the read being handled (0: unknown)."""
         self._write_lock = Semaphore()
         self._protocol = ProtocolConnection(
             CLIENT, individual_acks=settings.ack_mode == "individual"
@@ -187,6 +197,7 @@ class Connection:
     def start(self, sock: socket.socket) -> None:
         """Start the reader on a connected socket and send CONNECT (tests pass a socketpair)."""
         self._sock = sock
+        self.kernel_timestamps = rx_timestamps.enable(sock)
         self._reader = self._group.spawn(self._read_loop)
         try:
             self.send(
@@ -424,10 +435,19 @@ class Connection:
         sock, protocol, handlers = self._sock, self._protocol, self._handlers
         assert sock is not None
         next_event = protocol.next_event
+        recvmsg = sock.recvmsg if self.kernel_timestamps else None
+        kernel_time_us = rx_timestamps.kernel_time_us
         try:
             while True:
-                data = sock.recv(RECV_SIZE)
-                receive_us = now_us()  # one clock read for everything this recv returned
+                if recvmsg is None:
+                    data = sock.recv(RECV_SIZE)
+                    receive_us = now_us()  # one clock read for everything this recv returned
+                else:
+                    data, ancillary, _, _ = recvmsg(RECV_SIZE, rx_timestamps.ANCILLARY_SIZE)
+                    receive_us = now_us()
+                    self._kernel_us = kernel_us = kernel_time_us(ancillary)
+                    if data and (kernel_us != 0) is not self.kernel_timestamps:
+                        self._kernel_times_changed(kernel_us != 0)
                 protocol.receive_data(data)
                 while (event := next_event()) is not NEED_DATA:
                     handlers[type(event)](event, receive_us)
@@ -444,6 +464,15 @@ class Connection:
         except Exception as exc:
             log.exception("connection %d: reader failed", self.id)
             self._fail(f"reader failed: {exc!r}")
+
+    def _kernel_times_changed(self, stamped: bool) -> None:
+        """A read came without a kernel time although the option is set (a socket family
+        without stamps, as a socketpair; or the first reads after Linux turns stamping on, which
+        it does a moment later when no socket had it on), or with one again."""
+        self.kernel_timestamps = stamped
+        if not stamped and not self._said_unstamped:
+            self._said_unstamped = True
+            log.info("connection %d: a read without kernel receive time; read time used", self.id)
 
     def _after_batch(self) -> None:
         """Write the FLOWs and PONGs this recv made the codec queue in one go; wake the ack
@@ -466,8 +495,9 @@ class Connection:
             bodies = []
         stamps = self._deliveries.stamps(event.broker_entry_metadata)
         index, received = consumer.index, self._callback.message_received
+        kernel_us = self._kernel_us
         for body in bodies:
-            received(index, body, receive_us, stamps)
+            received(index, body, receive_us, stamps, kernel_us)
         self._protocol.acknowledge_consumed(msg.consumer_id, len(bodies) or 1, msg.message_id)
 
     def _on_connected(self, event: ev.Connected, receive_us: int) -> None:

@@ -264,6 +264,12 @@ class PulsarDriver:
             log.info("consumer %s subscribed again to %s", spec.name, topic)
             return
 
+    @property
+    def kernel_timestamps(self) -> bool:
+        """Whether deliveries carry the kernel's receive time (Linux SO_TIMESTAMPING on every
+        open consumer connection); when False, some or all carry kernel_us 0, read time only."""
+        return self._pool is not None and self._pool.kernel_timestamps
+
     def close(self) -> None:
         for producer in self._producers:
             producer.close()

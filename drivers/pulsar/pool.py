@@ -69,6 +69,13 @@ class ConnectionPool:
         """Where the service URL points: the first broker every lookup asks."""
         return self._service
 
+    @property
+    def kernel_timestamps(self) -> bool:
+        """Whether every open consumer connection hands out the kernel's receive times (False
+        before there is one)."""
+        conns = [conn for conn in self._slots.values() if not conn.closed]
+        return bool(conns) and all(conn.kernel_timestamps for conn in conns)
+
     def for_consumer(self, index: int, route: Route | None = None) -> Connection:
         """The connection of consumer `index` to `route` (the service URL by default), opening
         it (in the background) if needed; call wait_ready() on it. A slot whose connection

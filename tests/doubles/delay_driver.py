@@ -135,7 +135,8 @@ class DelayDriver:
             dispatch_us=receive_us - 600,
         )
         for index in self.consumers.get(topic, []):
-            self.callback.message_received(index, payload, receive_us, stamps)
+            # The bytes "arrived" when the delay ended: the kernel time is the read time.
+            self.callback.message_received(index, payload, receive_us, stamps, receive_us)
 
     def close(self) -> None:
         pass

@@ -17,6 +17,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from pyspark.sql import SparkSession
 
+from results_contract.harness_cost import BROKER_CPU_SECONDS, BROKER_DELIVERIES
 from results_contract.hlog import HlogWriter, new_histogram, record
 from spark_analysis import AnalysisError, analyze_path, analyze_run
 from spark_analysis.session import build_session
@@ -171,6 +172,7 @@ def build_run(
     pulsar: bool = False,
     corrupt_blob: bool = False,
     deliveries: bool = True,
+    broker_counters: bool = True,
 ) -> tuple[Path, dict[str, dict[int, list[int]]]]:
     """A run folder, and every raw latency value recorded per metric and second."""
     run_dir = root / run_id
@@ -184,6 +186,9 @@ def build_run(
             "e2e_actual": {k: latencies(rng, 30) for k in range(SECONDS)},
             "connect": {-20: [200_000, 2_999_500] if worker == "w2" else [500_000]},
         }
+        if worker != "w2":  # a worker without kernel receive times records neither
+            values["e2e_kernel"] = {k: latencies(rng, 20) for k in range(SECONDS)}
+            values["client_delay"] = {k: [rng.randint(1, 5_000)] for k in range(SECONDS)}
         if worker == "w0":
             values["publish"] = {k: latencies(rng, 1) for k in range(SECONDS)}
             values["publish_delay"] = {k: [rng.randint(1, 900)] for k in range(SECONDS)}
@@ -204,6 +209,8 @@ def build_run(
     (run_dir / "broker").mkdir()
     for n, offset in enumerate((-5, 0, 5, 10, 26)):
         stats = {"ts": MEASURE_START + offset, "cpu": 10.0 + n, "rss": (80 + n) * MIB}
+        if broker_counters:  # 0.5 CPU s and 30 deliveries more in each snapshot
+            stats |= {BROKER_CPU_SECONDS: 1.0 + 0.5 * n, BROKER_DELIVERIES: 30 * n}
         (run_dir / "broker" / f"stats-{n}.json").write_text(json.dumps(stats))
     (run_dir / "manifest.json").write_text(json.dumps(manifest(run_id, partial=partial)))
     return run_dir, truth
@@ -259,10 +266,11 @@ def complete(spark, tmp_path_factory) -> tuple[dict, dict, dict, Path]:
 
 def test_merged_latency_equals_one_histogram_of_all_values(complete) -> None:
     summary, _, truth, _ = complete
-    for metric in ("e2e", "e2e_actual", "publish", "publish_delay", "connect"):
+    metrics = ("e2e", "e2e_actual", "e2e_kernel", "client_delay", "publish", "publish_delay")
+    for metric in (*metrics, "connect"):
         expected = expected_stats_ms(reference(all_values(truth, metric)))
         assert summary["latency"][metric] == expected, metric
-    assert set(summary["latency"]) == {"e2e", "e2e_actual", "publish", "publish_delay", "connect"}
+    assert set(summary["latency"]) == {*metrics, "connect"}
 
 
 def test_empty_interval_does_not_reset_min(complete) -> None:
@@ -344,10 +352,30 @@ def test_deliveries_are_checked_per_consumer(complete) -> None:
 
 
 def test_a_run_recorded_before_deliveries_csv_has_no_per_consumer_check(spark, tmp_path) -> None:
-    run_dir, _ = build_run(tmp_path, "older", deliveries=False)
+    run_dir, _ = build_run(tmp_path, "older", deliveries=False, broker_counters=False)
     summary = json.loads(analyze_run(run_dir, spark=spark).read_text())
     assert summary["deliveries"] is None
     assert summary["partial"] is False
+    # Broker stats without the cumulative counters: no broker figure, the client's stays.
+    cost = summary["harness_cost"]
+    assert cost["broker_cpu_us_per_delivery"] is None and cost["broker_cpu_s"] is None
+    assert cost["client_cpu_us_per_delivery"] == 211_000.0
+
+
+def test_harness_cost_over_the_measure_phase(complete) -> None:
+    # Client: cpu % summed over the measure rows of all workers (w0 50 x 25, w1 95 x 3 +
+    # 40 x 22, w2 30 x 25 = 3165 % s = 31.65 CPU s) over the 150 deliveries read in them.
+    # Broker: the snapshots at +0, +5 and +10 s are inside the phase (+26 s is not).
+    assert complete[0]["harness_cost"] == {
+        "client_cpu_us_per_delivery": 211_000.0,
+        "client_cpu_s": 31.65,
+        "client_deliveries": 150,
+        "broker_cpu_us_per_delivery": 16_666.67,  # 1.0 CPU s over 60 deliveries
+        "broker_cpu_s": 1.0,
+        "broker_deliveries": 60,
+        "broker_window_s": 10.0,
+    }
+    assert complete[0]["units"]["cpu_per_delivery"] == "us"
 
 
 def test_client_bound_counts_the_measure_phase_only(complete) -> None:

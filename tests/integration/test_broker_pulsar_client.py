@@ -11,6 +11,9 @@ import urllib.request
 import pulsar
 import pytest
 
+from results_contract.harness_cost import BROKER_CPU_SECONDS, BROKER_DELIVERIES
+from tests.conftest import start_broker
+
 pytestmark = pytest.mark.integration
 
 RECEIVE_MS = 5000
@@ -327,3 +330,38 @@ def test_admin_created_broadcast_subscription_is_used_without_a_property(client,
     producer.send(b"to everyone")
     for c in consumers:
         assert c.receive(timeout_millis=RECEIVE_MS).data() == b"to everyone"
+
+
+def test_stats_carry_cumulative_cpu_seconds_and_deliveries(tmp_path):
+    """broker/stats-<n>.json has what the harness-cost figures need: the process's cumulative
+    CPU seconds and the deliveries dispatched (a Broadcast message to 3 consumers counts 3)."""
+    stats_dir = tmp_path / "stats"
+    broker = start_broker(tmp_path / "data", extra=("--stats-dir", str(stats_dir)))
+    try:
+        c = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        consumers = [
+            c.subscribe(
+                "cost",
+                "all",
+                consumer_type=pulsar.ConsumerType.Shared,
+                properties={"subscriptionMode": "broadcast"},
+                consumer_name=f"c{i}",
+            )
+            for i in range(3)
+        ]
+        producer = c.create_producer("cost", batching_enabled=False)
+        for i in range(5):
+            producer.send(f"m{i}".encode())
+        for consumer in consumers:
+            _drain(consumer, 5)
+        c.close()
+    finally:
+        broker.stop()  # the broker writes one last snapshot as it stops
+    files = sorted(stats_dir.glob("stats-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    snapshots = [json.loads(p.read_text()) for p in files]
+    last = snapshots[-1]
+    assert last[BROKER_DELIVERIES] == 15
+    assert isinstance(last[BROKER_CPU_SECONDS], float) and last[BROKER_CPU_SECONDS] > 0
+    # Cumulative: never decreasing from one snapshot to the next.
+    cpu = [s[BROKER_CPU_SECONDS] for s in snapshots]
+    assert cpu == sorted(cpu)

@@ -7,9 +7,10 @@ import dataclasses
 import json
 import os
 import socket
+import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import gevent
 import pulsar
@@ -34,15 +35,19 @@ def at_most(seconds: float) -> gevent.Timeout:
 
 
 class Deliveries:
-    """A ConsumerCallback that keeps every delivery per consumer."""
+    """A ConsumerCallback that keeps every delivery per consumer (and its kernel time apart)."""
 
     def __init__(self) -> None:
         self.by_consumer: dict[int, list[tuple[bytes, int, BrokerStamps | None]]] = {}
+        self.kernel_us: dict[bytes, int] = {}
         self.count = 0
+        self.on_delivery: Callable[[bytes], None] = lambda payload: None
 
-    def message_received(self, consumer_index, payload, receive_us, stamps) -> None:
+    def message_received(self, consumer_index, payload, receive_us, stamps, kernel_us) -> None:
         self.by_consumer.setdefault(consumer_index, []).append((payload, receive_us, stamps))
+        self.kernel_us[payload] = kernel_us
         self.count += 1
+        self.on_delivery(payload)
 
     def wait_for(self, n: int) -> None:
         with at_most(WAIT):
@@ -272,6 +277,47 @@ def test_batches_from_the_native_producer_reach_both_consumers_message_by_messag
         assert stats(broker, "batched")["msgInCounter"] == 25
     finally:
         client.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPING is Linux's")
+def test_a_busy_reader_shows_as_client_delay_not_as_arrival_time(native):
+    """The reader is kept busy 200 ms by the first delivery, while the second one reaches the
+    socket: the kernel time of the second is its arrival, earlier than its read by most of the
+    200 ms; the first, read at once, has next to no client delay."""
+    driver, deliveries = native()
+    assert all(
+        r.ok for r in subscribe_all(driver, [ConsumerSpec(0, "c0", "ktime", "s", "Exclusive")])
+    )
+    producer = driver.create_producer("ktime")
+    # Linux turns stamping on a moment after the first socket asks: wait for a stamped read.
+    warm = 0
+    with at_most(WAIT):
+        while not deliveries.kernel_us.get(b"warm"):
+            send_all(producer, [b"warm"])
+            warm += 1
+            deliveries.wait_for(warm)  # one at a time: none is left in flight after the loop
+    assert deliveries.kernel_us.get(b"warm")
+    assert driver.kernel_timestamps
+    deliveries.by_consumer.clear()
+    deliveries.count = 0
+    busy_s = 0.2
+
+    def busy_after_first(payload: bytes) -> None:
+        if payload == b"first":
+            deliveries.on_delivery = lambda payload: None
+            producer.send_async(None, b"second", lambda error: None)
+            gevent.sleep(busy_s)  # the reader greenlet is away; the broker's bytes wait
+
+    deliveries.on_delivery = busy_after_first
+    assert send_all(producer, [b"first"]) == [None]
+    deliveries.wait_for(2)
+    (first, first_read, _), (second, second_read, stamps) = deliveries.by_consumer[0]
+    assert (first, second) == (b"first", b"second")
+    first_kernel, second_kernel = deliveries.kernel_us[first], deliveries.kernel_us[second]
+    assert 0 < first_kernel <= first_read and 0 < second_kernel <= second_read
+    assert stamps is not None and second_kernel >= stamps.dispatch_us - SLACK_US
+    assert second_read - second_kernel >= 0.75 * busy_s * 1e6
+    assert first_read - first_kernel < 0.25 * busy_s * 1e6
 
 
 def test_partitions_need_an_admin_url(broker):

@@ -7,6 +7,7 @@ one recv delivers). Every wait is bounded by a gevent.Timeout.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -34,9 +35,11 @@ class Deliveries:
     """A ConsumerCallback that keeps what it is given."""
 
     got: list[tuple[int, bytes, int, BrokerStamps | None]] = field(default_factory=list)
+    kernel: list[int] = field(default_factory=list)
 
-    def message_received(self, consumer_index, payload, receive_us, stamps) -> None:
+    def message_received(self, consumer_index, payload, receive_us, stamps, kernel_us) -> None:
         self.got.append((consumer_index, payload, receive_us, stamps))
+        self.kernel.append(kernel_us)
 
     def wait_for(self, n: int) -> None:
         with gevent.Timeout(WAIT):
@@ -75,14 +78,24 @@ class Wire:
     group: Group
 
 
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        ours = socket.create_connection(listener.getsockname())
+        theirs, _ = listener.accept()
+    return ours, theirs
+
+
 @pytest.fixture
 def make_wire() -> Iterator:
     made: list[Wire] = []
 
-    def make(**overrides) -> Wire:
+    def make(tcp: bool = False, **overrides) -> Wire:
+        """A socketpair by default (no kernel receive times); `tcp`: a loopback TCP pair."""
         settings = Settings(host="127.0.0.1", port=6650, **overrides)
         group = Group()
-        ours, theirs = socket.socketpair()
+        ours, theirs = tcp_pair() if tcp else socket.socketpair()
         deliveries = Deliveries()
         conn = Connection(1, settings, deliveries, group)
         broker = FakeBroker(theirs, settings)
@@ -179,6 +192,48 @@ def test_one_clock_read_stamps_everything_one_recv_returned(make_wire, monkeypat
     wire.deliveries.wait_for(4)
     assert wire.deliveries.got[3][2] == 2_000
     assert clock_reads == [1_000, 2_000]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPING is Linux's")
+def test_on_tcp_every_delivery_of_a_read_carries_its_kernel_receive_time(make_wire):
+    wire = make_wire(tcp=True)
+    consumer_id = subscribe(wire, SPEC)
+    # Linux turns stamping on a moment after the first socket asks (deferred work): the
+    # first reads of a process may come unstamped. Send until one is stamped.
+    got, entry = wire.deliveries.got, 0
+    with gevent.Timeout(WAIT):
+        while not wire.deliveries.kernel or not wire.deliveries.kernel[-1]:
+            wire.broker.send(message(consumer_id, entry, section(b"warm")))
+            entry += 1
+            wire.deliveries.wait_for(entry)
+    first = len(got)
+    wire.broker.send(*(message(consumer_id, entry + e, section(b"m%d" % e)) for e in range(3)))
+    wire.deliveries.wait_for(first + 3)
+    kernel = set(wire.deliveries.kernel[first:])
+    assert len(kernel) == 1  # one read, one kernel time
+    (kernel_us,) = kernel
+    assert 0 < kernel_us <= got[first][2]  # arrived before it was read
+    assert wire.conn.kernel_timestamps
+
+
+def test_without_kernel_times_deliveries_carry_zero_and_the_connection_says_so(make_wire):
+    wire = make_wire()  # a socketpair: the option is taken, but no read carries a stamp
+    consumer_id = subscribe(wire, SPEC)
+    wire.broker.send(message(consumer_id, 0, section(b"m0")))
+    wire.deliveries.wait_for(1)
+    assert wire.deliveries.kernel == [0]
+    assert wire.deliveries.got[0][2] > 0  # the read time is still there
+    assert not wire.conn.kernel_timestamps
+
+
+def test_a_refused_option_reads_with_plain_recv(make_wire, monkeypatch):
+    monkeypatch.setattr(connection_module.rx_timestamps, "enable", lambda sock: False)
+    wire = make_wire(tcp=True)
+    assert not wire.conn.kernel_timestamps
+    consumer_id = subscribe(wire, SPEC)
+    wire.broker.send(message(consumer_id, 0, section(b"m0")))
+    wire.deliveries.wait_for(1)
+    assert wire.deliveries.kernel == [0]
 
 
 def test_deliveries_carry_the_broker_stamps(make_wire):

@@ -241,7 +241,7 @@ def test_the_socket_budget_is_the_file_limit_minus_a_margin(monkeypatch):
 
 
 class _NoCallback:
-    def message_received(self, consumer_index, payload, receive_us, stamps) -> None:
+    def message_received(self, consumer_index, payload, receive_us, stamps, kernel_us) -> None:
         raise AssertionError("no deliveries here")
 
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from hdrh.histogram import HdrHistogram
+
 from drivers.base import SubscribeResult
 from harness.message_body import stamp
 from harness.recorder import Phases, Recorder
+from results_contract.hlog import decode, new_histogram, read_intervals
+from results_contract.metrics import CLIENT_DELAY, E2E, E2E_ACTUAL, E2E_KERNEL
 
 
 def body(seq: int) -> bytes:
@@ -20,10 +24,10 @@ def test_each_consumer_counts_its_deliveries_and_those_out_of_order(tmp_path: Pa
     for index in range(4):
         recorder.subscribed(SubscribeResult(index, 0, 1, 2, ok=index != 3, error="refused"))
     for seq in (0, 1, 2):
-        recorder.message_received(0, body(seq), 5_000_000, None)
+        recorder.message_received(0, body(seq), 5_000_000, None, 0)
     for seq in (0, 2, 1, 2):  # a reordering and a duplicate
-        recorder.message_received(1, body(seq), 5_000_000, None)
-    recorder.message_received(2, b"not a harness message", 5_000_000, None)  # not counted
+        recorder.message_received(1, body(seq), 5_000_000, None, 0)
+    recorder.message_received(2, b"not a harness message", 5_000_000, None, 0)  # not counted
     recorder.close()
     with open(tmp_path / "deliveries.csv", newline="") as f:
         rows = list(csv.reader(f))
@@ -75,3 +79,57 @@ def test_the_timeline_phase_follows_the_boundaries() -> None:
         "drain",
     ]
     assert Phases().at(1e12) == "connect"  # before the coordinator sent the boundaries
+
+
+def test_kernel_time_gives_e2e_at_the_kernel_and_the_client_delay(tmp_path: Path) -> None:
+    """Read 300 ms after the intended send, received by the kernel 100 ms after it: e2e 300,
+    e2e_kernel 100, client_delay 200 (the clock offset moves both times alike). A delivery
+    without a kernel time (0) adds to e2e only."""
+    recorder = Recorder(tmp_path, 0.0, {0: "w0-c0"}, clock_offset_us=1_000)
+    recorder.phases = Phases(warmup_start=0.0, measure_start=0.0, measure_end=10.0)
+    intended_us = 1_000_000  # body(0)'s
+    recorder.message_received(0, body(0), intended_us + 301_000, None, intended_us + 101_000)
+    recorder.message_received(0, body(1), intended_us + 1 + 51_000, None, 0)
+    recorder.close()  # closes the interval
+    by_tag: dict[str, list[int]] = {}
+    for interval in read_intervals(tmp_path / "histograms.hlog"):
+        hist = decode(interval.blob)
+        by_tag.setdefault(interval.tag, []).extend(
+            item.value_iterated_to
+            for item in hist.get_recorded_iterator()
+            for _ in range(item.count_at_value_iterated_to)
+        )
+    same = new_histogram().get_highest_equivalent_value  # histogram precision
+    assert {tag: sorted(values) for tag, values in by_tag.items()} == {
+        E2E: [same(50_000), same(300_000)],
+        E2E_ACTUAL: [same(50_000), same(300_000)],
+        E2E_KERNEL: [same(100_000)],
+        CLIENT_DELAY: [same(200_000)],
+    }
+
+
+def test_repeated_kernel_times_are_counted_once_per_delivery(tmp_path: Path) -> None:
+    """A broadcast read: two messages to three consumers in one recv (one kernel and one read
+    time), then one more read. Every delivery counts, with its own values."""
+    recorder = Recorder(tmp_path, 0.0, {i: f"w0-c{i}" for i in range(3)})
+    recorder.phases = Phases(warmup_start=0.0, measure_start=0.0, measure_end=10.0)
+    kernel_us, read_us = 1_100_000, 1_130_000
+    for seq in (0, 500):  # body(seq) was intended at 1_000_000 + seq
+        for consumer in range(3):
+            recorder.message_received(consumer, body(seq), read_us, None, kernel_us)
+    recorder.message_received(0, body(501), read_us + 5_000, None, kernel_us + 4_000)
+    recorder.close()
+    hists: dict[str, HdrHistogram] = {}
+    for interval in read_intervals(tmp_path / "histograms.hlog"):
+        hists.setdefault(interval.tag, new_histogram()).add(decode(interval.blob))
+    same = new_histogram().get_highest_equivalent_value
+
+    def values(tag: str) -> dict[int, int]:
+        return {
+            item.value_iterated_to: item.count_at_value_iterated_to
+            for item in hists[tag].get_recorded_iterator()
+        }
+
+    assert values(E2E_KERNEL) == {same(100_000): 3, same(99_500): 3, same(103_499): 1}
+    assert values(CLIENT_DELAY) == {same(30_000): 6, same(31_000): 1}
+    assert hists[E2E].get_total_count() == 7

@@ -117,6 +117,23 @@ def test_a_broker_that_is_not_ours_gets_a_note_not_a_broken_chart(tmp_path: Path
     assert drawn(html) == set(RUN_CHARTS) - {"broker-resources"}
 
 
+def test_harness_cost_shows_client_and_broker_cpu_per_delivery(tmp_path: Path) -> None:
+    html = render_run(write_run(tmp_path / "run", sample_summary())).read_text()
+    table = html[html.index('data-table="harness-cost"') :]
+    table = table[: table.index("</table>")]
+    assert "32.0 µs" in table and "12.0 µs" in table and "60,000" in table
+    html = render_run(write_run(tmp_path / "other", sample_summary(broker_stats=False))).read_text()
+    table = html[html.index('data-table="harness-cost"') :]
+    assert "32.0 µs" in table and "not measured" in table[: table.index("</table>")]
+
+
+def test_a_summary_without_harness_cost_has_no_such_table(tmp_path: Path) -> None:
+    doc = sample_summary()
+    del doc["harness_cost"]
+    html = render_run(write_run(tmp_path / "run", doc)).read_text()
+    assert "harness-cost" not in html
+
+
 def test_sections_the_analysis_leaves_empty_render_as_notes(tmp_path: Path) -> None:
     # What spark_analysis writes for a run where nobody connected and nothing was delivered.
     doc = sample_summary()

@@ -1,0 +1,35 @@
+"""Harness cost: what the load generator and the bundled broker spend per delivery.
+
+summary.json's `harness_cost` object (docs/results.md, "Harness cost") and the two keys the
+bundled broker adds to its periodic `broker/stats-<n>.json` for it. The broker cannot import
+this package (docs/architecture.md), so it spells the two stats keys itself; the broker-stats
+test checks they match.
+"""
+
+from __future__ import annotations
+
+# broker/stats-<n>.json: the broker process's cumulative CPU time (user + system, seconds,
+# since the process started) and the messages it dispatched to consumers (all topics, since
+# it started).
+BROKER_CPU_SECONDS = "cpu_seconds"
+BROKER_DELIVERIES = "deliveries"
+
+# summary.json: the `harness_cost` object and its fields.
+HARNESS_COST = "harness_cost"
+CLIENT_CPU_US_PER_DELIVERY = "client_cpu_us_per_delivery"
+CLIENT_CPU_S = "client_cpu_s"  # all workers' CPU over the measure phase
+CLIENT_DELIVERIES = "client_deliveries"  # deliveries the workers read in it
+BROKER_CPU_US_PER_DELIVERY = "broker_cpu_us_per_delivery"
+BROKER_CPU_S = "broker_cpu_s"  # the broker's CPU over its stats window in the measure phase
+BROKER_DELIVERIES_DISPATCHED = "broker_deliveries"  # deliveries it dispatched in that window
+BROKER_WINDOW_S = "broker_window_s"  # that window: first to last broker stats in the phase
+
+HARNESS_COST_FIELDS = (
+    CLIENT_CPU_US_PER_DELIVERY,
+    CLIENT_CPU_S,
+    CLIENT_DELIVERIES,
+    BROKER_CPU_US_PER_DELIVERY,
+    BROKER_CPU_S,
+    BROKER_DELIVERIES_DISPATCHED,
+    BROKER_WINDOW_S,
+)

@@ -1,0 +1,88 @@
+"""Harness cost: CPU per delivery of the load generator and of the bundled broker.
+
+The client figure is all workers' CPU over the measure phase (the timeline's `cpu`, percent
+of one core over each one-second row, summed: CPU seconds) divided by the deliveries they
+read in it. The broker figure comes from the broker's own cumulative counters
+(`cpu_seconds`, `deliveries` in broker/stats-<n>.json): their differences between the first
+and the last snapshot taken inside the measure phase, an exact quotient over that window.
+Either is null when it cannot be computed (docs/results.md, "Harness cost").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from results_contract.harness_cost import (
+    BROKER_CPU_S,
+    BROKER_CPU_SECONDS,
+    BROKER_CPU_US_PER_DELIVERY,
+    BROKER_DELIVERIES,
+    BROKER_DELIVERIES_DISPATCHED,
+    BROKER_WINDOW_S,
+    CLIENT_CPU_S,
+    CLIENT_CPU_US_PER_DELIVERY,
+    CLIENT_DELIVERIES,
+)
+from results_contract.paths import BROKER_STATS_PATTERN, broker_dir
+from spark_analysis.inputs import load_json, require
+
+BrokerCounters = tuple[float, float, int]  # (ts, cumulative CPU seconds, deliveries)
+
+
+def per_delivery_us(cpu_s: float | None, deliveries: int | None) -> float | None:
+    """CPU µs per delivery, rounded to 0.01 µs; null without CPU or without deliveries."""
+    if cpu_s is None or not deliveries or deliveries <= 0:
+        return None
+    return round(cpu_s * 1e6 / deliveries, 2)
+
+
+def read_broker_counters(run_dir: Path) -> list[BrokerCounters]:
+    """The snapshots that carry the cumulative counters, in time order; stats written
+    before the counters existed (or by no bundled broker at all) give none."""
+    points = []
+    for path in sorted(broker_dir(run_dir).glob(BROKER_STATS_PATTERN)):
+        stats = load_json(path)
+        ts = require(stats, "ts", (int, float), path)
+        if BROKER_CPU_SECONDS not in stats or BROKER_DELIVERIES not in stats:
+            continue
+        cpu_s = require(stats, BROKER_CPU_SECONDS, (int, float), path)
+        deliveries = require(stats, BROKER_DELIVERIES, int, path)
+        points.append((float(ts), float(cpu_s), deliveries))
+    points.sort()
+    return points
+
+
+def broker_cost(
+    points: list[BrokerCounters], measure_start: float, measure_end: float
+) -> dict[str, Any]:
+    """CPU and deliveries between the first and last snapshot inside the measure phase."""
+    inside = [p for p in points if measure_start <= p[0] <= measure_end]
+    if len(inside) < 2:
+        return {
+            BROKER_CPU_US_PER_DELIVERY: None,
+            BROKER_CPU_S: None,
+            BROKER_DELIVERIES_DISPATCHED: None,
+            BROKER_WINDOW_S: None,
+        }
+    (ts0, cpu0, sent0), (ts1, cpu1, sent1) = inside[0], inside[-1]
+    cpu_s = round(cpu1 - cpu0, 6)
+    deliveries = sent1 - sent0
+    return {
+        BROKER_CPU_US_PER_DELIVERY: per_delivery_us(cpu_s, deliveries),
+        BROKER_CPU_S: cpu_s,
+        BROKER_DELIVERIES_DISPATCHED: deliveries,
+        BROKER_WINDOW_S: round(ts1 - ts0, 3),
+    }
+
+
+def harness_cost(
+    client_cpu_s: float | None, client_deliveries: int, broker: dict[str, Any]
+) -> dict[str, Any]:
+    """summary.json's `harness_cost` object."""
+    return {
+        CLIENT_CPU_US_PER_DELIVERY: per_delivery_us(client_cpu_s, client_deliveries),
+        CLIENT_CPU_S: None if client_cpu_s is None else round(client_cpu_s, 6),
+        CLIENT_DELIVERIES: client_deliveries,
+        **broker,
+    }

@@ -1,0 +1,61 @@
+"""Kernel receive timestamps: the SCM_TIMESTAMPING control message to epoch µs, and the
+fallback where there is none."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+
+from drivers.pulsar import rx_timestamps
+from drivers.pulsar.rx_timestamps import SCM_TIMESTAMPING, enable, kernel_time_us
+
+
+def timestamping(seconds: int, nanoseconds: int) -> tuple[int, int, bytes]:
+    """What Linux puts in recvmsg's ancillary data: three timespecs, software stamp first."""
+    return (socket.SOL_SOCKET, SCM_TIMESTAMPING, struct.pack("=6q", seconds, nanoseconds, *[0] * 4))
+
+
+def test_the_software_stamp_becomes_epoch_microseconds():
+    assert kernel_time_us([timestamping(1_763_800_000, 123_456_789)]) == 1_763_800_000_123_456
+
+
+def test_other_control_messages_are_skipped():
+    rights = (socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("=i", 3))
+    elsewhere = (socket.IPPROTO_IP, SCM_TIMESTAMPING, struct.pack("=2q", 1, 2))
+    assert kernel_time_us([rights, elsewhere, timestamping(5, 1_000)]) == 5_000_001
+
+
+@pytest.mark.parametrize(
+    "ancillary",
+    [
+        [],  # no control message (a socketpair, a kernel that did not stamp)
+        [(socket.SOL_SOCKET, SCM_TIMESTAMPING, b"\0" * 8)],  # truncated
+        [timestamping(0, 0)],  # the software stamp left empty (hardware stamps only)
+    ],
+)
+def test_no_kernel_time_is_zero(ancillary):
+    assert kernel_time_us(ancillary) == 0
+
+
+class _Refusing:
+    def setsockopt(self, *args: object) -> None:
+        raise OSError(92, "Protocol not available")
+
+
+def test_a_refused_option_means_no_kernel_times():
+    assert enable(_Refusing()) is False
+
+
+def test_no_kernel_times_off_linux(monkeypatch):
+    monkeypatch.setattr(rx_timestamps.sys, "platform", "darwin")
+    with socket.socket() as sock:
+        assert enable(sock) is False
+
+
+@pytest.mark.skipif(not rx_timestamps.sys.platform.startswith("linux"), reason="Linux only")
+def test_a_tcp_socket_on_linux_takes_the_option():
+    with socket.socket() as sock:
+        assert enable(sock) is True
+        assert sock.getsockopt(socket.SOL_SOCKET, rx_timestamps.SO_TIMESTAMPING) != 0
