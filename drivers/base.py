@@ -15,7 +15,7 @@ block the process.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -54,6 +54,20 @@ class ConsumerCallback(Protocol):
         like `receive_us`), or 0 when the driver cannot tell: then the read time is all there
         is. Both are epoch µs on the driver host's realtime clock. Called once per delivery,
         in the reader: keep it cheap."""
+
+    def messages_received(
+        self,
+        consumer_indexes: Sequence[int],
+        payload: bytes,
+        receive_us: int,
+        stamps: BrokerStamps | None,
+        kernel_us: int,
+    ) -> None:
+        """The same message delivered to each of `consumer_indexes`, in one read (so with one
+        `receive_us` and one `kernel_us`): what a `message_received` per index would say, in
+        one call. A broadcast reaches every consumer of a connection with identical bytes, so
+        a driver that reads a whole buffer at once groups those deliveries and the harness
+        parses the message and records its latencies once, with a count."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import csv
 import os
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,7 +125,7 @@ class Recorder:
     def _now(self) -> float:
         return time.time() - self._offset_us / 1e6
 
-    # -- hot path: one call per delivery -----------------------------------------------------
+    # -- hot path: one call per distinct message of a read -------------------------------------
     def message_received(
         self,
         consumer_index: int,
@@ -133,40 +134,61 @@ class Recorder:
         stamps: BrokerStamps | None,
         kernel_us: int,
     ) -> None:
-        self.received += 1
+        """One delivery: `messages_received` for one consumer."""
+        self.messages_received((consumer_index,), payload, receive_us, stamps, kernel_us)
+
+    def messages_received(
+        self,
+        consumer_indexes: Sequence[int],
+        payload: bytes,
+        receive_us: int,
+        stamps: BrokerStamps | None,
+        kernel_us: int,
+    ) -> None:
+        """The same message delivered to each of `consumer_indexes` in one read (a broadcast
+        reaches up to consumersPerConnection consumers of a connection at once): the stamp is
+        parsed and each latency recorded once, with a count; only the per-consumer accounting
+        runs per delivery. Records exactly what one `message_received` per index would."""
+        n = len(consumer_indexes)
+        if not n:
+            return
+        self.received += n
         receive_us -= self._offset_us
         try:
             intended_us, actual_us, seq = read_stamp(payload)
         except struct.error:
-            self.errors += 1
+            self.errors += n
             return
-        if consumer_index >= len(self._by_consumer):
-            self._make_room(consumer_index)
-        self._by_consumer[consumer_index] += 1
-        if seq > self._last_seq[consumer_index]:
-            self._last_seq[consumer_index] = seq
-        else:
-            self._out_of_order[consumer_index] += 1
+        by_consumer, last_seq, out_of_order = self._by_consumer, self._last_seq, self._out_of_order
+        top = consumer_indexes[0] if n == 1 else max(consumer_indexes)
+        if top >= len(by_consumer):
+            self._make_room(top)
+        for index in consumer_indexes:
+            by_consumer[index] += 1
+            if seq > last_seq[index]:
+                last_seq[index] = seq
+            else:
+                out_of_order[index] += 1
         intended_s = intended_us / 1e6
         if not (self.phases.measure_start <= intended_s < self.phases.measure_end):
             return
         e2e = receive_us - intended_us
         hist = self._intervals
-        if not record(hist[E2E], e2e):
-            self.out_of_range += 1
-        record(hist[E2E_ACTUAL], receive_us - actual_us)
-        record(self.running_e2e, e2e)
+        if not hist[E2E].record_value(max(LOWEST_US, e2e), n):
+            self.out_of_range += n
+        hist[E2E_ACTUAL].record_value(max(LOWEST_US, receive_us - actual_us), n)
+        self.running_e2e.record_value(max(LOWEST_US, e2e), n)
         if kernel_us:  # 0: the driver has no kernel time, and e2e (read time) is all there is
             kernel_us -= self._offset_us
             # One kernel time and one read time per recv, and a broadcast message reaches the
             # consumers of a connection in one recv: count repeats, record each value once.
             if kernel_us == self._kernel_last and receive_us == self._read_last:
-                self._delay_run += 1
+                self._delay_run += n
                 if intended_us == self._intended_last:
-                    self._kernel_run += 1
+                    self._kernel_run += n
                 else:
                     self._flush_kernel_runs(client_delay=False)
-                    self._intended_last, self._kernel_run = intended_us, 1
+                    self._intended_last, self._kernel_run = intended_us, n
             else:
                 self._flush_kernel_runs()
                 self._kernel_last, self._read_last, self._intended_last = (
@@ -174,7 +196,7 @@ class Recorder:
                     receive_us,
                     intended_us,
                 )
-                self._delay_run = self._kernel_run = 1
+                self._delay_run = self._kernel_run = n
         if stamps is None:
             return
         row: tuple[int | str, ...]
@@ -188,7 +210,7 @@ class Recorder:
                 receive_us - stamps.dispatch_us,  # broadcasting
             )
             for stage_hist, value in zip(self._stage_hists, stages, strict=True):
-                record(stage_hist, value)
+                stage_hist.record_value(max(LOWEST_US, value), n)
             row = (receive_us, e2e, *stages)
         elif stamps.dispatch_us:
             # A broker with only a dispatch stamp: stages 1-5 as one span, and stage 6.
@@ -204,8 +226,14 @@ class Recorder:
             )
         else:
             return
-        if self._sample_mod and (seq * 2654435761 + consumer_index * 40503) % self._sample_mod == 0:
-            self._stages.writerow(row)
+        mod = self._sample_mod
+        if mod:
+            # Sample 1 in `mod` (message, consumer) pairs, as each delivery would pick itself.
+            base = seq * 2654435761
+            writerow = self._stages.writerow
+            for index in consumer_indexes:
+                if (base + index * 40503) % mod == 0:
+                    writerow(row)
 
     def _flush_kernel_runs(self, client_delay: bool = True) -> None:
         """Record the pending repeats of e2e_kernel (and of client_delay)."""

@@ -42,6 +42,7 @@ from pulsar_protocol.commands import (
     SERVER_BOUND_NOTICES,
     SERVER_BOUND_REQUESTS,
     T,
+    ack_command_bytes,
     body_of,
     command,
     type_name,
@@ -644,20 +645,40 @@ class Connection:
 
     def flush_acks(self) -> int:
         """Queue one ACK per consumer with acknowledgements due: cumulative (the latest id) or
-        individual (every id since the last flush, in one command). Returns how many."""
+        individual (every id since the last flush, in one command). Returns how many.
+
+        The ACKs are built from bytes (`commands.ack_command_bytes`, protobuf's encoding byte
+        for byte) and queued as one buffer: a broadcast connection acknowledges for all its
+        consumers at every flush."""
         due, self._acks_due = self._acks_due, {}
-        sent = 0
+        frames = []
+        last_id: pb.MessageIdData | None = None
+        last_bytes = b""
         for consumer_id, consumer in due.items():
             if consumer.individual is not None:
                 ids, consumer.individual = consumer.individual, []
-                ack_type = pb.CommandAck.Individual
-            else:
-                ids = [consumer.last] if consumer.last is not None else []
+                ack_type = _INDIVIDUAL
+            elif consumer.last is not None:
+                ids = [consumer.last]
                 consumer.last = None
-                ack_type = pb.CommandAck.Cumulative
+                ack_type = _CUMULATIVE
+            else:
+                continue
             if ids:
-                self._queue(
-                    command(T.ACK, consumer_id=consumer_id, ack_type=ack_type, message_id=ids)
+                if len(ids) == 1:
+                    # A broadcast's consumers acknowledge the same entry: serialize it once.
+                    if ids[0] != last_id:
+                        last_id, last_bytes = ids[0], ids[0].SerializeToString()
+                    id_bytes = [last_bytes]
+                else:
+                    id_bytes = [m.SerializeToString() for m in ids]
+                frames.append(
+                    frame_head(ack_command_bytes(consumer_id, ack_type, id_bytes), None, 0)
                 )
-                sent += 1
-        return sent
+        if frames:
+            self._out.append(b"".join(frames))
+        return len(frames)
+
+
+_INDIVIDUAL = pb.CommandAck.Individual
+_CUMULATIVE = pb.CommandAck.Cumulative

@@ -139,6 +139,13 @@ METRICS: dict[str, Metric] = {
             )
             for i, stage in enumerate(STAGES, start=1)
         ),
+        Metric(
+            "client_distortion_ms",
+            "client's share of the end-to-end P99",
+            "ms",
+            ("client_bound", "distortion_ms"),
+            _LOWER,
+        ),
         Metric("client_max_cpu", "client max CPU", "%", ("client_bound", "max_cpu"), _LOWER),
         Metric(
             "client_max_loop_lag_ms",

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from results_contract.client_bound import NO_KERNEL_TIMES
 from results_contract.harness_cost import (
     BROKER_CPU_S,
     BROKER_CPU_US_PER_DELIVERY,
@@ -24,9 +25,11 @@ from results_contract.harness_cost import (
 )
 from results_contract.metrics import (
     BROKER_STAGES,
+    CLIENT_DELAY,
     CONNECT,
     E2E,
     E2E_ACTUAL,
+    E2E_KERNEL,
     PUBLISH,
     PUBLISH_DELAY,
     STAGES,
@@ -79,6 +82,7 @@ def sample_summary(
     broker_stats: bool = True,
     broker_timestamps: bool = True,
     seconds: int = 60,
+    kernel_times: bool = True,
 ) -> dict[str, Any]:
     """A complete summary.json document; keyword arguments set the numbers tests care about."""
     messages = seconds
@@ -109,6 +113,12 @@ def sample_summary(
         CONNECT: _latency(round(connection_time_s * 850, 3)),
         **{stage_metric(s): _latency(v) for s, v in stage_p99.items() if v is not None},
     }
+    # With kernel receive times the kernel's tail is the broker's, the rest the client's delay.
+    kernel_p99 = round(e2e_p99_ms * (0.6 if client_bound else 0.9), 3)
+    delay_p99 = round(e2e_p99_ms - kernel_p99, 3)
+    if kernel_times:
+        latency[E2E_KERNEL] = _latency(kernel_p99)
+        latency[CLIENT_DELAY] = _latency(delay_p99)
     t = list(range(seconds))
     broker_t = list(range(0, seconds, 5)) if broker_stats else []
     return {
@@ -141,6 +151,7 @@ def sample_summary(
             "subscriptions": 1 if subscription_type == "Broadcast" else consumers,
             "connection_time_s": connection_time_s,
             "e2e_p99_ms": e2e_p99_ms,
+            "e2e_kernel_p99_ms": kernel_p99 if kernel_times else None,
             "messages_sent": messages,
             "deliveries_expected": expected,
             "deliveries_received": expected - deliveries_lost,
@@ -211,6 +222,12 @@ def sample_summary(
             "reasons": ["w0 CPU above 90 % for 80 % of the measure phase"] if client_bound else [],
             "max_cpu": 99.0 if client_bound else 49.0,
             "max_loop_lag_ms": 132.0 if client_bound else 4.0,
+            "kernel_times": kernel_times,
+            "note": None if kernel_times else NO_KERNEL_TIMES,
+            "client_delay_p99_ms": delay_p99 if kernel_times else None,
+            "client_delay_share": round(delay_p99 / e2e_p99_ms, 4) if kernel_times else None,
+            "distortion_ms": delay_p99 if kernel_times else None,
+            "distortion_share": round(delay_p99 / e2e_p99_ms, 4) if kernel_times else None,
         },
         HARNESS_COST: {
             CLIENT_CPU_US_PER_DELIVERY: 32.0,

@@ -28,6 +28,7 @@ def environment() -> Environment:
         minutes=formatting.fmt_minutes,
         int=formatting.fmt_int,
         ratio=formatting.fmt_ratio,
+        pct=formatting.fmt_pct,
         value=formatting.fmt_value,
         px=lambda v: f"{v:.1f}",
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from results_contract.metrics import E2E
+from results_contract.metrics import CLIENT_DELAY, E2E, E2E_KERNEL
 from results_contract.paths import (
     CONNECTIONS_FILE,
     DELIVERIES_FILE,
@@ -24,12 +24,12 @@ from results_contract.paths import (
     worker_dir,
 )
 from spark_analysis import omb
-from spark_analysis.client_bound import judge
+from spark_analysis.client_bound import TailLatency, judge
 from spark_analysis.connections import analyze_connections, read_connections
 from spark_analysis.deliveries import analyze_deliveries, read_deliveries
 from spark_analysis.errors import AnalysisError
 from spark_analysis.harness_cost import broker_cost, harness_cost, read_broker_counters
-from spark_analysis.histograms import merge_histograms, read_hlogs
+from spark_analysis.histograms import MergedHistograms, merge_histograms, read_hlogs
 from spark_analysis.inputs import load_json, load_manifest, raw_files
 from spark_analysis.outputs import write_json_atomic
 from spark_analysis.session import DEFAULT_MASTER, session_scope
@@ -92,7 +92,11 @@ def analyze_run(
         broker,
         connection,
         stages,
-        judge(timeline.worker_loads, manifest.measure_seconds),
+        judge(
+            timeline.worker_loads,
+            manifest.measure_seconds,
+            TailLatency(*(_p99_ms(merged, m) for m in (E2E, E2E_KERNEL, CLIENT_DELAY))),
+        ),
         missing,
         deliveries,
         harness_cost(
@@ -106,6 +110,11 @@ def analyze_run(
     summary_path = run_dir / SUMMARY_FILE
     write_json_atomic(summary_path, summary)
     return summary_path
+
+
+def _p99_ms(merged: MergedHistograms, metric: str) -> float | None:
+    total = merged.totals.get(metric)
+    return total.stats.percentiles_us["p99"] / 1000.0 if total else None
 
 
 def analyze_sweep(

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from results_contract.harness_cost import HARNESS_COST
-from results_contract.metrics import E2E, METRICS
+from results_contract.metrics import E2E, E2E_KERNEL, METRICS
 from results_contract.schemas import SUMMARY_SCHEMA, SUMMARY_UNITS
 from spark_analysis.histograms import MergedHistograms
 from spark_analysis.inputs import Manifest
@@ -27,6 +27,7 @@ def build_summary(
 ) -> dict[str, Any]:
     """The summary document; `missing` raw files (of a partial run) join partial_reasons."""
     e2e = merged.totals.get(E2E)
+    kernel = merged.totals.get(E2E_KERNEL)
     expected = timeline.messages_sent * manifest.expected_deliveries_per_message
     present = [metric for metric in METRICS if metric in merged.totals]
     series = {
@@ -59,6 +60,7 @@ def build_summary(
             "subscriptions": manifest.subscriptions,
             "connection_time_s": connection["total_s"],
             "e2e_p99_ms": e2e.stats.percentiles_us["p99"] / 1000.0 if e2e else None,
+            "e2e_kernel_p99_ms": kernel.stats.percentiles_us["p99"] / 1000.0 if kernel else None,
             "messages_sent": timeline.messages_sent,
             "deliveries_expected": expected,
             "deliveries_received": timeline.deliveries_received,

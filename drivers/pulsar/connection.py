@@ -5,7 +5,10 @@ PING/PONG, request ids and their answers, consumer and producer states, permits 
 This shell reads the socket, feeds the codec, hands each event to its handler, and writes
 what the codec queued. The reader takes one clock read per recv and hands every delivery to
 the harness inline: with tens of thousands of consumers, a greenlet per message would cost
-seconds (DESIGN.md, "Measure at the wire"). On Linux the socket also carries the kernel's
+seconds (DESIGN.md, "Measure at the wire"). Consecutive deliveries of one entry in a read (a
+broadcast reaches every consumer of the connection with identical bytes) go to the harness as
+one `messages_received` with their consumer indexes, so it parses and records each distinct
+message once. On Linux the socket also carries the kernel's
 receive time of each read (rx_timestamps.py): one kernel time per recv, passed with every
 delivery of that read, so a busy reader shows as client delay, not as broker latency. Writes
 from many greenlets (subscribers, a producer, the ack flusher, the reader's FLOWs and PONGs)
@@ -27,7 +30,7 @@ from gevent.event import AsyncResult, Event
 from gevent.lock import Semaphore
 from gevent.pool import Group
 
-from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
+from drivers.base import BrokerStamps, ConsumerCallback, ConsumerSpec, DriverError
 from drivers.pulsar import rx_timestamps
 from drivers.pulsar.consumer import ConsumerState, subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder
@@ -39,7 +42,7 @@ from pulsar_protocol.commands import T, command
 from pulsar_protocol.connection import MAX_PROTOCOL_VERSION
 from pulsar_protocol.connection import Connection as ProtocolConnection
 from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
-from pulsar_protocol.events import NEED_DATA
+from pulsar_protocol.events import NEED_DATA, Message
 from pulsar_protocol.extensions import now_us
 from pulsar_protocol.state import CLIENT
 from pulsar_protocol.state import ConsumerState as WireState
@@ -144,6 +147,13 @@ class Connection:
         self._said_unstamped = False
         self._kernel_us = 0
         """The kernel receive time of the read being handled (0: unknown)."""
+        self._group_bodies: list[bytes] = []
+        self._group_stamps: BrokerStamps | None = None
+        self._group_receive_us = 0
+        self._group_indexes: list[int] = []
+        """Deliveries of the read being handled not yet handed over: consecutive MESSAGEs of
+        identical bytes (a broadcast entry to the consumers of this connection), by consumer
+        index, handed to the harness in one `messages_received` per body."""
         self._write_lock = Semaphore()
         self._protocol = ProtocolConnection(
             CLIENT, individual_acks=settings.ack_mode == "individual"
@@ -437,6 +447,7 @@ class Connection:
         next_event = protocol.next_event
         recvmsg = sock.recvmsg if self.kernel_timestamps else None
         kernel_time_us = rx_timestamps.kernel_time_us
+        on_message, hand_over = self._on_message, self._hand_over
         try:
             while True:
                 if recvmsg is None:
@@ -449,8 +460,17 @@ class Connection:
                     if data and (kernel_us != 0) is not self.kernel_timestamps:
                         self._kernel_times_changed(kernel_us != 0)
                 protocol.receive_data(data)
-                while (event := next_event()) is not NEED_DATA:
-                    handlers[type(event)](event, receive_us)
+                try:
+                    while (event := next_event()) is not NEED_DATA:
+                        if type(event) is Message:
+                            on_message(event, receive_us)
+                        else:
+                            if self._group_indexes:  # deliveries first, in the order they came
+                                hand_over()
+                            handlers[type(event)](event, receive_us)
+                finally:  # also when a later frame of the read breaks the protocol
+                    if self._group_indexes:
+                        hand_over()
                 self._after_batch()
                 # A recv that finds data never yields: without this, one busy connection would
                 # starve the others, the subscribers and the timers.
@@ -482,6 +502,8 @@ class Connection:
             self._ack_wanted.set()
 
     def _on_message(self, event: ev.Message, receive_us: int) -> None:
+        """Decode a delivery (once per distinct entry: DeliveryDecoder) and add its consumer to
+        the group of the same entry; a different entry hands the group over first."""
         msg = event.command
         consumer = self.consumers.get(msg.consumer_id)
         if consumer is None:
@@ -494,11 +516,26 @@ class Connection:
             )
             bodies = []
         stamps = self._deliveries.stamps(event.broker_entry_metadata)
-        index, received = consumer.index, self._callback.message_received
-        kernel_us = self._kernel_us
-        for body in bodies:
-            received(index, body, receive_us, stamps, kernel_us)
+        # The decoder hands back the very same objects for identical bytes.
+        if (
+            bodies is not self._group_bodies
+            or stamps is not self._group_stamps
+            or receive_us != self._group_receive_us
+        ):
+            if self._group_indexes:
+                self._hand_over()
+            self._group_bodies, self._group_stamps = bodies, stamps
+            self._group_receive_us = receive_us
+        self._group_indexes.append(consumer.index)
         self._protocol.acknowledge_consumed(msg.consumer_id, len(bodies) or 1, msg.message_id)
+
+    def _hand_over(self) -> None:
+        """Give the grouped deliveries to the harness: one call per message body."""
+        indexes, self._group_indexes = self._group_indexes, []
+        received, kernel_us = self._callback.messages_received, self._kernel_us
+        stamps, receive_us = self._group_stamps, self._group_receive_us
+        for body in self._group_bodies:
+            received(indexes, body, receive_us, stamps, kernel_us)
 
     def _on_connected(self, event: ev.Connected, receive_us: int) -> None:
         if not self._ready.ready():

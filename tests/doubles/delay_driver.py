@@ -134,9 +134,11 @@ class DelayDriver:
             notified_us=receive_us - 700,
             dispatch_us=receive_us - 600,
         )
-        for index in self.consumers.get(topic, []):
-            # The bytes "arrived" when the delay ended: the kernel time is the read time.
-            self.callback.message_received(index, payload, receive_us, stamps, receive_us)
+        indexes = self.consumers.get(topic, [])
+        if indexes:
+            # One "read" for every consumer of the topic, as a broadcast connection's; the
+            # bytes "arrived" when the delay ended: the kernel time is the read time.
+            self.callback.messages_received(list(indexes), payload, receive_us, stamps, receive_us)
 
     def close(self) -> None:
         pass

@@ -49,6 +49,10 @@ class Deliveries:
         self.count += 1
         self.on_delivery(payload)
 
+    def messages_received(self, consumer_indexes, payload, receive_us, stamps, kernel_us) -> None:
+        for index in consumer_indexes:
+            self.message_received(index, payload, receive_us, stamps, kernel_us)
+
     def wait_for(self, n: int) -> None:
         with at_most(WAIT):
             while self.count < n:

@@ -9,11 +9,16 @@ from typing import Any
 import pytest
 
 from reports.samples import sample_summary
+from results_contract.client_bound import (
+    CLIENT_DELAY_FLOOR_MS,
+    CLIENT_DELAY_SHARE_LIMIT,
+    NO_KERNEL_TIMES,
+)
 from results_contract.hlog import new_histogram, record
 from results_contract.metrics import METRICS
 from results_contract.schemas import SUMMARY_UNITS as UNITS
 from spark_analysis import AnalysisError
-from spark_analysis.client_bound import WorkerLoad, judge
+from spark_analysis.client_bound import TailLatency, WorkerLoad, judge
 from spark_analysis.connections import bin_width_us
 from spark_analysis.histograms import (
     JavaPercentileIterator,
@@ -91,7 +96,17 @@ def test_case_row_refuses_other_schemas() -> None:
 # --- client bound --------------------------------------------------------------------------
 
 
-def test_client_bound_rule() -> None:
+NO_TAIL = {
+    "kernel_times": False,
+    "note": NO_KERNEL_TIMES,
+    "client_delay_p99_ms": None,
+    "client_delay_share": None,
+    "distortion_ms": None,
+    "distortion_share": None,
+}
+
+
+def test_client_bound_rule_without_kernel_times_uses_cpu_and_loop_lag() -> None:
     calm = WorkerLoad("w0", hot_seconds=6, max_cpu=95.0, max_loop_lag_ms=100.0)  # 10 %: not more
     hot = WorkerLoad("w1", hot_seconds=7, max_cpu=99.0, max_loop_lag_ms=3.0)
     stalled = WorkerLoad("w2", hot_seconds=0, max_cpu=20.0, max_loop_lag_ms=100.5)
@@ -100,6 +115,7 @@ def test_client_bound_rule() -> None:
         "reasons": [],
         "max_cpu": 95.0,
         "max_loop_lag_ms": 100.0,
+        **NO_TAIL,
     }
     assert judge([calm, hot, stalled], 60) == {
         "flag": True,
@@ -109,8 +125,66 @@ def test_client_bound_rule() -> None:
         ],
         "max_cpu": 99.0,
         "max_loop_lag_ms": 100.5,
+        **NO_TAIL,
     }
-    assert judge([], 60) == {"flag": False, "reasons": [], "max_cpu": None, "max_loop_lag_ms": None}
+    assert judge([], 60) == {
+        "flag": False,
+        "reasons": [],
+        "max_cpu": None,
+        "max_loop_lag_ms": None,
+        **NO_TAIL,
+    }
+    # An e2e P99 alone (read times only) is no kernel time either.
+    assert judge([calm], 60, TailLatency(e2e_p99_ms=195.0))["note"] == NO_KERNEL_TIMES
+
+
+CALM = WorkerLoad("w0", hot_seconds=0, max_cpu=30.0, max_loop_lag_ms=5.0)
+
+
+def test_a_client_delay_above_its_share_of_the_e2e_p99_is_client_bound() -> None:
+    # Issue 11's run: CPU averages were calm, yet most of the 195 ms P99 was the client's.
+    verdict = judge([CALM], 30, TailLatency(195.0, 60.0, 140.0))
+    assert verdict == {
+        "flag": True,
+        "reasons": ["client delay P99 140 ms is 72% of the end-to-end P99 (limits: 20% and 5 ms)"],
+        "max_cpu": 30.0,
+        "max_loop_lag_ms": 5.0,
+        "kernel_times": True,
+        "note": None,
+        "client_delay_p99_ms": 140.0,
+        "client_delay_share": 0.7179,
+        "distortion_ms": 135.0,
+        "distortion_share": 0.6923,
+    }
+
+
+@pytest.mark.parametrize(
+    ("e2e", "kernel", "delay", "flag"),
+    [
+        (100.0, 81.0, 20.0, False),  # exactly the share: not more
+        (100.0, 79.0, 20.1, True),  # just above the share and the floor
+        (20.0, 10.0, 5.0, False),  # 25 % of the P99, but not above the 5 ms floor
+        (20.0, 10.0, 5.5, True),  # above both
+        (2000.0, 1990.0, 50.0, False),  # a broker stall: 2.5 % of the tail is the client's
+        (3.0, 1.0, 2.0, False),  # a fast run: 67 % of 3 ms is noise, under the floor
+    ],
+)
+def test_the_client_delay_rule_needs_both_the_share_and_the_floor(
+    e2e: float, kernel: float, delay: float, flag: bool
+) -> None:
+    assert CLIENT_DELAY_SHARE_LIMIT == 0.20 and CLIENT_DELAY_FLOOR_MS == 5.0
+    verdict = judge([CALM], 30, TailLatency(e2e, kernel, delay))
+    assert verdict["flag"] is flag
+    assert verdict["kernel_times"] is True and verdict["note"] is None
+    assert verdict["distortion_ms"] == round(e2e - kernel, 3)
+
+
+def test_cpu_and_loop_lag_still_count_with_kernel_times() -> None:
+    hot = WorkerLoad("w1", hot_seconds=7, max_cpu=99.0, max_loop_lag_ms=3.0)
+    verdict = judge([hot], 60, TailLatency(10.0, 9.0, 1.0))
+    assert verdict["flag"] is True
+    assert verdict["reasons"] == ["w1: CPU above 90% of a core for 7 of 60 s"]
+    assert verdict["client_delay_share"] == 0.1 and verdict["distortion_ms"] == 1.0
 
 
 # --- summary units --------------------------------------------------------------------------

@@ -33,12 +33,24 @@ def failed(suite: ET.Element) -> list[str]:
 def test_a_regression_fails_with_one_failure_element_per_failed_rule(tmp_path: Path) -> None:
     code, suite, md = run_gate(tmp_path, {"e2e_p99_ms": 100.0}, {"e2e_p99_ms": 200.0})
     assert code == 1
-    # The sample's P50 scales with its P99, so both regress; nothing else does.
-    assert failed(suite) == ["e2e_p99_ms", "e2e_p50_ms"]
-    assert suite.get("failures") == "2"
+    # The sample's P50 and P99 at the kernel scale with its P99, so all three regress; nothing
+    # else does.
+    assert failed(suite) == ["e2e_kernel_p99_ms", "e2e_p99_ms", "e2e_p50_ms"]
+    assert suite.get("failures") == "3"
     assert suite.get("tests") == str(len(DEFAULT_RULES))
-    assert f"failed (2 of {len(DEFAULT_RULES)} rules)" in md
-    assert md.count("**FAIL**") == 2
+    assert f"failed (3 of {len(DEFAULT_RULES)} rules)" in md
+    assert md.count("**FAIL**") == 3
+
+
+def test_the_kernel_p99_rule_is_skipped_without_kernel_times_in_the_baseline(
+    tmp_path: Path,
+) -> None:
+    rule = Rule("e2e_kernel_p99_ms", relative=0.25, absolute=5.0)
+    assert rule in DEFAULT_RULES
+    base = load_summary(write_run(tmp_path / "b", sample_summary(kernel_times=False)))
+    run = load_summary(write_run(tmp_path / "r", sample_summary(e2e_p99_ms=100.0)))
+    outcome = evaluate(rule, run, base)
+    assert outcome.passed and outcome.message == "not in the baseline: skipped"
 
 
 def test_noise_within_the_rules_passes(tmp_path: Path) -> None:
@@ -98,12 +110,18 @@ def test_a_rules_file_overrides_defaults_of_the_same_metric(tmp_path: Path) -> N
     rules = tmp_path / "gates.yaml"
     rules.write_text(
         "rules:\n"
+        "  - metric: e2e_kernel_p99_ms\n    relative: 1.5\n"
         "  - metric: e2e_p99_ms\n    relative: 1.5\n"
         "  - metric: e2e_p50_ms\n    relative: 1.5\n"
         "  - metric: latency.e2e.p99_9\n    relative: 0.1\n    direction: lower_is_better\n"
     )
     loaded = load_rules(rules)
-    assert [r.metric for r in loaded][-3:] == ["e2e_p99_ms", "e2e_p50_ms", "latency.e2e.p99_9"]
+    assert [r.metric for r in loaded][-4:] == [
+        "e2e_kernel_p99_ms",
+        "e2e_p99_ms",
+        "e2e_p50_ms",
+        "latency.e2e.p99_9",
+    ]
     assert len(loaded) == len(DEFAULT_RULES) + 1
     code, suite, _ = run_gate(
         tmp_path, {"e2e_p99_ms": 100.0}, {"e2e_p99_ms": 200.0}, "--rules", str(rules)

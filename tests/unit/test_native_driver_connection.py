@@ -36,10 +36,16 @@ class Deliveries:
 
     got: list[tuple[int, bytes, int, BrokerStamps | None]] = field(default_factory=list)
     kernel: list[int] = field(default_factory=list)
+    batches: list[tuple[tuple[int, ...], bytes]] = field(default_factory=list)
 
     def message_received(self, consumer_index, payload, receive_us, stamps, kernel_us) -> None:
         self.got.append((consumer_index, payload, receive_us, stamps))
         self.kernel.append(kernel_us)
+
+    def messages_received(self, consumer_indexes, payload, receive_us, stamps, kernel_us) -> None:
+        self.batches.append((tuple(consumer_indexes), payload))
+        for index in consumer_indexes:
+            self.message_received(index, payload, receive_us, stamps, kernel_us)
 
     def wait_for(self, n: int) -> None:
         with gevent.Timeout(WAIT):
@@ -244,6 +250,42 @@ def test_deliveries_carry_the_broker_stamps(make_wire):
     stamps = wire.deliveries.got[0][3]
     assert stamps == BrokerStamps(1, 2, 3, 4, 99)
     assert stamps.complete
+
+
+def test_one_entry_to_many_consumers_in_one_read_is_handed_over_once(make_wire):
+    """A broadcast read: identical MESSAGEs to the consumers of a connection go to the harness
+    as one messages_received with their indexes, in delivery order; the next entry, or
+    different bytes, starts a new group. Every consumer still gets its permits and acks."""
+    wire = make_wire()
+    specs = [ConsumerSpec(i, f"c{i}", "topic", "sub", "Broadcast") for i in (4, 9, 7)]
+    ids = [subscribe(wire, spec) for spec in specs]
+    frames = [message(cid, 0, section(b"e0")) for cid in ids]
+    frames += [message(cid, 1, section(b"e1")) for cid in ids[:2]]
+    frames += [message(ids[2], 1, section(b"e1"), dispatch_us=77)]  # other broker stamps
+    frames += [message(ids[0], 2, section(b"e2"))]
+    wire.broker.send(b"".join(frames))
+    wire.deliveries.wait_for(7)
+    assert wire.deliveries.batches == [
+        ((4, 9, 7), b"e0"),
+        ((4, 9), b"e1"),
+        ((7,), b"e1"),
+        ((4,), b"e2"),
+    ]
+    assert [(i, body) for i, body, _, _ in wire.deliveries.got] == [
+        (4, b"e0"),
+        (9, b"e0"),
+        (7, b"e0"),
+        (4, b"e1"),
+        (9, b"e1"),
+        (7, b"e1"),
+        (4, b"e2"),
+    ]
+    assert wire.deliveries.got[5][3] == BrokerStamps(1, 2, 3, 4, 77)
+    acks = {}
+    for _ in ids:
+        ack = wire.broker.expect(T.ACK).ack
+        acks[ack.consumer_id] = [(m.ledgerId, m.entryId) for m in ack.message_id]
+    assert acks == {ids[0]: [(1, 2)], ids[1]: [(1, 1)], ids[2]: [(1, 1)]}
 
 
 def test_a_batch_is_split_into_its_messages(make_wire):

@@ -110,7 +110,9 @@ def driver_for() -> Iterator[Callable[[ScriptedBroker], PulsarDriver]]:
             PulsarConfig(
                 client=ClientConfig(connect_timeout_seconds=2, operation_timeout_seconds=2)
             ),
-            SimpleNamespace(message_received=lambda *args: None),
+            SimpleNamespace(
+                message_received=lambda *args: None, messages_received=lambda *args: None
+            ),
             consumers_per_connection=per_connection,
             service_url=service.url,
         )

@@ -244,6 +244,9 @@ class _NoCallback:
     def message_received(self, consumer_index, payload, receive_us, stamps, kernel_us) -> None:
         raise AssertionError("no deliveries here")
 
+    def messages_received(self, consumer_indexes, payload, receive_us, stamps, kernel_us) -> None:
+        raise AssertionError("no deliveries here")
+
 
 NO_CALLBACK = _NoCallback()
 

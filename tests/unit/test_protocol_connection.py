@@ -585,3 +585,35 @@ def test_mangled_streams_raise_nothing_but_remote_protocol_errors():
                 feed(conn, bytes(data), rng.choice(FEEDS))
             except RemoteProtocolError:
                 assert conn.state is ConnectionState.ERROR
+
+
+@pytest.mark.parametrize("individual", [False, True])
+def test_one_flush_writes_the_acks_protobuf_would_have_written(individual):
+    """Many consumers acknowledging the same entry (a broadcast), and one with several ids:
+    the flushed bytes are protobuf's encoding of one ACK per consumer, in order."""
+    p = ConnectionPair(individual_acks=individual)
+    p.handshake()
+    consumers = [5, 6, 200, 7]
+    for consumer_id in consumers:
+        subscribe(p, consumer_id, permits=1000)
+    p.client.data_to_send()
+    due: dict[int, list[pb.MessageIdData]] = {}
+    for consumer_id in consumers:
+        entries = [0, 1, 2] if consumer_id == 7 else [4]
+        for entry in entries:
+            p.client.acknowledge_consumed(consumer_id, 1, msg_id(entry))
+            due.setdefault(consumer_id, []).append(msg_id(entry))
+    assert p.client.flush_acks() == len(consumers)
+    ack_type = pb.CommandAck.Individual if individual else pb.CommandAck.Cumulative
+    expected = b"".join(
+        encode_frame(
+            command(
+                T.ACK,
+                consumer_id=consumer_id,
+                ack_type=ack_type,
+                message_id=ids if individual else ids[-1:],
+            )
+        )
+        for consumer_id, ids in due.items()
+    )
+    assert p.client.data_to_send() == expected

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hdrh.histogram import HdrHistogram
 
-from drivers.base import SubscribeResult
+from drivers.base import BrokerStamps, SubscribeResult
 from harness.message_body import stamp
 from harness.recorder import Phases, Recorder
 from results_contract.hlog import decode, new_histogram, read_intervals
@@ -133,3 +133,72 @@ def test_repeated_kernel_times_are_counted_once_per_delivery(tmp_path: Path) -> 
     assert values(E2E_KERNEL) == {same(100_000): 3, same(99_500): 3, same(103_499): 1}
     assert values(CLIENT_DELAY) == {same(30_000): 6, same(31_000): 1}
     assert hists[E2E].get_total_count() == 7
+
+
+def _recorded(directory: Path) -> tuple[dict[str, dict[int, int]], list[list[str]], list[str]]:
+    """Per metric {value: count} over the whole log, deliveries.csv rows, stages.csv sorted."""
+    hists: dict[str, HdrHistogram] = {}
+    for interval in read_intervals(directory / "histograms.hlog"):
+        hists.setdefault(interval.tag, new_histogram()).add(decode(interval.blob))
+    values = {
+        tag: {
+            item.value_iterated_to: item.count_at_value_iterated_to
+            for item in hist.get_recorded_iterator()
+        }
+        for tag, hist in hists.items()
+    }
+    with open(directory / "deliveries.csv", newline="") as f:
+        deliveries = list(csv.reader(f))
+    stages = sorted((directory / "stages.csv").read_text(encoding="ascii").splitlines())
+    return values, deliveries, stages
+
+
+def test_a_batch_records_what_one_call_per_delivery_records(tmp_path: Path) -> None:
+    """messages_received(indexes, ...) is the same as message_received per index: histograms
+    (with counts), kernel-time runs, per-consumer deliveries and reorderings, stage samples and
+    counters; including a consumer twice in one batch (a duplicate) and a foreign message."""
+    names = {i: f"w0-c{i}" for i in range(7)}
+    stamps = BrokerStamps(1_000_700, 1_000_800, 1_000_900, 1_001_000, 1_001_100)
+    partial = BrokerStamps(dispatch_us=1_002_000)
+    reads = [  # (indexes, body, read time, stamps, kernel time): one batch each
+        ([0, 1, 2, 3, 4], body(10), 1_030_000, stamps, 1_020_000),
+        ([0, 1, 2, 3, 4], body(11), 1_030_000, stamps, 1_020_000),  # same read, next message
+        ([5, 0, 5], body(12), 1_030_000, None, 1_020_000),  # a duplicate to consumer 5
+        ([1, 2], body(11), 1_045_000, partial, 1_040_000),  # a redelivery: out of order
+        ([3, 6], body(13), 1_050_000, stamps, 0),  # no kernel time (two deliveries)
+        ([6], body(14), 1_060_000, stamps, 1_059_000),
+        ([2, 4], b"foreign", 1_070_000, None, 0),
+        ([6, 1], body(15), 9_000_000_000, None, 1_000),  # out of the histograms' range
+    ]
+    one, many = tmp_path / "one", tmp_path / "many"
+    recorders = []
+    for directory in (one, many):
+        recorder = Recorder(directory, 0.5, names, clock_offset_us=1_000)
+        recorder.phases = Phases(warmup_start=0.0, measure_start=0.0, measure_end=10.0)
+        for index in names:
+            recorder.subscribed(SubscribeResult(index, 0, 1, 2, ok=True))
+        recorders.append(recorder)
+    by_delivery, by_batch = recorders
+    for indexes, payload, read_us, stamps_, kernel_us in reads:
+        for index in indexes:
+            by_delivery.message_received(index, payload, read_us, stamps_, kernel_us)
+        by_batch.messages_received(indexes, payload, read_us, stamps_, kernel_us)
+    for field in ("received", "errors", "out_of_range"):
+        assert getattr(by_batch, field) == getattr(by_delivery, field), field
+    assert (by_batch.received, by_batch.errors, by_batch.out_of_range) == (22, 2, 2)
+    by_delivery.close()
+    by_batch.close()
+    values, deliveries, stages = _recorded(many)
+    assert (values, deliveries, stages) == _recorded(one)
+    assert sum(values[E2E].values()) == 18  # foreign and out-of-range ones aside
+    assert sum(values[E2E_KERNEL].values()) == 18  # not the one without a kernel time
+    assert deliveries[1:] == [
+        ["w0-c0", "3", "0"],
+        ["w0-c1", "4", "1"],
+        ["w0-c2", "3", "1"],
+        ["w0-c3", "3", "0"],
+        ["w0-c4", "2", "0"],
+        ["w0-c5", "2", "1"],
+        ["w0-c6", "3", "0"],
+    ]
+    assert len(stages) > 1  # some sampled rows besides the header

@@ -7,9 +7,16 @@ import struct
 import pytest
 
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import T, command, message_command_bytes
+from pulsar_protocol.commands import (
+    T,
+    _encode_varint,
+    _varint,
+    ack_command_bytes,
+    command,
+    message_command_bytes,
+)
 from pulsar_protocol.errors import RemoteProtocolError
-from pulsar_protocol.frames import FrameDecoder, encode_frame
+from pulsar_protocol.frames import FrameDecoder, encode_frame, encode_raw_frame, parse_frame_body
 from pulsar_protocol.payload import (
     decode_payload,
     encode_payload,
@@ -108,3 +115,59 @@ def test_hand_built_message_command_matches_protobuf(args):
     if redeliveries:
         fields["redelivery_count"] = redeliveries
     assert command(T.MESSAGE, **fields).SerializeToString() == message_command_bytes(*args)
+
+
+_IDS = [
+    pb.MessageIdData(ledgerId=1, entryId=2),
+    pb.MessageIdData(ledgerId=1 << 40, entryId=99999, partition=3),
+    pb.MessageIdData(ledgerId=0, entryId=0, partition=-1, batch_index=7, batch_size=10),
+    pb.MessageIdData(ledgerId=5, entryId=16384, ack_set=[-1, 3]),
+]
+
+
+@pytest.mark.parametrize("consumer_id", [0, 1, 127, 128, 16383, 16384, 1 << 40])
+@pytest.mark.parametrize("ack_type", [pb.CommandAck.Individual, pb.CommandAck.Cumulative])
+@pytest.mark.parametrize("ids", [[], _IDS[:1], _IDS[1:2], _IDS[2:3], _IDS[3:], _IDS])
+def test_hand_built_ack_command_matches_protobuf(consumer_id, ack_type, ids):
+    expected = command(
+        T.ACK, consumer_id=consumer_id, ack_type=ack_type, message_id=list(ids)
+    ).SerializeToString()
+    id_bytes = [m.SerializeToString() for m in ids]
+    assert ack_command_bytes(consumer_id, ack_type, id_bytes) == expected
+
+
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 1 << 35, (1 << 64) - 1])
+def test_varints_from_the_table_and_computed_agree(value):
+    assert _varint(value) == _encode_varint(value)
+    assert (
+        _encode_varint(value)
+        == pb.MessageIdData(ledgerId=value, entryId=0).SerializeToString()[
+            1 : 1 + len(_encode_varint(value))
+        ]
+    )
+
+
+def test_a_payload_equal_to_the_previous_frames_is_that_same_object():
+    """A broadcast entry comes as one identical payload per consumer: the decoder hands back
+    the previous bytes object instead of a copy; anything else decodes as before."""
+    section = encode_payload(_meta(), b"x" * 10240)
+    other = encode_payload(_meta(), b"y" * 10240)
+    frames = [
+        encode_raw_frame(message_command_bytes(cid, 1, 0), payload, bem)
+        for cid, payload, bem in (
+            (1, section, b"\x08\x01"),
+            (2, section, None),
+            (3, other, None),
+            (4, section, b"\x08\x01"),
+            (5, section, None),
+        )
+    ]
+    decoder = FrameDecoder()
+    decoder.receive_data(b"".join(frames))
+    got = decoder.frames()
+    assert [f.command.message.consumer_id for f in got] == [1, 2, 3, 4, 5]
+    assert [f.payload for f in got] == [section, section, other, section, section]
+    assert [f.broker_entry_metadata for f in got] == [b"\x08\x01", None, None, b"\x08\x01", None]
+    assert got[1].payload is got[0].payload and got[4].payload is got[3].payload
+    assert got[2].payload is not got[1].payload and got[3].payload is not got[2].payload
+    assert [parse_frame_body(frame[4:]) for frame in frames] == got  # the stateless path
