@@ -1,8 +1,8 @@
 """Whether the load generator, not the broker, was the bottleneck (docs/results.md).
 
-Measured first: with kernel receive times, a client delay P99 (how long delivered bytes
-waited in the sockets before the client read them) above CLIENT_DELAY_SHARE_LIMIT of the
-end-to-end P99 and above CLIENT_DELAY_FLOOR_MS means the reported tail is partly the client's.
+Measured first: with kernel receive times, an end-to-end P99 at read time later than the P99
+at the kernel (the broker's number) by more than DISTORTION_SHARE_LIMIT of it and more than
+DISTORTION_FLOOR_MS means the reported tail is partly the client's.
 Averages as well: a worker above 90 % of a core for more than 10 % of the measure phase, or
 with an event loop that stalled over 100 ms in any second, was measuring itself as much as
 the broker. Either is enough; without kernel times only the averages can judge.
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from results_contract.client_bound import (
-    CLIENT_DELAY_FLOOR_MS,
-    CLIENT_DELAY_SHARE_LIMIT,
     CPU_LIMIT_PERCENT,
+    DISTORTION_FLOOR_MS,
+    DISTORTION_SHARE_LIMIT,
     HOT_FRACTION_LIMIT,
     LOOP_LAG_LIMIT_MS,
     NO_KERNEL_TIMES,
@@ -60,14 +60,22 @@ def judge(
     reasons = []
     delay = tail.client_delay_p99_ms if tail.kernel_times else None
     e2e = tail.e2e_p99_ms
-    delay_share = _share(delay, e2e)
-    if delay is not None and delay > CLIENT_DELAY_FLOOR_MS:
-        if e2e is None or delay > CLIENT_DELAY_SHARE_LIMIT * e2e:
-            share = f"{delay_share:.0%} of" if delay_share is not None else "beside"
-            reasons.append(
-                f"client delay P99 {delay:g} ms is {share} the end-to-end P99 "
-                f"(limits: {CLIENT_DELAY_SHARE_LIMIT:.0%} and {CLIENT_DELAY_FLOOR_MS:g} ms)"
-            )
+    distortion = (
+        round(e2e - tail.e2e_kernel_p99_ms, 3)
+        if tail.kernel_times and e2e is not None and tail.e2e_kernel_p99_ms is not None
+        else None
+    )
+    distortion_share = _share(distortion, e2e)
+    if (
+        distortion is not None
+        and distortion > DISTORTION_FLOOR_MS
+        and distortion > DISTORTION_SHARE_LIMIT * (e2e or 0.0)
+    ):
+        reasons.append(
+            f"the client added {distortion:g} ms ({distortion_share:.0%}) to the end-to-end P99 "
+            f"(limits: {DISTORTION_SHARE_LIMIT:.0%} and {DISTORTION_FLOOR_MS:g} ms); "
+            f"client delay P99 {delay:g} ms"
+        )
     for load in loads:
         if load.hot_seconds > HOT_FRACTION_LIMIT * measure_seconds:
             reasons.append(
@@ -79,11 +87,6 @@ def judge(
                 f"{load.worker}: event loop lag reached {load.max_loop_lag_ms:g} ms "
                 f"(limit {LOOP_LAG_LIMIT_MS:g} ms)"
             )
-    distortion = (
-        round(e2e - tail.e2e_kernel_p99_ms, 3)
-        if tail.kernel_times and e2e is not None and tail.e2e_kernel_p99_ms is not None
-        else None
-    )
     return {
         "flag": bool(reasons),
         "reasons": reasons,
@@ -92,7 +95,7 @@ def judge(
         "kernel_times": tail.kernel_times,
         "note": None if tail.kernel_times else NO_KERNEL_TIMES,
         "client_delay_p99_ms": delay,
-        "client_delay_share": delay_share,
+        "client_delay_share": _share(delay, e2e),
         "distortion_ms": distortion,
-        "distortion_share": _share(distortion, e2e),
+        "distortion_share": distortion_share,
     }

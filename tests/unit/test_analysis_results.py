@@ -10,8 +10,8 @@ import pytest
 
 from reports.samples import sample_summary
 from results_contract.client_bound import (
-    CLIENT_DELAY_FLOOR_MS,
-    CLIENT_DELAY_SHARE_LIMIT,
+    DISTORTION_FLOOR_MS,
+    DISTORTION_SHARE_LIMIT,
     NO_KERNEL_TIMES,
 )
 from results_contract.hlog import new_histogram, record
@@ -141,12 +141,15 @@ def test_client_bound_rule_without_kernel_times_uses_cpu_and_loop_lag() -> None:
 CALM = WorkerLoad("w0", hot_seconds=0, max_cpu=30.0, max_loop_lag_ms=5.0)
 
 
-def test_a_client_delay_above_its_share_of_the_e2e_p99_is_client_bound() -> None:
+def test_a_tail_the_client_moved_by_more_than_its_share_is_client_bound() -> None:
     # Issue 11's run: CPU averages were calm, yet most of the 195 ms P99 was the client's.
     verdict = judge([CALM], 30, TailLatency(195.0, 60.0, 140.0))
     assert verdict == {
         "flag": True,
-        "reasons": ["client delay P99 140 ms is 72% of the end-to-end P99 (limits: 20% and 5 ms)"],
+        "reasons": [
+            "the client added 135 ms (69%) to the end-to-end P99 (limits: 20% and 5 ms); "
+            "client delay P99 140 ms"
+        ],
         "max_cpu": 30.0,
         "max_loop_lag_ms": 5.0,
         "kernel_times": True,
@@ -161,22 +164,26 @@ def test_a_client_delay_above_its_share_of_the_e2e_p99_is_client_bound() -> None
 @pytest.mark.parametrize(
     ("e2e", "kernel", "delay", "flag"),
     [
-        (100.0, 81.0, 20.0, False),  # exactly the share: not more
-        (100.0, 79.0, 20.1, True),  # just above the share and the floor
-        (20.0, 10.0, 5.0, False),  # 25 % of the P99, but not above the 5 ms floor
-        (20.0, 10.0, 5.5, True),  # above both
-        (2000.0, 1990.0, 50.0, False),  # a broker stall: 2.5 % of the tail is the client's
+        (100.0, 80.0, 30.0, False),  # exactly the share: not more
+        (100.0, 79.9, 20.1, True),  # just above the share and the floor
+        (20.0, 15.0, 5.0, False),  # 25 % of the P99, but not above the 5 ms floor
+        (20.0, 14.5, 5.5, True),  # above both
+        (2000.0, 1990.0, 50.0, False),  # a broker stall: 0.5 % of the tail is the client's
         (3.0, 1.0, 2.0, False),  # a fast run: 67 % of 3 ms is noise, under the floor
+        # Measured (docs/benchmarks.md, run D): a client delay P99 of 21 % of the P99, but the
+        # read-time tail only 0.8 ms later than the kernel's: the tail is not the client's.
+        (212.479, 211.711, 44.319, False),
     ],
 )
-def test_the_client_delay_rule_needs_both_the_share_and_the_floor(
+def test_the_distortion_rule_needs_both_the_share_and_the_floor(
     e2e: float, kernel: float, delay: float, flag: bool
 ) -> None:
-    assert CLIENT_DELAY_SHARE_LIMIT == 0.20 and CLIENT_DELAY_FLOOR_MS == 5.0
+    assert DISTORTION_SHARE_LIMIT == 0.20 and DISTORTION_FLOOR_MS == 5.0
     verdict = judge([CALM], 30, TailLatency(e2e, kernel, delay))
     assert verdict["flag"] is flag
     assert verdict["kernel_times"] is True and verdict["note"] is None
     assert verdict["distortion_ms"] == round(e2e - kernel, 3)
+    assert verdict["client_delay_p99_ms"] == delay
 
 
 def test_cpu_and_loop_lag_still_count_with_kernel_times() -> None:
