@@ -12,6 +12,7 @@ so this package never imports the topic.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -30,7 +31,7 @@ class SubscriptionError(Exception):
         self.server_error = server_error
 
 
-class Dispatcher:
+class Dispatcher(ABC):
     """Routes a subscription's entries to its consumers; one subclass per mode.
 
     The base class serves modes whose consumers share the subscription's cursor: an ack from
@@ -69,7 +70,7 @@ class Dispatcher:
         self.on_consumers_changed()
         self.schedule_dispatch()
 
-    def on_consumers_changed(self) -> None:
+    def on_consumers_changed(self) -> None:  # noqa: B027 - an optional hook, empty by default
         """Hook for modes whose routing depends on who is attached."""
 
     def _return_unacked(self, consumer: Consumer) -> None:
@@ -134,9 +135,9 @@ class Dispatcher:
         if not self.closed:
             self.dispatch()
 
+    @abstractmethod
     def dispatch(self) -> None:
         """Send what the mode's routing allows now; every mode defines it."""
-        raise NotImplementedError(f"{type(self).__name__} defines no dispatch")
 
     def next_entries(self, limit: int) -> tuple[list[Entry], bool]:
         return self.cursor.next_entries(self.log, limit)

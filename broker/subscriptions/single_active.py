@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from broker.core.consumer import Consumer
 from broker.subscriptions.base import READ_BATCH, Dispatcher, SubscriptionError
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -11,8 +13,9 @@ class SingleActiveDispatcher(Dispatcher):
     """Everything goes to `active`; the modes differ in who may attach and who is active."""
 
     @property
+    @abstractmethod
     def active(self) -> Consumer | None:
-        raise NotImplementedError
+        """The consumer that receives everything now, if any."""
 
     def dispatch(self) -> None:
         consumer = self.active
