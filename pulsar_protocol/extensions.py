@@ -8,6 +8,7 @@ and keys hash as Apache's `Murmur3_32Hash` both for Key_Shared slots and partiti
 from __future__ import annotations
 
 import time
+from typing import TypeAlias
 
 import mmh3
 
@@ -17,13 +18,15 @@ SUBSCRIPTION_MODE_PROPERTY = "subscriptionMode"
 """Consumer property (sent as CommandSubscribe.metadata) that selects a mode by name."""
 BROADCAST = "Broadcast"
 
-SUBTYPE_BY_NAME: dict[str, int] = {
+SubType: TypeAlias = "pb.CommandSubscribe._SubType.ValueType"  # only the stub names it
+
+SUBTYPE_BY_NAME: dict[str, SubType] = {
     "Exclusive": pb.CommandSubscribe.Exclusive,
     "Shared": pb.CommandSubscribe.Shared,
     "Failover": pb.CommandSubscribe.Failover,
     "Key_Shared": pb.CommandSubscribe.Key_Shared,
 }
-NAME_BY_SUBTYPE: dict[int, str] = {v: k for k, v in SUBTYPE_BY_NAME.items()}
+NAME_BY_SUBTYPE: dict[SubType, str] = {v: k for k, v in SUBTYPE_BY_NAME.items()}
 SUBSCRIPTION_MODES: tuple[str, ...] = (*SUBTYPE_BY_NAME, BROADCAST)
 
 
@@ -63,7 +66,17 @@ def mode_property(mode: str) -> pb.KeyValue | None:
     )
 
 
-def wire_subtype(mode: str) -> int:
+def requested_mode(subscribe: pb.CommandSubscribe) -> str | None:
+    """The mode a SUBSCRIBE asks for by property (the reverse of `mode_property`), by its
+    canonical name; None when it asks for none, or for a mode this protocol does not name."""
+    by_lower = {mode.lower(): mode for mode in SUBSCRIPTION_MODES}
+    for kv in (*subscribe.metadata, *subscribe.subscription_properties):
+        if kv.key == SUBSCRIPTION_MODE_PROPERTY and kv.value.lower() in by_lower:
+            return by_lower[kv.value.lower()]
+    return None
+
+
+def wire_subtype(mode: str) -> SubType:
     """The subType sent for `mode`: Broadcast rides on Shared, so a broker without it still
     serves the consumer as Shared."""
     return SUBTYPE_BY_NAME.get(mode, pb.CommandSubscribe.Shared)

@@ -21,7 +21,7 @@ from broker.core.topic import Topic
 from broker.server.connection import ServerConnection
 from broker.subscriptions.modes import DISPATCHERS
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.extensions import NAME_BY_SUBTYPE, SUBSCRIPTION_MODE_PROPERTY
+from pulsar_protocol.extensions import NAME_BY_SUBTYPE, requested_mode
 from pulsar_protocol.topic_names import PARTITION_SUFFIX, partition_names
 
 log = logging.getLogger("broker")
@@ -104,9 +104,9 @@ class BrokerService:
     def subscription_mode(self, req: pb.CommandSubscribe) -> str:
         """Broadcast is chosen by the `subscriptionMode: broadcast` property (the Python client
         cannot send a fifth subType), or by an admin-created subscription."""
-        for kv in list(req.metadata) + list(req.subscription_properties):
-            if kv.key == SUBSCRIPTION_MODE_PROPERTY and kv.value.lower() in _MODES_BY_LOWER:
-                return _MODES_BY_LOWER[kv.value.lower()]
+        requested = requested_mode(req)
+        if requested in DISPATCHERS:
+            return requested
         _, full = parse_topic(req.topic)
         base = _PARTITION.sub(r"\1", full)
         preset = self.preset_modes.get((full, req.subscription)) or self.preset_modes.get(

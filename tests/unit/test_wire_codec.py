@@ -171,3 +171,28 @@ def test_a_payload_equal_to_the_previous_frames_is_that_same_object():
     assert got[1].payload is got[0].payload and got[4].payload is got[3].payload
     assert got[2].payload is not got[1].payload and got[3].payload is not got[2].payload
     assert [parse_frame_body(frame[4:]) for frame in frames] == got  # the stateless path
+
+
+def test_the_mode_a_consumer_asks_for_is_the_mode_the_broker_reads() -> None:
+    from pulsar_protocol.extensions import (
+        SUBSCRIPTION_MODES,
+        mode_property,
+        requested_mode,
+        wire_subtype,
+    )
+
+    for mode in SUBSCRIPTION_MODES:
+        prop = mode_property(mode)
+        req = pb.CommandSubscribe(
+            topic="t", subscription="s", subType=wire_subtype(mode), consumer_id=1, request_id=1
+        )
+        if prop is not None:
+            req.metadata.append(prop)
+        assert requested_mode(req) == (None if prop is None else mode)
+    shouted = pb.CommandSubscribe(
+        topic="t", subscription="s", subType=pb.CommandSubscribe.Shared, consumer_id=1, request_id=1
+    )
+    shouted.subscription_properties.append(pb.KeyValue(key="subscriptionMode", value="BROADCAST"))
+    assert requested_mode(shouted) == "Broadcast"
+    shouted.subscription_properties[0].value = "fanout"
+    assert requested_mode(shouted) is None
