@@ -50,6 +50,7 @@ from pulsar_protocol.commands import (
 from pulsar_protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from pulsar_protocol.events import (
     NEED_DATA,
+    Ack,
     Connect,
     Connected,
     ConnectionClosed,
@@ -175,6 +176,7 @@ class Connection:
         if self.role is SERVER:
             readers = {t: self._read_request for t in SERVER_BOUND_REQUESTS}
             readers.update({t: self._read_notice for t in SERVER_BOUND_NOTICES})
+            readers[T.ACK] = self._read_ack
             readers[T.SEND] = self._read_send
             readers[T.FLOW] = self._read_flow
         else:
@@ -189,6 +191,7 @@ class Connection:
     def _set_state(self, state: ConnectionState) -> None:
         self.state = state
         self._readers = self._readers_for(state)
+        self._fast_acks = self.role is SERVER and state is ConnectionState.CONNECTED
 
     def _trigger(self, trigger: Trigger) -> None:
         self._set_state(connection_transition(self.role, self.state, trigger))
@@ -240,8 +243,13 @@ class Connection:
         if self.state is ConnectionState.ERROR:
             raise RemoteProtocolError("the connection is in ERROR after a protocol error")
         try:
-            next_parts, readers = self._decoder.next_parts, self._readers
-            while (parts := next_parts()) is not None:
+            decoder, readers = self._decoder, self._readers
+            while True:
+                if self._fast_acks and (ack := decoder.next_ack()) is not None:
+                    return Ack(ack[0], ack[1] == _CUMULATIVE, ((ack[2], ack[3]),))
+                parts = decoder.next_parts()
+                if parts is None:
+                    break
                 cmd = parts[0]
                 # A type value outside the schema parses as "no type" (proto2 enums).
                 reader = readers.get(cmd.type) if cmd.HasField("type") else None
@@ -323,11 +331,23 @@ class Connection:
         self._unanswered[body_of(cmd).request_id] += 1
         return Request(cmd)
 
+    def _read_ack(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
+        """An ACK in any shape (the common one never gets here: next_ack reads it)."""
+        ack = cmd.ack
+        request_id = ack.request_id if ack.HasField("request_id") else None
+        if request_id is not None:
+            self._unanswered[request_id] += 1
+        return Ack(
+            ack.consumer_id,
+            ack.ack_type == _CUMULATIVE,
+            tuple((m.ledgerId, m.entryId) for m in ack.message_id),
+            request_id,
+        )
+
     def _read_notice(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
         t = cmd.type
         if self.role is SERVER:
-            if t == T.ACK and cmd.ack.HasField("request_id"):
-                self._unanswered[cmd.ack.request_id] += 1
+            pass  # REDELIVER_UNACKNOWLEDGED_MESSAGES changes no state of the codec
         elif t == T.CLOSE_CONSUMER and cmd.close_consumer.consumer_id in self._consumers:
             self._move_consumer(cmd.close_consumer.consumer_id, Trigger.CLOSED_BY_PEER)
         elif t == T.CLOSE_PRODUCER and cmd.close_producer.producer_id in self._producers:

@@ -90,9 +90,22 @@ class Response(_WithCommand):
 
 @dataclass(frozen=True, slots=True)
 class Notice(_WithCommand):
-    """A command nobody answers: ACK and REDELIVER_UNACKNOWLEDGED_MESSAGES from a client,
+    """A command nobody answers: REDELIVER_UNACKNOWLEDGED_MESSAGES from a client,
     CLOSE_CONSUMER, CLOSE_PRODUCER, ACTIVE_CONSUMER_CHANGE and REACHED_END_OF_TOPIC from a
     broker."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(Event):
+    """An ACK from a client (server side). Its own event, not a Notice: a broadcast brings
+    one per consumer per entry, so the common shape is read from bytes without protobuf
+    (commands.parse_ack). `request_id` is set when the client wants an ACK_RESPONSE."""
+
+    consumer_id: int
+    cumulative: bool
+    message_ids: tuple[tuple[int, int], ...]
+    """(ledger id, entry id) of each acknowledged message."""
+    request_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

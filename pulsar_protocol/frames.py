@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import parse_ack
 from pulsar_protocol.errors import RemoteProtocolError
 
 # Pulsar's default maxMessageSize (5 MiB) plus the room it leaves for headers.
@@ -25,6 +26,8 @@ _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
 _HEADER = struct.Struct(">II")
 _BEM_HEADER = struct.Struct(">HI")
+_ACK_START = b"\x08\x0a\x52"  # BaseCommand.type = ACK, then the ack field
+_MAX_COMMON_ACK = 4 + 4 + 128  # frame sizes stay small: parse_ack takes one-byte body sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,21 @@ class FrameDecoder:
         if parts[1] is not None:
             self._last_payload = parts[1]
         return parts
+
+    def next_ack(self) -> tuple[int, int, int, int] | None:
+        """The next frame if it is an ACK in its common shape (commands.parse_ack), consumed
+        and read without protobuf; otherwise None, and nothing is consumed."""
+        buf = self._buffer
+        pos = self._pos
+        if len(buf) - pos < 11 or buf[pos + 8 : pos + 11] != _ACK_START:
+            return None
+        total, cmd_size = _HEADER.unpack_from(buf, pos)
+        if cmd_size != total - 4 or total > _MAX_COMMON_ACK or len(buf) - pos < 4 + total:
+            return None
+        ack = parse_ack(bytes(buf[pos + 8 : pos + 4 + total]))
+        if ack is not None:
+            self._pos = pos + 4 + total
+        return ack
 
     def next_frame(self) -> Frame | None:
         parts = self.next_parts()
@@ -166,11 +184,20 @@ def frame_head(
     A broadcast writes `[head, payload]` per consumer, so the payload (10 KB in seed 000) is
     shared by reference instead of copied once per consumer.
     """
-    bem = b""
-    if broker_entry_metadata is not None:
-        bem = (
-            _BEM_HEADER.pack(MAGIC_BROKER_ENTRY_METADATA, len(broker_entry_metadata))
-            + broker_entry_metadata
-        )
-    size = 4 + len(command_bytes) + len(bem) + payload_size
-    return _HEADER.pack(size, len(command_bytes)) + command_bytes + bem
+    bem = broker_entry_metadata_section(broker_entry_metadata)
+    return frame_sizes(len(command_bytes), len(bem) + payload_size) + command_bytes + bem
+
+
+def frame_sizes(command_size: int, after_command: int) -> bytes:
+    """The frame's two size fields, for a command followed by `after_command` bytes."""
+    return _HEADER.pack(4 + command_size + after_command, command_size)
+
+
+def broker_entry_metadata_section(broker_entry_metadata: bytes | None) -> bytes:
+    """`[u16 0x0e02][u32 size][BrokerEntryMetadata]`, or b"" without metadata."""
+    if broker_entry_metadata is None:
+        return b""
+    return (
+        _BEM_HEADER.pack(MAGIC_BROKER_ENTRY_METADATA, len(broker_entry_metadata))
+        + broker_entry_metadata
+    )

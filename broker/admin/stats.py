@@ -28,7 +28,7 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
             {
                 "consumerName": c.name,
                 "availablePermits": c.permits,
-                "unackedMessages": sum(c.unacked.values()),
+                "unackedMessages": sub.unacked_messages(c),
                 "msgOutCounter": c.messages_out,
                 "bytesOutCounter": c.bytes_out,
                 "address": c.address,

@@ -13,8 +13,8 @@ from typing import Protocol
 
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog
-from pulsar_protocol.commands import message_command_bytes
-from pulsar_protocol.frames import frame_head
+from pulsar_protocol.commands import encode_varint
+from pulsar_protocol.message_template import MessageTemplate
 
 
 class ConsumerWire(Protocol):
@@ -81,32 +81,33 @@ class Consumer:
     """index → messages in the entry, for entries sent and not yet acknowledged."""
     messages_out: int = 0
     bytes_out: int = 0
+    id_varint: bytes = field(init=False, repr=False)
+    """The consumer id as its MESSAGE frames carry it (message_template), encoded once."""
+
+    def __post_init__(self) -> None:
+        self.id_varint = encode_varint(self.consumer_id)
 
     def frames_for(
         self,
         entries: list[Entry],
         dispatch_us: int,
         redelivery: dict[int, int] | None = None,
-        bem_cache: dict[int, bytes] | None = None,
+        templates: dict[tuple[int, bool, int], MessageTemplate] | None = None,
     ) -> list[bytes]:
         """MESSAGE frames for entries as buffers to write in order (payloads not copied),
-        charging permits per message, not per entry. `bem_cache` shares the stage metadata
-        of an entry among the consumers of one dispatch slice."""
-        parts = []
+        charging permits per message, not per entry. `templates` shares each entry's frame
+        head among the consumers of one dispatch slice."""
+        parts: list[bytes] = []
         with_bem = self.wire.sends_broker_entry_metadata
         for entry in entries:
             count = redelivery.get(entry.index, 0) if redelivery else 0
-            bem = None
-            if with_bem:
-                if bem_cache is None:
-                    bem = entry.broker_entry_metadata(dispatch_us)
-                else:
-                    bem = bem_cache.get(entry.index)
-                    if bem is None:
-                        bem = bem_cache[entry.index] = entry.broker_entry_metadata(dispatch_us)
-            cmd = message_command_bytes(self.consumer_id, entry.ledger_id, entry.entry_id, count)
-            parts.append(frame_head(cmd, bem, len(entry.payload)))
-            parts.append(entry.payload)
+            key = (entry.index, with_bem, count)
+            template = templates.get(key) if templates is not None else None
+            if template is None:
+                template = entry.message_template(dispatch_us if with_bem else None, count)
+                if templates is not None:
+                    templates[key] = template
+            parts += (template.head(self.id_varint), entry.payload)
             self.permits -= entry.num_messages
             self.messages_out += entry.num_messages
             self.bytes_out += len(entry.payload)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.message_template import MessageTemplate
 
 
 @dataclass(slots=True)
@@ -35,3 +36,13 @@ class Entry:
             notified_us=self.notified_us,
             dispatch_us=dispatch_us,
         ).SerializeToString()
+
+    def message_template(
+        self, dispatch_us: int | None, redelivery_count: int = 0
+    ) -> MessageTemplate:
+        """The head of this entry's MESSAGE frame for any consumer; with the stage stamps
+        when `dispatch_us` is given (the consumer's client asked for them)."""
+        bem = None if dispatch_us is None else self.broker_entry_metadata(dispatch_us)
+        return MessageTemplate(
+            self.ledger_id, self.entry_id, len(self.payload), bem, redelivery_count
+        )

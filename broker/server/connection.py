@@ -70,6 +70,7 @@ class ServerConnection(asyncio.Protocol):
             ev.Request: self._on_request,
             ev.Send: self._on_send,
             ev.Flow: self._on_flow,
+            ev.Ack: self._on_ack,
             ev.Notice: self._on_notice,
         }
         self._requests: dict[int, Callable[[Any], None]] = {
@@ -85,7 +86,6 @@ class ServerConnection(asyncio.Protocol):
             T.GET_SCHEMA: self._on_get_schema,
         }
         self._notices: dict[int, Callable[[Any], None]] = {
-            T.ACK: self._on_ack,
             T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._on_redeliver,
         }
 
@@ -315,14 +315,13 @@ class ServerConnection(asyncio.Protocol):
         if consumer is not None and consumer.subscription is not None:
             consumer.subscription.on_flow(consumer, flow.permits)
 
-    def _on_ack(self, ack: pb.CommandAck) -> None:
-        consumer = self._consumer(ack.consumer_id)
-        if consumer is not None and consumer.subscription is not None:
-            log_ = consumer.subscription.topic.log
-            indexes = [log_.index_of(m.ledgerId, m.entryId) for m in ack.message_id]
-            cumulative = ack.ack_type == pb.CommandAck.Cumulative
-            consumer.subscription.on_ack(consumer, cumulative, indexes)
-        if ack.HasField("request_id"):
+    def _on_ack(self, ack: ev.Ack, now: int) -> None:
+        consumer = self.consumers.get(ack.consumer_id)
+        if consumer is not None and (sub := consumer.subscription) is not None:
+            index_of = sub.topic.log.index_of
+            indexes = [index_of(ledger_id, entry_id) for ledger_id, entry_id in ack.message_ids]
+            sub.on_ack(consumer, ack.cumulative, indexes)
+        if ack.request_id is not None:
             self._answer(T.ACK_RESPONSE, consumer_id=ack.consumer_id, request_id=ack.request_id)
 
     def _on_redeliver(self, req: pb.CommandRedeliverUnacknowledgedMessages) -> None:

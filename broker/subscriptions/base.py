@@ -151,6 +151,10 @@ class Dispatcher(ABC):
         consumer.wire.write_frames(frames)
 
     # -- reporting ------------------------------------------------------------------------
+    def unacked_messages(self, consumer: Consumer) -> int:
+        """Messages sent to `consumer` and not acknowledged yet (admin stats)."""
+        return sum(consumer.unacked.values())
+
     @property
     def mark_delete(self) -> int:
         """The subscription's mark-delete position: what retention and persistence see."""

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.core.consumer import Consumer
+from broker.core.consumer import Consumer, ConsumerWire
 from broker.core.entry import Entry
 from broker.core.entry_log import now_us
 from broker.subscriptions.base import READ_BATCH, Dispatcher
 from broker.subscriptions.cursor import Cursor
+from pulsar_protocol.message_template import MessageTemplate
 
 # Consumers served per slice before yielding to the event loop, so acks, flows and new
 # subscribes are handled during a broadcast to tens of thousands.
@@ -30,6 +31,8 @@ class BroadcastDispatcher(Dispatcher):
         super().__init__(*args, **kwargs)
         self._cursors: dict[Consumer, Cursor] = {}
         """Each consumer's virtual cursor; `self.cursor` is the main one (the slowest)."""
+        self._positions: dict[Consumer, int] = {}
+        """Where each consumer sits in `self.consumers` (order does not matter here)."""
         self._in_round = False
         self._round: list[Consumer] = []
         self._round_pos = 0
@@ -45,13 +48,19 @@ class BroadcastDispatcher(Dispatcher):
     def add_consumer(self, consumer: Consumer) -> None:
         # A newcomer starts where the subscription's (slowest) cursor stands.
         self._cursors[consumer] = Cursor(self.mark_delete)
+        self._positions[consumer] = len(self.consumers)
         self.consumers.append(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         cursor = self._cursors.pop(consumer, None)
         if cursor is None:
             return
-        self.consumers.remove(consumer)
+        # Swap with the last: 100,000 consumers leaving one by one must not cost the square.
+        position = self._positions.pop(consumer)
+        last = self.consumers.pop()
+        if last is not consumer:
+            self.consumers[position] = last
+            self._positions[last] = position
         self._targets.discard(consumer)
         if cursor.mark_delete <= self.cursor.mark_delete:
             self._slowest_stale = True
@@ -62,19 +71,20 @@ class BroadcastDispatcher(Dispatcher):
         self.wake(consumer)
 
     def on_ack(self, consumer: Consumer, cumulative: bool, indexes: list[int]) -> None:
-        """Acks move only the consumer's virtual cursor, and the main one if it was slowest."""
+        """Acks move only the consumer's virtual cursor, and the main one if it was slowest.
+
+        What a consumer still owes is its cursor's state (between mark-delete and the read
+        position, less the acked indexes), so there is nothing else to update per ack."""
         cursor = self._cursors.get(consumer)
         if cursor is None:
             return
         before = cursor.mark_delete
-        unacked = consumer.unacked
-        for index in indexes:
-            if cumulative:
-                if cursor.ack_cumulative(index):
-                    for i in [i for i in unacked if i <= index]:
-                        del unacked[i]
-            elif cursor.ack(index):
-                unacked.pop(index, None)
+        if cumulative:
+            for index in indexes:
+                cursor.ack_cumulative(index)
+        else:
+            for index in indexes:
+                cursor.ack(index)
         # Only a consumer that was the slowest can move the main cursor.
         if cursor.mark_delete != before and before <= self.cursor.mark_delete:
             self._slowest_stale = True
@@ -85,12 +95,18 @@ class BroadcastDispatcher(Dispatcher):
         cursor = self._cursors.get(consumer)
         if cursor is None:
             return
-        rewind_to = min(consumer.unacked) if consumer.unacked else cursor.read_index
-        if indexes is not None:
-            rewind_to = min([rewind_to, *indexes])
-        cursor.rewind(rewind_to)
-        consumer.unacked.clear()
+        cursor.rewind(None if indexes is None else min(indexes, default=cursor.read_index))
         self.wake(consumer)
+
+    def unacked_messages(self, consumer: Consumer) -> int:
+        cursor = self._cursors.get(consumer)
+        if cursor is None:
+            return 0
+        start, end = cursor.mark_delete + 1, cursor.read_index
+        entries = self.log.read(start, end - start) if end > start else []
+        # Entries no longer in memory count one message each (admin stats only).
+        unread = end - start - len(entries)
+        return unread + sum(e.num_messages for e in entries if not cursor.is_acked(e.index))
 
     def seek(self, index: int) -> None:
         for cursor in self._cursors.values():
@@ -124,7 +140,13 @@ class BroadcastDispatcher(Dispatcher):
             self._dispatch_handle = self.loop.call_soon(self._run_dispatch)
 
     def dispatch(self) -> None:
-        """One slice of a round over the consumers; reschedules itself until the round ends."""
+        """One slice of a round over the consumers; reschedules itself until the round ends.
+
+        Each entry's frame head is built once per slice (message_template) and patched with
+        each consumer's id; a connection's frames of the slice go out in one write, the
+        payloads shared (`write_frames` → writelines). At 10,000 consumers this is 1.1 µs per
+        delivery in Python, against 3.2 µs with a frame encoded and written per consumer
+        (benchmarks/broker_core.py, docs/benchmarks.md)."""
         if not self._in_round:
             self._in_round = True
             self._round = list(self.consumers) if self._everyone else list(self._targets)
@@ -133,26 +155,44 @@ class BroadcastDispatcher(Dispatcher):
             self._round_pos = 0
             self._round_entries = {}
         tail = self.log.next_index
-        end = min(self._round_pos + SLICE, len(self._round))
+        start = self._round_pos
+        end = min(start + SLICE, len(self._round))
         dispatch_us = now_us()
-        bem_cache: dict[int, bytes] = {}
+        templates: dict[tuple[int, bool, int], MessageTemplate] = {}
+        out: dict[ConsumerWire, list[bytes]] = {}
         cursors = self._cursors
-        for consumer in self._round[self._round_pos : end]:
+        cache = self._round_entries
+        sent = 0
+        for consumer in self._round[start:end]:
             cursor = cursors.get(consumer)
             if cursor is None:
                 continue  # left during the round
-            if cursor.read_index >= tail or consumer.permits <= 0 or not consumer.wire.writable:
+            read = cursor.read_index
+            permits = consumer.permits
+            if read >= tail or permits <= 0:
                 continue
-            entries = self._entries_from(cursor.read_index, min(READ_BATCH, consumer.permits))
-            if not entries:
+            wire = consumer.wire
+            if not wire.writable:
                 continue
+            entry = cache.get(read)
+            if read + 1 == tail and entry is not None:
+                entries = [entry]  # the common case: one new entry, read for an earlier one
+                sent += entry.num_messages
+            else:
+                entries = self._entries_from(read, min(READ_BATCH, permits))
+                if not entries:
+                    continue
+                sent += sum(e.num_messages for e in entries)
             cursor.read_index = entries[-1].index + 1
-            for e in entries:
-                consumer.unacked[e.index] = e.num_messages
-            consumer.wire.write_frames(consumer.frames_for(entries, dispatch_us, None, bem_cache))
-            self.messages_out += sum(e.num_messages for e in entries)
+            buffers = out.get(wire)
+            if buffers is None:
+                buffers = out[wire] = []
+            buffers += consumer.frames_for(entries, dispatch_us, None, templates)
             if cursor.read_index < tail and consumer.permits > 0 and not self._everyone:
                 self._targets.add(consumer)
+        for wire, buffers in out.items():
+            wire.write_frames(buffers)
+        self.messages_out += sent
         self._round_pos = end
         if end < len(self._round):
             self._dispatch_handle = self.loop.call_soon(self._run_dispatch)

@@ -62,6 +62,9 @@ class Subscription:
         """What retention and persistence see (for Broadcast: the slowest virtual cursor)."""
         return self.dispatcher.mark_delete
 
+    def unacked_messages(self, consumer: Consumer) -> int:
+        return self.dispatcher.unacked_messages(consumer)
+
     def backlog(self) -> int:
         mark_delete = self.mark_delete  # for Broadcast, brings the main cursor up to date
         return max(0, self.topic.log.next_index - 1 - mark_delete - len(self.cursor.acked))

@@ -7,13 +7,14 @@ bytes of a frame still to come.
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
 
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import T, command, message_command_bytes
+from pulsar_protocol.commands import T, command, message_command_bytes, parse_ack
 from pulsar_protocol.connection import MAX_PROTOCOL_VERSION, Connection
 from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
 from pulsar_protocol.frames import FrameDecoder, encode_frame, encode_raw_frame, frame_head
@@ -404,11 +405,91 @@ def test_individual_acks_carry_every_id_in_one_command():
         p.client.acknowledge_consumed(5, 1, msg_id(entry))
     p.client.acknowledge_consumed(6, 1, msg_id(0))
     assert p.client.flush_acks() == 2
-    acks = {e.body.consumer_id: e.body for e in p.answer(p.client) if isinstance(e, ev.Notice)}
-    assert acks[5].ack_type == pb.CommandAck.Individual
-    assert [m.entryId for m in acks[5].message_id] == [0, 1, 2]
-    assert [m.entryId for m in acks[6].message_id] == [0]
+    acks = {e.consumer_id: e for e in p.answer(p.client) if isinstance(e, ev.Ack)}
+    assert not acks[5].cumulative
+    assert acks[5].message_ids == ((1, 0), (1, 1), (1, 2))
+    assert acks[6].message_ids == ((1, 0),)
     assert p.client.flush_acks() == 0
+
+
+def test_the_server_reads_every_ack_shape_as_protobuf_does(pair):
+    """The common shape is read by hand (commands.parse_ack); others go through protobuf.
+    Both give the same Ack event, and an ACK with a request id is still tracked for its
+    ACK_RESPONSE."""
+    shapes = [
+        dict(
+            consumer_id=7,
+            ack_type=pb.CommandAck.Cumulative,
+            message_id=[pb.MessageIdData(ledgerId=3, entryId=9)],
+        ),
+        dict(
+            consumer_id=2**40,
+            ack_type=pb.CommandAck.Individual,
+            message_id=[pb.MessageIdData(ledgerId=2**33, entryId=300_000)],
+        ),
+        dict(
+            consumer_id=1,
+            ack_type=pb.CommandAck.Individual,
+            message_id=[pb.MessageIdData(ledgerId=1, entryId=1, batch_index=2)],
+        ),
+        dict(
+            consumer_id=1,
+            ack_type=pb.CommandAck.Individual,
+            message_id=[pb.MessageIdData(ledgerId=1, entryId=e) for e in range(3)],
+        ),
+        dict(
+            consumer_id=5,
+            ack_type=pb.CommandAck.Cumulative,
+            request_id=77,
+            message_id=[pb.MessageIdData(ledgerId=4, entryId=4)],
+        ),
+    ]
+    for fields in shapes:
+        cmd = command(T.ACK, **fields)
+        pair.server.receive_data(encode_frame(cmd))
+        event = pair.server.next_event()
+        assert event == ev.Ack(
+            cmd.ack.consumer_id,
+            cmd.ack.ack_type == pb.CommandAck.Cumulative,
+            tuple((m.ledgerId, m.entryId) for m in cmd.ack.message_id),
+            cmd.ack.request_id if cmd.ack.HasField("request_id") else None,
+        )
+    pair.server.send(ev.Response(command(T.ACK_RESPONSE, consumer_id=5, request_id=77)))
+    with pytest.raises(LocalProtocolError):  # answered once: a second answer is refused
+        pair.server.send(ev.Response(command(T.ACK_RESPONSE, consumer_id=5, request_id=77)))
+
+
+def _random_id(rng: random.Random) -> pb.MessageIdData:
+    msg_id = pb.MessageIdData(
+        ledgerId=rng.choice([0, 5, 2**20, 2**62]), entryId=rng.choice([0, 99, 70_000, 2**40])
+    )
+    if rng.random() < 0.2:
+        msg_id.partition = rng.randrange(4)
+    return msg_id
+
+
+def test_ack_fast_path_agrees_with_protobuf_or_declines():
+    """parse_ack on many encodings: either protobuf's values or None, never a wrong read."""
+    rng = random.Random(11)
+    accepted = 0
+    for _ in range(3000):
+        fields = dict(
+            consumer_id=rng.choice([0, 1, 127, 128, 16383, 16384, 2**35, 2**63]),
+            ack_type=rng.choice([pb.CommandAck.Individual, pb.CommandAck.Cumulative]),
+            message_id=[_random_id(rng) for _ in range(rng.choice([1, 1, 1, 2]))],
+        )
+        if rng.random() < 0.2:
+            fields["request_id"] = rng.randrange(1000)
+        raw = command(T.ACK, **fields).SerializeToString()
+        got = parse_ack(raw)
+        if got is None:
+            continue
+        accepted += 1
+        ack = pb.BaseCommand.FromString(raw).ack
+        (msg,) = ack.message_id
+        assert got == (ack.consumer_id, ack.ack_type, msg.ledgerId, msg.entryId)
+    assert accepted > 1000
+    assert parse_ack(command(T.FLOW, consumer_id=1, messagePermits=1).SerializeToString()) is None
 
 
 def test_a_consumer_no_longer_active_gets_no_flow_and_no_ack(pair):

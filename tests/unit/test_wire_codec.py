@@ -10,13 +10,21 @@ from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import (
     T,
     _encode_varint,
-    _varint,
     ack_command_bytes,
     command,
+    decode_varint,
+    encode_varint,
     message_command_bytes,
 )
 from pulsar_protocol.errors import RemoteProtocolError
-from pulsar_protocol.frames import FrameDecoder, encode_frame, encode_raw_frame, parse_frame_body
+from pulsar_protocol.frames import (
+    FrameDecoder,
+    encode_frame,
+    encode_raw_frame,
+    frame_head,
+    parse_frame_body,
+)
+from pulsar_protocol.message_template import MessageTemplate
 from pulsar_protocol.payload import (
     decode_payload,
     encode_payload,
@@ -136,9 +144,22 @@ def test_hand_built_ack_command_matches_protobuf(consumer_id, ack_type, ids):
     assert ack_command_bytes(consumer_id, ack_type, id_bytes) == expected
 
 
+@pytest.mark.parametrize("bem", [None, b"", b"\x08\x01" * 40])
+@pytest.mark.parametrize("args", [(1, 2, 0, -1), (1 << 40, 99999, 5, 3), (0, 0, 0, -1)])
+def test_message_template_heads_are_the_frames_encoded_the_slow_way(args, bem):
+    """One template serves every consumer id: each head equals frame_head(MESSAGE command)
+    byte for byte, whatever the length of the id's varint."""
+    ledger, entry, redeliveries, partition = args
+    template = MessageTemplate(ledger, entry, 10240, bem, redeliveries, partition)
+    for consumer_id in (0, 1, 127, 128, 16383, 16384, 1 << 21, 1 << 40, (1 << 64) - 1):
+        cmd = message_command_bytes(consumer_id, ledger, entry, redeliveries, partition)
+        assert template.head(encode_varint(consumer_id)) == frame_head(cmd, bem, 10240)
+
+
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 1 << 35, (1 << 64) - 1])
 def test_varints_from_the_table_and_computed_agree(value):
-    assert _varint(value) == _encode_varint(value)
+    assert decode_varint(encode_varint(value)) == value
+    assert encode_varint(value) == _encode_varint(value)
     assert (
         _encode_varint(value)
         == pb.MessageIdData(ledgerId=value, entryId=0).SerializeToString()[

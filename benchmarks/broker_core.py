@@ -1,0 +1,160 @@
+"""The bundled broker's Python cost per delivery, without sockets: dispatch and acks.
+
+Real `ServerConnection`s and a real `BrokerService`, fed the bytes a client sends (CONNECT,
+SUBSCRIBE with the Broadcast property, FLOW, then one cumulative ACK per consumer per entry,
+one buffer per connection as the native driver writes them); their transports only count what
+the broker writes. The topic is persistent, on ledgers in a temporary folder, on the broker's
+event loop (uvloop). What it leaves out is the kernel: the socket writes and reads a real run
+adds. Run: `python -m benchmarks.broker_core [--consumers N] [--per-connection N]
+[--entries N] [--size BYTES]`; numbers in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+
+from broker.app import loop_factory
+from broker.config import BrokerConfig
+from broker.server.connection import ServerConnection
+from broker.server.service import BrokerService
+from broker.storage.ledger_storage import LedgerStorage
+from pulsar_protocol import events as ev
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, ack_command_bytes, command
+from pulsar_protocol.connection import Connection
+from pulsar_protocol.extensions import mode_property
+from pulsar_protocol.frames import frame_head
+from pulsar_protocol.payload import encode_payload
+from pulsar_protocol.state import CLIENT
+
+TOPIC = "persistent://public/default/bench"
+
+
+class CountingTransport:
+    """Stands in for asyncio's transport: counts the bytes the broker writes."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.writes = 0
+
+    def writelines(self, buffers: list[bytes]) -> None:
+        self.writes += 1
+        self.bytes += sum(len(b) for b in buffers)
+
+    def write(self, data: bytes) -> None:
+        self.writelines([data])
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str) -> object:
+        return ("127.0.0.1", 1) if name == "peername" else None
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _client_bytes(first_id: int, count: int) -> bytes:
+    client = Connection(CLIENT)
+    client.send(ev.Connect("bench", 20, supports_broker_entry_metadata=True))
+    out = client.data_to_send()
+    prop = mode_property("Broadcast")
+    for cid in range(first_id, first_id + count):
+        sub = command(
+            T.SUBSCRIBE,
+            topic=TOPIC,
+            subscription="all",
+            subType=pb.CommandSubscribe.Shared,
+            consumer_id=cid,
+            request_id=cid,
+            metadata=[prop],
+        )
+        out += frame_head(sub.SerializeToString(), None, 0)
+        flow = command(T.FLOW, consumer_id=cid, messagePermits=1000)
+        out += frame_head(flow.SerializeToString(), None, 0)
+    return out
+
+
+def _acks(first_id: int, count: int, ledger_id: int, entry_id: int) -> bytes:
+    msg_id = pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id).SerializeToString()
+    cumulative = pb.CommandAck.Cumulative
+    return b"".join(
+        frame_head(ack_command_bytes(cid, cumulative, [msg_id]), None, 0)
+        for cid in range(first_id, first_id + count)
+    )
+
+
+async def _run(consumers: int, per_connection: int, entries: int, size: int) -> None:
+    with tempfile.TemporaryDirectory() as data_dir:
+        storage = LedgerStorage(BrokerConfig(dataDir=data_dir))
+        service = BrokerService(BrokerConfig(dataDir=data_dir), storage)
+        service.loop = asyncio.get_running_loop()
+        storage.attach(service.loop)
+        try:
+            await _measure(service, consumers, per_connection, entries, size)
+        finally:
+            await storage.close()
+
+
+async def _measure(
+    service: BrokerService, consumers: int, per_connection: int, entries: int, size: int
+) -> None:
+    conns: list[tuple[ServerConnection, CountingTransport, int, int]] = []
+    started = time.process_time()
+    for first in range(0, consumers, per_connection):
+        count = min(per_connection, consumers - first)
+        conn = ServerConnection(service)
+        transport = CountingTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.data_received(_client_bytes(first, count))
+        conns.append((conn, transport, first, count))
+    await asyncio.sleep(0)
+    subscribed = time.process_time() - started
+    topic = service.topic(TOPIC)
+    section = encode_payload(
+        pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"x" * size
+    )
+    dispatch_cpu = ack_cpu = 0.0
+    for n in range(entries):
+        started = time.process_time()
+        entry = await topic.publish(section, b"", 1, 1)
+        sub = topic.subscriptions["all"]
+        while sub.messages_out < consumers * (n + 1):
+            await asyncio.sleep(0)
+        dispatch_cpu += time.process_time() - started
+        acks = [_acks(first, count, entry.ledger_id, entry.entry_id) for *_, first, count in conns]
+        started = time.process_time()
+        for (conn, *_), data in zip(conns, acks, strict=True):
+            conn.data_received(data)
+        await asyncio.sleep(0)
+        ack_cpu += time.process_time() - started
+    deliveries = consumers * entries
+    writes = sum(t.writes for _, t, *_ in conns)
+    print(
+        f"{consumers} consumers, {per_connection} per connection, {entries} entries of {size} B: "
+        f"subscribe {1e6 * subscribed / consumers:.2f} us/consumer; "
+        f"dispatch {1e6 * dispatch_cpu / deliveries:.2f} us/delivery; "
+        f"ack {1e6 * ack_cpu / deliveries:.2f} us/delivery; "
+        f"{writes / entries:.0f} writes per entry; mark-delete {sub.mark_delete}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--consumers", type=int, default=10_000)
+    parser.add_argument("--per-connection", type=int, default=100)
+    parser.add_argument("--entries", type=int, default=20)
+    parser.add_argument("--size", type=int, default=10_240)
+    args = parser.parse_args()
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(_run(args.consumers, args.per_connection, args.entries, args.size))
+
+
+if __name__ == "__main__":
+    main()
