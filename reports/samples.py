@@ -17,6 +17,8 @@ from results_contract.harness_cost import (
     BROKER_CPU_S,
     BROKER_CPU_US_PER_DELIVERY,
     BROKER_DELIVERIES_DISPATCHED,
+    BROKER_LOOP_LAG_MAX_MS,
+    BROKER_LOOP_LAG_P99_MS,
     BROKER_WINDOW_S,
     CLIENT_CPU_S,
     CLIENT_CPU_US_PER_DELIVERY,
@@ -237,6 +239,8 @@ def sample_summary(
             BROKER_CPU_S: round(expected * 11e-6, 6) if broker_stats else None,
             BROKER_DELIVERIES_DISPATCHED: expected * 11 // 12 if broker_stats else None,
             BROKER_WINDOW_S: float(seconds - 5) if broker_stats else None,
+            BROKER_LOOP_LAG_P99_MS: 9.5 if broker_stats else None,
+            BROKER_LOOP_LAG_MAX_MS: 41.0 if broker_stats else None,
         },
     }
 

@@ -2,7 +2,7 @@
 
 summary.json's `harness_cost` object (docs/results.md, "Harness cost") and the two keys the
 bundled broker adds to its periodic `broker/stats-<n>.json` for it. The broker cannot import
-this package (docs/architecture.md), so it spells the two stats keys itself; the broker-stats
+this package (docs/architecture.md), so it spells the stats keys itself; the broker-stats
 test checks they match.
 """
 
@@ -13,6 +13,9 @@ from __future__ import annotations
 # it started).
 BROKER_CPU_SECONDS = "cpu_seconds"
 BROKER_DELIVERIES = "deliveries"
+# ... and, since the previous snapshot, how late its event loop ran ready work (the wait of an
+# ACK or FLOW read from a socket): {"p50_ms", "p99_ms", "max_ms"}.
+BROKER_LOOP_LAG = "loop_lag"
 
 # summary.json: the `harness_cost` object and its fields.
 HARNESS_COST = "harness_cost"
@@ -23,6 +26,8 @@ BROKER_CPU_US_PER_DELIVERY = "broker_cpu_us_per_delivery"
 BROKER_CPU_S = "broker_cpu_s"  # the broker's CPU over its stats window in the measure phase
 BROKER_DELIVERIES_DISPATCHED = "broker_deliveries"  # deliveries it dispatched in that window
 BROKER_WINDOW_S = "broker_window_s"  # that window: first to last broker stats in the phase
+BROKER_LOOP_LAG_P99_MS = "broker_loop_lag_p99_ms"  # the largest per-snapshot P99 in that window
+BROKER_LOOP_LAG_MAX_MS = "broker_loop_lag_max_ms"  # the longest stall in that window
 
 HARNESS_COST_FIELDS = (
     CLIENT_CPU_US_PER_DELIVERY,
@@ -32,4 +37,6 @@ HARNESS_COST_FIELDS = (
     BROKER_CPU_S,
     BROKER_DELIVERIES_DISPATCHED,
     BROKER_WINDOW_S,
+    BROKER_LOOP_LAG_P99_MS,
+    BROKER_LOOP_LAG_MAX_MS,
 )

@@ -19,6 +19,9 @@ from results_contract.harness_cost import (
     BROKER_CPU_US_PER_DELIVERY,
     BROKER_DELIVERIES,
     BROKER_DELIVERIES_DISPATCHED,
+    BROKER_LOOP_LAG,
+    BROKER_LOOP_LAG_MAX_MS,
+    BROKER_LOOP_LAG_P99_MS,
     BROKER_WINDOW_S,
     CLIENT_CPU_S,
     CLIENT_CPU_US_PER_DELIVERY,
@@ -28,6 +31,7 @@ from results_contract.paths import BROKER_STATS_PATTERN, broker_dir
 from spark_analysis.inputs import load_json, require
 
 BrokerCounters = tuple[float, float, int]  # (ts, cumulative CPU seconds, deliveries)
+LoopLagPoint = tuple[float, float, float]  # (ts, P99 ms, max ms) since the previous snapshot
 
 
 def per_delivery_us(cpu_s: float | None, deliveries: int | None) -> float | None:
@@ -51,6 +55,36 @@ def read_broker_counters(run_dir: Path) -> list[BrokerCounters]:
         points.append((float(ts), float(cpu_s), deliveries))
     points.sort()
     return points
+
+
+def read_broker_loop_lag(run_dir: Path) -> list[LoopLagPoint]:
+    """Each snapshot's loop lag, in time order; stats without it give none."""
+    points = []
+    for path in sorted(broker_dir(run_dir).glob(BROKER_STATS_PATTERN)):
+        stats = load_json(path)
+        lag = stats.get(BROKER_LOOP_LAG)
+        if lag is None:
+            continue
+        ts = require(stats, "ts", (int, float), path)
+        p99 = require(lag, "p99_ms", (int, float), path)
+        longest = require(lag, "max_ms", (int, float), path)
+        points.append((float(ts), float(p99), float(longest)))
+    points.sort()
+    return points
+
+
+def broker_loop_lag(
+    points: list[LoopLagPoint], measure_start: float, measure_end: float
+) -> dict[str, Any]:
+    """The loop lag over the broker-cost window: the snapshots after the first one inside the
+    measure phase (the first one's interval began before it), up to the last one inside."""
+    inside = [p for p in points if measure_start <= p[0] <= measure_end][1:]
+    if not inside:
+        return {BROKER_LOOP_LAG_P99_MS: None, BROKER_LOOP_LAG_MAX_MS: None}
+    return {
+        BROKER_LOOP_LAG_P99_MS: max(p[1] for p in inside),
+        BROKER_LOOP_LAG_MAX_MS: max(p[2] for p in inside),
+    }
 
 
 def broker_cost(
@@ -77,7 +111,10 @@ def broker_cost(
 
 
 def harness_cost(
-    client_cpu_s: float | None, client_deliveries: int, broker: dict[str, Any]
+    client_cpu_s: float | None,
+    client_deliveries: int,
+    broker: dict[str, Any],
+    loop_lag: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """summary.json's `harness_cost` object."""
     return {
@@ -85,4 +122,5 @@ def harness_cost(
         CLIENT_CPU_S: None if client_cpu_s is None else round(client_cpu_s, 6),
         CLIENT_DELIVERIES: client_deliveries,
         **broker,
+        **(loop_lag or broker_loop_lag([], 0.0, 0.0)),
     }

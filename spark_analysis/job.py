@@ -28,7 +28,13 @@ from spark_analysis.client_bound import TailLatency, judge
 from spark_analysis.connections import analyze_connections, read_connections
 from spark_analysis.deliveries import analyze_deliveries, read_deliveries
 from spark_analysis.errors import AnalysisError
-from spark_analysis.harness_cost import broker_cost, harness_cost, read_broker_counters
+from spark_analysis.harness_cost import (
+    broker_cost,
+    broker_loop_lag,
+    harness_cost,
+    read_broker_counters,
+    read_broker_loop_lag,
+)
 from spark_analysis.histograms import MergedHistograms, merge_histograms, read_hlogs
 from spark_analysis.inputs import load_json, load_manifest, raw_files
 from spark_analysis.outputs import write_json_atomic
@@ -63,6 +69,7 @@ def analyze_run(
     delivery_rows = read_deliveries(delivery_files.present) if delivery_files else None
     broker = broker_series(run_dir, manifest)
     broker_counters = read_broker_counters(run_dir)
+    broker_lag = read_broker_loop_lag(run_dir)
 
     with session_scope(spark, master) as session:
         merged = merge_histograms(
@@ -103,6 +110,7 @@ def analyze_run(
             timeline.measure_cpu_s,
             timeline.measure_received,
             broker_cost(broker_counters, manifest.measure_start, manifest.measure_end),
+            broker_loop_lag(broker_lag, manifest.measure_start, manifest.measure_end),
         ),
     )
     result = omb.omb_result(manifest, timeline.series, merged.windows, merged.totals)

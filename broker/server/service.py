@@ -19,6 +19,7 @@ from broker.config import BrokerConfig
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import Topic
 from broker.server.connection import ServerConnection
+from broker.server.loop_lag import LoopLag
 from broker.subscriptions.modes import DISPATCHERS
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.extensions import NAME_BY_SUBTYPE, requested_mode
@@ -62,6 +63,7 @@ class BrokerService:
         self._stats_written = 0
         self._process = psutil.Process()
         self.started = time.time()
+        self.loop_lag: LoopLag | None = None
 
     # -- topics ----------------------------------------------------------------------------
     def topic(self, name: str) -> Topic:
@@ -130,6 +132,8 @@ class BrokerService:
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.loop_lag = LoopLag(self.loop)
+        self.loop_lag.start()
         if self.storage is not None:
             self.storage.attach(self.loop)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -148,6 +152,8 @@ class BrokerService:
     async def stop(self) -> None:
         if self._stats_task is not None:
             self._write_stats_file()  # the counters as the run left them
+        if self.loop_lag is not None:
+            self.loop_lag.stop()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -197,6 +203,8 @@ class BrokerService:
             # Cumulative, so that the analysis can take exact differences over a phase.
             "cpu_seconds": times.user + times.system,
             "deliveries": deliveries_total(self.topics.values()),
+            # Since the previous snapshot: how long ready ACKs and FLOWs waited (loop_lag.py).
+            "loop_lag": self.loop_lag.take() if self.loop_lag is not None else None,
             "rss": self._process.memory_info().rss,
             "connections": len(self.connections),
             "consumers": sum(len(c.consumers) for c in self.connections),

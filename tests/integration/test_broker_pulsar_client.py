@@ -11,7 +11,7 @@ import urllib.request
 import pulsar
 import pytest
 
-from results_contract.harness_cost import BROKER_CPU_SECONDS, BROKER_DELIVERIES
+from results_contract.harness_cost import BROKER_CPU_SECONDS, BROKER_DELIVERIES, BROKER_LOOP_LAG
 from tests.conftest import start_broker
 
 pytestmark = pytest.mark.integration
@@ -365,3 +365,6 @@ def test_stats_carry_cumulative_cpu_seconds_and_deliveries(tmp_path):
     # Cumulative: never decreasing from one snapshot to the next.
     cpu = [s[BROKER_CPU_SECONDS] for s in snapshots]
     assert cpu == sorted(cpu)
+    # The loop's lag since the previous snapshot: sampled (a timer every 5 ms), ordered.
+    lag = last[BROKER_LOOP_LAG]
+    assert 0 < lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]

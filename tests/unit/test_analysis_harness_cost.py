@@ -13,6 +13,8 @@ from results_contract.harness_cost import (
     BROKER_CPU_US_PER_DELIVERY,
     BROKER_DELIVERIES,
     BROKER_DELIVERIES_DISPATCHED,
+    BROKER_LOOP_LAG_MAX_MS,
+    BROKER_LOOP_LAG_P99_MS,
     BROKER_WINDOW_S,
     CLIENT_CPU_S,
     CLIENT_CPU_US_PER_DELIVERY,
@@ -22,9 +24,11 @@ from results_contract.harness_cost import (
 from spark_analysis import AnalysisError
 from spark_analysis.harness_cost import (
     broker_cost,
+    broker_loop_lag,
     harness_cost,
     per_delivery_us,
     read_broker_counters,
+    read_broker_loop_lag,
 )
 
 START, END = 1000.0, 1030.0
@@ -111,3 +115,25 @@ def test_a_bad_broker_counter_names_the_file(tmp_path) -> None:
     write_stats(tmp_path, [{"ts": START, BROKER_CPU_SECONDS: "1.0", BROKER_DELIVERIES: 3}])
     with pytest.raises(AnalysisError, match=r"stats-0\.json.*cpu_seconds"):
         read_broker_counters(tmp_path)
+
+
+def test_broker_loop_lag_is_the_worst_snapshot_of_the_window(tmp_path) -> None:
+    lag = [
+        {"ts": START - 3, "loop_lag": {"p50_ms": 1.0, "p99_ms": 900.0, "max_ms": 950.0}},
+        {"ts": START + 2, "loop_lag": {"p50_ms": 1.0, "p99_ms": 800.0, "max_ms": 850.0}},
+        {"ts": START + 7, "loop_lag": {"p50_ms": 1.0, "p99_ms": 12.5, "max_ms": 40.0}},
+        {"ts": START + 12, "loop_lag": {"p50_ms": 1.0, "p99_ms": 30.0, "max_ms": 31.0}},
+        {"ts": START + 13},  # written before the field existed
+    ]
+    write_stats(tmp_path, lag)
+    points = read_broker_loop_lag(tmp_path)
+    assert [p[0] for p in points] == [START - 3, START + 2, START + 7, START + 12]
+    # The warm-up snapshot and the first one inside (whose interval began before) are left out.
+    assert broker_loop_lag(points, START, END) == {
+        BROKER_LOOP_LAG_P99_MS: 30.0,
+        BROKER_LOOP_LAG_MAX_MS: 40.0,
+    }
+    assert broker_loop_lag(points[:2], START, END) == {
+        BROKER_LOOP_LAG_P99_MS: None,
+        BROKER_LOOP_LAG_MAX_MS: None,
+    }

@@ -9,7 +9,7 @@ import pytest
 from broker.core.consumer import Consumer
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import Topic
-from broker.subscriptions.broadcast import BroadcastDispatcher
+from broker.subscriptions.broadcast import SLICE, BroadcastDispatcher
 from broker.subscriptions.cursor import Cursor
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.frames import FrameDecoder
@@ -207,3 +207,64 @@ def test_cursor_hands_back_unacked_entries_counted_and_reads_them_first():
 async def _append(log: MemoryEntryLog, n: int) -> None:
     for _ in range(n):
         await log.append(SECTION, b"", 1, 1)
+
+
+class CountingWire:
+    """A wire that only counts the MESSAGE frames written to it, in one shared list."""
+
+    writable = True
+    sends_broker_entry_metadata = True
+
+    def __init__(self, written: list[int], on_write=None) -> None:
+        self.written = written
+        self.on_write = on_write
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        self.written.append(len(frames) // 2)  # [head, payload] per delivery
+        if self.on_write is not None:
+            self.on_write()
+
+    def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
+        pass
+
+
+def _run_until(loop, done) -> None:
+    for _ in range(10_000):
+        if done():
+            return
+        loop.run_until_complete(asyncio.sleep(0))
+    raise AssertionError("the loop never got there")
+
+
+def test_an_ack_arriving_during_a_large_broadcast_waits_one_slice_not_the_whole_round(loop):
+    """Seed 000's OrderedExecutor lesson: an ACK must not queue behind the sends. A reader's
+    callback (here scheduled the way the loop queues a socket's readiness) that becomes ready
+    while 20,000 consumers are being served runs after at most one more slice of the round,
+    and its ack takes effect at once."""
+    topic = Topic("t", MemoryEntryLog(), persistent=False, loop=loop)
+    sub = topic.subscription("all", "Broadcast", initial_earliest=False)
+    written: list[int] = []
+    arrival: dict[str, int] = {}
+
+    def ack_arrives() -> None:
+        if "sent" not in arrival and sum(written) > 20_000:  # the second round has begun
+            arrival["sent"] = sum(written)
+            loop.call_soon(handle_ack)
+
+    def handle_ack() -> None:
+        arrival["handled"] = sum(written)
+        sub.on_ack(consumers[0], True, [1])
+
+    wires = [CountingWire(written, ack_arrives) for _ in range(200)]
+    consumers = [_consumer(wires[i // 100], i, permits=10) for i in range(20_000)]
+    for c in consumers:
+        sub.add_consumer(c)
+    for round_ in (1, 2):
+        loop.run_until_complete(topic.publish(SECTION, b"", 1, 1))
+        _run_until(loop, lambda r=round_: sub.messages_out == 20_000 * r)
+    _settle(loop)
+    assert sum(written) == 40_000
+    assert arrival["handled"] - arrival["sent"] <= SLICE
+    assert arrival["handled"] < 30_000  # long before the round's end
+    assert sub.unacked_messages(consumers[0]) == 0
+    assert sub.unacked_messages(consumers[1]) == 2

@@ -125,6 +125,14 @@ def test_harness_cost_shows_client_and_broker_cpu_per_delivery(tmp_path: Path) -
     html = render_run(write_run(tmp_path / "other", sample_summary(broker_stats=False))).read_text()
     table = html[html.index('data-table="harness-cost"') :]
     assert "32.0 µs" in table and "not measured" in table[: table.index("</table>")]
+    assert 'data-field="broker-loop-lag"' not in html
+
+
+def test_harness_cost_says_how_long_the_brokers_loop_kept_acks_waiting(tmp_path: Path) -> None:
+    html = render_run(write_run(tmp_path / "run", sample_summary())).read_text()
+    lag = html[html.index('data-field="broker-loop-lag"') :]
+    lag = lag[: lag.index("</p>")]
+    assert "9.50 ms" in lag and "41.0 ms" in lag
 
 
 def test_a_summary_without_harness_cost_has_no_such_table(tmp_path: Path) -> None:
