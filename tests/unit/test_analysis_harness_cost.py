@@ -118,7 +118,7 @@ def test_a_bad_broker_counter_names_the_file(tmp_path) -> None:
 
 
 def test_broker_loop_lag_is_the_worst_snapshot_of_the_window(tmp_path) -> None:
-    lag = [
+    lag: list[dict] = [
         {"ts": START - 3, "loop_lag": {"p50_ms": 1.0, "p99_ms": 900.0, "max_ms": 950.0}},
         {"ts": START + 2, "loop_lag": {"p50_ms": 1.0, "p99_ms": 800.0, "max_ms": 850.0}},
         {"ts": START + 7, "loop_lag": {"p50_ms": 1.0, "p99_ms": 12.5, "max_ms": 40.0}},
