@@ -6,7 +6,7 @@ one buffer per connection as the native driver writes them); their transports on
 the broker writes. The topic is persistent, on ledgers in a temporary folder, on the broker's
 event loop (uvloop). What it leaves out is the kernel: the socket writes and reads a real run
 adds. Run: `python -m benchmarks.broker_core [--consumers N] [--per-connection N]
-[--entries N] [--size BYTES]`; numbers in docs/benchmarks.md.
+[--entries N] [--size BYTES] [--shared]`; numbers in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -60,20 +60,21 @@ class CountingTransport:
         pass
 
 
-def _client_bytes(first_id: int, count: int) -> bytes:
+def _client_bytes(first_id: int, count: int, shared: bool) -> bytes:
     client = Connection(CLIENT)
     client.send(ev.Connect("bench", 20, supports_broker_entry_metadata=True))
     out = client.data_to_send()
     prop = mode_property("Broadcast")
     for cid in range(first_id, first_id + count):
+        # Shared: the seed's baseline, one subscription per consumer.
         sub = command(
             T.SUBSCRIBE,
             topic=TOPIC,
-            subscription="all",
+            subscription=f"s{cid}" if shared else "all",
             subType=pb.CommandSubscribe.Shared,
             consumer_id=cid,
             request_id=cid,
-            metadata=[prop],
+            metadata=[] if shared else [prop],
         )
         out += frame_head(sub.SerializeToString(), None, 0)
         flow = command(T.FLOW, consumer_id=cid, messagePermits=1000)
@@ -90,20 +91,27 @@ def _acks(first_id: int, count: int, ledger_id: int, entry_id: int) -> bytes:
     )
 
 
-async def _run(consumers: int, per_connection: int, entries: int, size: int) -> None:
+async def _run(
+    consumers: int, per_connection: int, entries: int, size: int, shared: bool = False
+) -> None:
     with tempfile.TemporaryDirectory() as data_dir:
         storage = LedgerStorage(BrokerConfig(dataDir=data_dir))
         service = BrokerService(BrokerConfig(dataDir=data_dir), storage)
         service.loop = asyncio.get_running_loop()
         storage.attach(service.loop)
         try:
-            await _measure(service, consumers, per_connection, entries, size)
+            await _measure(service, consumers, per_connection, entries, size, shared)
         finally:
             await storage.close()
 
 
 async def _measure(
-    service: BrokerService, consumers: int, per_connection: int, entries: int, size: int
+    service: BrokerService,
+    consumers: int,
+    per_connection: int,
+    entries: int,
+    size: int,
+    shared: bool,
 ) -> None:
     conns: list[tuple[ServerConnection, CountingTransport, int, int]] = []
     started = time.process_time()
@@ -112,7 +120,7 @@ async def _measure(
         conn = ServerConnection(service)
         transport = CountingTransport()
         conn.connection_made(transport)  # type: ignore[arg-type]
-        conn.data_received(_client_bytes(first, count))
+        conn.data_received(_client_bytes(first, count, shared))
         conns.append((conn, transport, first, count))
     await asyncio.sleep(0)
     subscribed = time.process_time() - started
@@ -124,8 +132,8 @@ async def _measure(
     for n in range(entries):
         started = time.process_time()
         entry = await topic.publish(section, b"", 1, 1)
-        sub = topic.subscriptions["all"]
-        while sub.messages_out < consumers * (n + 1):
+        subs = list(topic.subscriptions.values())
+        while sum(s.messages_out for s in subs) < consumers * (n + 1):
             await asyncio.sleep(0)
         dispatch_cpu += time.process_time() - started
         acks = [_acks(first, count, entry.ledger_id, entry.entry_id) for *_, first, count in conns]
@@ -136,12 +144,15 @@ async def _measure(
         ack_cpu += time.process_time() - started
     deliveries = consumers * entries
     writes = sum(t.writes for _, t, *_ in conns)
+    layout = "one Shared subscription each" if shared else "one Broadcast subscription"
     print(
-        f"{consumers} consumers, {per_connection} per connection, {entries} entries of {size} B: "
+        f"{consumers} consumers ({layout}), {per_connection} per connection, "
+        f"{entries} entries of {size} B: "
         f"subscribe {1e6 * subscribed / consumers:.2f} us/consumer; "
         f"dispatch {1e6 * dispatch_cpu / deliveries:.2f} us/delivery; "
         f"ack {1e6 * ack_cpu / deliveries:.2f} us/delivery; "
-        f"{writes / entries:.0f} writes per entry; mark-delete {sub.mark_delete}"
+        f"{writes / entries:.0f} writes per entry; "
+        f"mark-delete {min(s.mark_delete for s in subs)}"
     )
 
 
@@ -151,9 +162,10 @@ def main() -> None:
     parser.add_argument("--per-connection", type=int, default=100)
     parser.add_argument("--entries", type=int, default=20)
     parser.add_argument("--size", type=int, default=10_240)
+    parser.add_argument("--shared", action="store_true", help="one Shared subscription each")
     args = parser.parse_args()
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        runner.run(_run(args.consumers, args.per_connection, args.entries, args.size))
+        runner.run(_run(args.consumers, args.per_connection, args.entries, args.size, args.shared))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from broker.config import BrokerConfig
@@ -216,6 +217,9 @@ class LedgerStorage:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._logs: dict[str, LedgerEntryLog] = {}
+        self._flushing: asyncio.Lock | None = None
+        self._writing: asyncio.Future[Any] | None = None
+        """The last write handed to a thread: a cancelled flush leaves it running there."""
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -283,24 +287,37 @@ class LedgerStorage:
                 log.exception("saving cursors failed")
 
     async def flush_cursors(self, everything: bool = False) -> None:
-        """Snapshot due cursors on the loop, write them on a thread."""
-        taken = [(w, w.take(everything)) for w in self._writers.values()]
-        batches = [(w, writes) for w, writes in taken if writes.saves or writes.deletes]
-        if not batches:
-            return
+        """Snapshot due cursors on the loop, write them on a thread.
 
-        def write() -> list[tuple[ThrottledCursorWriter, CursorWrites, Exception]]:
-            failed = []
-            for writer, writes in batches:
-                try:
-                    writes.apply()
-                except Exception as error:
-                    failed.append((writer, writes, error))
-            return failed
+        One write at a time: two would race on the same files (a .tmp replaced twice). A
+        write outlives a cancelled caller on its thread, so the next one waits for it too."""
+        if self._flushing is None:
+            self._flushing = asyncio.Lock()
+        async with self._flushing:
+            if self._writing is not None and not self._writing.done():
+                await asyncio.wait([self._writing])
+            taken = [(w, w.take(everything)) for w in self._writers.values()]
+            batches = [(w, writes) for w, writes in taken if writes.saves or writes.deletes]
+            if not batches:
+                return
 
-        failed = await asyncio.get_running_loop().run_in_executor(None, write)
-        for writer, writes, _ in failed:
-            writer.retry(writes)
+            def write() -> list[tuple[ThrottledCursorWriter, CursorWrites, Exception]]:
+                failed = []
+                for writer, writes in batches:
+                    try:
+                        writes.apply()
+                    except Exception as error:
+                        failed.append((writer, writes, error))
+                return failed
+
+            def settle(done: asyncio.Future[Any]) -> None:
+                # Here, not after the await: a cancelled caller must not drop the retries.
+                for writer, writes, _ in done.result():
+                    writer.retry(writes)
+
+            self._writing = asyncio.get_running_loop().run_in_executor(None, write)
+            self._writing.add_done_callback(settle)
+            failed = await asyncio.shield(self._writing)
         if failed:
             raise failed[0][2]
 

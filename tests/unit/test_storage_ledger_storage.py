@@ -63,3 +63,55 @@ def test_cursor_state_survives_a_restart(tmp_path: Path) -> None:
     again = asyncio.run(_run_once(config, {}))
     # Shared keeps its holes; Broadcast keeps its main cursor (the slowest virtual cursor).
     assert again == {"shared": ("Shared", 0, {2, 3, 5}), "broadcast": ("Broadcast", 1, set())}
+
+
+def test_a_flush_cancelled_mid_write_and_the_final_flush_never_write_at_once(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Closing cancels the persist loop, but its write goes on in a thread; the final flush
+    must wait for it, or both replace the same .tmp file and one fails (seen at 10,000
+    subscriptions: FileNotFoundError on close, cursors not saved)."""
+    import threading
+    import time
+
+    from broker.storage import cursors
+
+    writing = threading.Semaphore(1)
+    overlaps: list[str] = []
+    real_save = cursors.CursorStore.save
+
+    def slow_save(self, subscription, state):
+        if not writing.acquire(blocking=False):
+            overlaps.append(subscription)
+            writing.acquire()
+        try:
+            time.sleep(0.002)
+            real_save(self, subscription, state)
+        finally:
+            writing.release()
+
+    monkeypatch.setattr(cursors.CursorStore, "save", slow_save)
+
+    async def scenario() -> SavedCursors:
+        storage = LedgerStorage(BrokerConfig(dataDir=str(tmp_path), journalSyncData=False))
+        storage.attach(asyncio.get_running_loop())
+        log, _ = storage.open_topic(TOPIC)
+        topic = Topic(
+            TOPIC, log, persistent=True, loop=asyncio.get_running_loop(), cursor_sink=storage
+        )
+        await topic.publish(SECTION, b"", 1, 1)
+        subs = [topic.subscription(f"s{i}", "Shared", True) for i in range(50)]
+        consumer = Consumer(consumer_id=1, name="c", wire=QuietWire())
+        first = asyncio.ensure_future(storage.flush_cursors(everything=True))
+        await asyncio.sleep(0.01)  # its write is on the thread now
+        first.cancel()
+        for sub in subs:
+            sub.add_consumer(consumer)
+            sub.on_ack(consumer, False, [0])
+        await storage.close()
+        _, saved = LedgerStorage(BrokerConfig(dataDir=str(tmp_path))).open_topic(TOPIC)
+        return saved
+
+    saved = asyncio.run(scenario())
+    assert overlaps == []
+    assert {name: mark for name, (_, mark, _) in saved.items()} == {f"s{i}": 0 for i in range(50)}
