@@ -192,6 +192,61 @@ def parse_ack(command_bytes: bytes) -> tuple[int, int, int, int] | None:
     )
 
 
+_CANONICAL_VARINT = rb"([\x80-\xff]{1,8}[\x01-\x7f]|[\x00-\x7f])"
+"""A varint as protobuf writes it (no trailing zero groups), below 2**63."""
+_SMALL_CANONICAL_VARINT = rb"([\x80-\xff]{1,3}[\x01-\x7f]|[\x00-\x7f])"
+"""The same below 2**28: an int32 (partition) or uint32 (redelivery count) stays in range."""
+_MESSAGE_HEAD = re.compile(
+    rb"\x08\x09\x4a([\x00-\x7f])\x08([\x80-\xff]{0,8}[\x00-\x7f])\x12([\x00-\x7f])", re.DOTALL
+)
+_MESSAGE_ID = re.compile(
+    rb"\x08"
+    + _CANONICAL_VARINT
+    + rb"\x10"
+    + _CANONICAL_VARINT
+    + rb"(?:\x18"
+    + _SMALL_CANONICAL_VARINT
+    + rb")?",
+    re.DOTALL,
+)
+_REDELIVERY_COUNT = re.compile(rb"(?:\x18" + _SMALL_CANONICAL_VARINT + rb")?", re.DOTALL)
+
+CommonMessage = tuple[int, int, int, int, int, bytes, int]
+"""(consumer_id, ledger_id, entry_id, partition or -1, redelivery_count, serialized
+MessageIdData, size of the command after the consumer id) of a MESSAGE command."""
+
+
+def parse_message(command_bytes: bytes) -> CommonMessage | None:
+    """A MESSAGE command in the shape a broker writes (message_command_bytes), read without
+    protobuf: `BaseCommand{MESSAGE, message{consumer_id, message_id{ledgerId, entryId
+    [, partition]}[, redelivery_count]}}`, canonically encoded, so the message id's bytes are
+    protobuf's serialization of it (an ACK carries them as they are). None for any other
+    command or shape, which protobuf parses. A unit test checks it against protobuf."""
+    head = _MESSAGE_HEAD.match(command_bytes)
+    if head is None:
+        return None
+    body_size, consumer_id, id_size = head.groups()
+    id_start = head.end()
+    id_end = id_start + id_size[0]
+    if body_size[0] != len(command_bytes) - 4 or id_end > len(command_bytes):
+        return None
+    msg_id = _MESSAGE_ID.fullmatch(command_bytes, id_start, id_end)
+    redelivery = _REDELIVERY_COUNT.fullmatch(command_bytes, id_end)
+    if msg_id is None or redelivery is None:
+        return None
+    ledger_id, entry_id, partition = msg_id.groups()
+    count = redelivery.group(1)
+    return (
+        decode_varint(consumer_id),
+        decode_varint(ledger_id),
+        decode_varint(entry_id),
+        -1 if partition is None else decode_varint(partition),
+        0 if count is None else decode_varint(count),
+        command_bytes[id_start:id_end],
+        len(command_bytes) - head.start(3) + 1,
+    )
+
+
 def ack_command_bytes(consumer_id: int, ack_type: int, message_ids: Iterable[bytes]) -> bytes:
     """Serialized `BaseCommand{type: ACK, ack: {consumer_id, ack_type, message_id...}}` from
     already serialized MessageIdData, without protobuf objects.

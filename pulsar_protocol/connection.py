@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal, NoReturn
 
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -45,6 +45,7 @@ from pulsar_protocol.commands import (
     ack_command_bytes,
     body_of,
     command,
+    encode_varint,
     type_name,
 )
 from pulsar_protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -58,6 +59,7 @@ from pulsar_protocol.events import (
     Event,
     Flow,
     Message,
+    MessageRun,
     Notice,
     Ping,
     Pong,
@@ -68,7 +70,7 @@ from pulsar_protocol.events import (
     SendReceipt,
     _NeedData,
 )
-from pulsar_protocol.frames import MAX_FRAME_SIZE, FrameDecoder, frame_head
+from pulsar_protocol.frames import MAX_FRAME_SIZE, FrameDecoder, frame_head, frame_sizes
 from pulsar_protocol.payload import decode_payload
 from pulsar_protocol.state import (
     CLIENT,
@@ -106,16 +108,18 @@ Reader = Callable[[pb.BaseCommand, bytes | None, bytes | None], Event | None]
 
 
 class _Consumer:
-    """A client's consumer: its state, its permit window, and what it has to acknowledge."""
+    """A client's consumer: its state, its permit window, and what it has to acknowledge
+    (serialized MessageIdData: a MessageRun carries them so, and an ACK is built of them)."""
 
-    __slots__ = ("state", "refill_at", "consumed", "individual", "last")
+    __slots__ = ("id_varint", "state", "refill_at", "consumed", "individual", "last")
 
-    def __init__(self) -> None:
+    def __init__(self, consumer_id: int) -> None:
+        self.id_varint = encode_varint(consumer_id)
         self.state = ConsumerState.SUBSCRIBING
         self.refill_at = 1
         self.consumed = 0
-        self.individual: list[pb.MessageIdData] | None = None
-        self.last: pb.MessageIdData | None = None
+        self.individual: list[bytes] | None = None
+        self.last: bytes | None = None
 
 
 class Connection:
@@ -123,7 +127,9 @@ class Connection:
 
     `max_frame_size` bounds incoming frames (checked from the size prefix alone). A SERVER
     needs `server_version` and may announce `max_message_size`; a CLIENT chooses with
-    `individual_acks` whether `flush_acks()` acknowledges every id or the latest only.
+    `individual_acks` whether `flush_acks()` acknowledges every id or the latest only, and
+    with `message_runs` whether MESSAGEs in their common shape come as `MessageRun` events
+    (read from bytes, a run of one entry's deliveries at a time) instead of one `Message` each.
     """
 
     def __init__(
@@ -134,9 +140,12 @@ class Connection:
         server_version: str = "",
         max_message_size: int = 0,
         individual_acks: bool = False,
+        message_runs: bool = False,
     ) -> None:
         if role is SERVER and not server_version:
             raise LocalProtocolError("a server must have a server_version (clients require it)")
+        if role is SERVER and message_runs:
+            raise LocalProtocolError("only a client receives MESSAGEs")
         self.role = role
         self.state = ConnectionState.IDLE
         self.protocol_version = 0
@@ -147,6 +156,7 @@ class Connection:
         """Server side: the client asked for BrokerEntryMetadata ahead of each payload."""
         self._max_message_size = max_message_size
         self._individual_acks = individual_acks
+        self._message_runs = message_runs
         self._decoder = FrameDecoder(max_frame_size)
         self._eof = False
         self._out: list[bytes] = []
@@ -192,6 +202,7 @@ class Connection:
         self.state = state
         self._readers = self._readers_for(state)
         self._fast_acks = self.role is SERVER and state is ConnectionState.CONNECTED
+        self._fast_runs = self._message_runs and state is ConnectionState.CONNECTED
 
     def _trigger(self, trigger: Trigger) -> None:
         self._set_state(connection_transition(self.role, self.state, trigger))
@@ -213,7 +224,7 @@ class Connection:
             self._acks_due.pop(consumer_id, None)
             return None
         if consumer is None:
-            consumer = self._consumers[consumer_id] = _Consumer()
+            consumer = self._consumers[consumer_id] = _Consumer(consumer_id)
             if self._individual_acks:
                 consumer.individual = []
         consumer.state = new
@@ -247,6 +258,9 @@ class Connection:
             while True:
                 if self._fast_acks and (ack := decoder.next_ack()) is not None:
                     return Ack(ack[0], ack[1] == _CUMULATIVE, ((ack[2], ack[3]),))
+                if self._fast_runs and (run := decoder.next_message_run()) is not None:
+                    ids, msg, payload, bem = run
+                    return MessageRun(tuple(ids), msg[1], msg[2], payload, bem, *msg[3:6])
                 parts = decoder.next_parts()
                 if parts is None:
                     break
@@ -641,22 +655,33 @@ class Connection:
         """`n` messages of `consumer_id` were handed to the application: once half the first
         FLOW's permits are consumed, they go back in one FLOW (queued here, as h2's
         WindowManager decides on WINDOW_UPDATE). With `message_id`, that message is also
-        acknowledged by the next `flush_acks()` (kept, not copied: acks are rarer than
-        deliveries). A consumer that is not ACTIVE any more is left alone."""
-        consumer = self._consumers.get(consumer_id)
-        if consumer is None or consumer.state is not ConsumerState.ACTIVE:
-            return
-        if message_id is not None:
-            if consumer.individual is not None:
-                consumer.individual.append(message_id)
-            else:
-                consumer.last = message_id
-            if consumer_id not in self._acks_due:
-                self._acks_due[consumer_id] = consumer
-        consumer.consumed += n
-        if consumer.consumed >= consumer.refill_at:
-            permits, consumer.consumed = consumer.consumed, 0
-            self._queue(command(T.FLOW, consumer_id=consumer_id, messagePermits=permits))
+        acknowledged by the next `flush_acks()`. A consumer that is not ACTIVE any more is left
+        alone."""
+        # Partial: a broker's MESSAGE may lack a required field, and the ack carries what it sent.
+        serialized = None if message_id is None else message_id.SerializePartialToString()
+        self.acknowledge_run((consumer_id,), n, serialized)
+
+    def acknowledge_run(
+        self, consumer_ids: Iterable[int], n: int, message_id: bytes | None = None
+    ) -> None:
+        """`acknowledge_consumed` for each of `consumer_ids`, with the serialized MessageIdData
+        of one message (a MessageRun's `message_id`)."""
+        consumers, due, active = self._consumers, self._acks_due, ConsumerState.ACTIVE
+        for consumer_id in consumer_ids:
+            consumer = consumers.get(consumer_id)
+            if consumer is None or consumer.state is not active:
+                continue
+            if message_id is not None:
+                if consumer.individual is not None:
+                    consumer.individual.append(message_id)
+                else:
+                    consumer.last = message_id
+                if consumer_id not in due:
+                    due[consumer_id] = consumer
+            consumer.consumed += n
+            if consumer.consumed >= consumer.refill_at:
+                permits, consumer.consumed = consumer.consumed, 0
+                self._queue(command(T.FLOW, consumer_id=consumer_id, messagePermits=permits))
 
     @property
     def acks_due(self) -> bool:
@@ -667,13 +692,16 @@ class Connection:
         """Queue one ACK per consumer with acknowledgements due: cumulative (the latest id) or
         individual (every id since the last flush, in one command). Returns how many.
 
-        The ACKs are built from bytes (`commands.ack_command_bytes`, protobuf's encoding byte
-        for byte) and queued as one buffer: a broadcast connection acknowledges for all its
-        consumers at every flush."""
+        The ACKs are protobuf's encoding byte for byte, built from bytes and queued as one
+        buffer: a broadcast connection acknowledges one entry for all its consumers at every
+        flush, so such an ACK is `head + consumer id + tail`, the tail being the entry's and
+        the head depending only on the length of the consumer id (as MessageTemplate)."""
         due, self._acks_due = self._acks_due, {}
         frames = []
-        last_id: pb.MessageIdData | None = None
-        last_bytes = b""
+        tail_id: bytes | None = None
+        tail_type = -1
+        tail = b""
+        heads: dict[int, bytes] = {}
         for consumer_id, consumer in due.items():
             if consumer.individual is not None:
                 ids, consumer.individual = consumer.individual, []
@@ -684,20 +712,35 @@ class Connection:
                 ack_type = _CUMULATIVE
             else:
                 continue
-            if ids:
-                if len(ids) == 1:
-                    # A broadcast's consumers acknowledge the same entry: serialize it once.
-                    if ids[0] != last_id:
-                        last_id, last_bytes = ids[0], ids[0].SerializeToString()
-                    id_bytes = [last_bytes]
-                else:
-                    id_bytes = [m.SerializeToString() for m in ids]
-                frames.append(
-                    frame_head(ack_command_bytes(consumer_id, ack_type, id_bytes), None, 0)
+            if len(ids) != 1:
+                if ids:
+                    frames.append(
+                        frame_head(ack_command_bytes(consumer_id, ack_type, ids), None, 0)
+                    )
+                continue
+            if ids[0] != tail_id or ack_type != tail_type:
+                tail_id, tail_type = ids[0], ack_type
+                tail = b"\x10" + encode_varint(ack_type) + _ack_id(ids[0])
+                heads = {}
+            id_varint = consumer.id_varint
+            head = heads.get(len(id_varint))
+            if head is None:
+                body_size = 1 + len(id_varint) + len(tail)
+                head = heads[len(id_varint)] = (
+                    frame_sizes(3 + len(encode_varint(body_size)) + body_size, 0)
+                    + b"\x08\x0a\x52"
+                    + encode_varint(body_size)
+                    + b"\x08"
                 )
+            frames.append(head + id_varint + tail)
         if frames:
             self._out.append(b"".join(frames))
         return len(frames)
+
+
+def _ack_id(message_id: bytes) -> bytes:
+    """CommandAck.message_id (field 3) carrying one serialized MessageIdData."""
+    return b"\x1a" + encode_varint(len(message_id)) + message_id
 
 
 _INDIVIDUAL = pb.CommandAck.Individual

@@ -167,6 +167,26 @@ class Message(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class MessageRun(Event):
+    """Consecutive MESSAGEs of one entry, to each of `consumer_ids` in order: what a `Message`
+    per consumer id would say, read from bytes without protobuf (a broadcast entry reaches
+    every consumer of a connection one frame after another). Only a client codec made with
+    `message_runs=True` hands these out, for MESSAGEs in their common shape
+    (commands.parse_message); any other MESSAGE still comes as a `Message`. A server never
+    sends one: its dispatch writes frames (`Connection.send_frames`)."""
+
+    consumer_ids: tuple[int, ...]
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+    broker_entry_metadata: bytes | None = None
+    partition: int = -1
+    redelivery_count: int = 0
+    message_id: bytes = b""
+    """The serialized MessageIdData, as protobuf writes it: what an ACK of it carries."""
+
+
+@dataclass(frozen=True, slots=True)
 class Ping(Event):
     """Keep-alive; the receiving codec answers PONG itself, so no side ever receives it."""
 

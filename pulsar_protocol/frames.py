@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import parse_ack
+from pulsar_protocol.commands import CommonMessage, parse_ack, parse_message
 from pulsar_protocol.errors import RemoteProtocolError
 
 # Pulsar's default maxMessageSize (5 MiB) plus the room it leaves for headers.
@@ -28,6 +28,8 @@ _HEADER = struct.Struct(">II")
 _BEM_HEADER = struct.Struct(">HI")
 _ACK_START = b"\x08\x0a\x52"  # BaseCommand.type = ACK, then the ack field
 _MAX_COMMON_ACK = 4 + 4 + 128  # frame sizes stay small: parse_ack takes one-byte body sizes
+_MESSAGE_START = b"\x08\x09\x4a"  # BaseCommand.type = MESSAGE, then the message field
+_MAX_COMMON_MESSAGE = 4 + 127  # parse_message takes one-byte body sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,24 @@ class Frame:
     command: pb.BaseCommand
     payload: bytes | None = None
     broker_entry_metadata: bytes | None = None
+
+
+class _Run:
+    """One entry's MESSAGE frames, any consumer: each is `head + consumer id + rest`, where the
+    head depends only on the length of the id (as in MessageTemplate). `fixed` is a frame's
+    size field less the length of its id."""
+
+    __slots__ = ("message", "payload", "broker_entry_metadata", "rest", "fixed", "heads")
+
+    def __init__(
+        self, message: CommonMessage, payload: bytes, bem: bytes | None, rest: bytes
+    ) -> None:
+        self.message = message
+        self.payload = payload
+        self.broker_entry_metadata = bem
+        self.rest = rest
+        self.fixed = 9 + len(rest)
+        self.heads: list[bytes | None] = [None] * 10  # by length of the id: b"" for no frame
 
 
 class FrameDecoder:
@@ -51,6 +71,8 @@ class FrameDecoder:
         self._pos = 0  # consumed bytes not yet cut off the front: cut once per read, not per frame
         self._max = max_frame_size
         self._last_payload = b""
+        self._run: _Run | None = None
+        """The entry whose MESSAGEs came last (next_message_run)."""
 
     def receive_data(self, data: bytes) -> None:
         if self._pos:
@@ -101,6 +123,98 @@ class FrameDecoder:
             self._pos = pos + 4 + total
         return ack
 
+    def next_message_run(self) -> RunParts | None:
+        """The next frame if it is a MESSAGE in its common shape (commands.parse_message) with
+        a payload, and every whole frame after it that carries the same entry to another
+        consumer, consumed: (their consumer ids in order, the entry's parse_message, payload
+        section, broker entry metadata). Otherwise None, and nothing is consumed.
+
+        A frame is parsed only when it starts a run; the frames after it are compared with it
+        instead (a broadcast entry reaches every consumer of a connection one frame after
+        another), and so is the first frame of the next read, which often goes on with the
+        same entry.
+        """
+        run = self._run
+        if run is None or not (consumer_ids := self._scan(run)):
+            run = self._start_run()
+            if run is None or not (consumer_ids := self._scan(run)):
+                return None
+        return consumer_ids, run.message, run.payload, run.broker_entry_metadata
+
+    def _start_run(self) -> _Run | None:
+        """The run the next frame starts, if it is a whole MESSAGE in the common shape."""
+        buf = self._buffer
+        pos = self._pos
+        size = len(buf)
+        if size - pos < 14 or buf[pos + 8 : pos + 11] != _MESSAGE_START:
+            return None
+        total, cmd_size = _HEADER.unpack_from(buf, pos)
+        end = pos + 4 + total
+        cmd_end = pos + 8 + cmd_size
+        if end > size or total > self._max or cmd_size > _MAX_COMMON_MESSAGE or cmd_end >= end:
+            return None  # not whole yet, or not the common shape: next_parts rules on it
+        message = parse_message(bytes(buf[pos + 8 : cmd_end]))
+        if message is None:
+            return None
+        start = cmd_end
+        bem = None
+        if end - start >= 6 and buf[start] == 0x0E and buf[start + 1] == 0x02:
+            (bem_size,) = _U32.unpack_from(buf, start + 2)
+            if start + 6 + bem_size >= end:
+                return None
+            bem = bytes(buf[start + 6 : start + 6 + bem_size])
+            start += 6 + bem_size
+        payload = self._last_payload
+        if end - start != len(payload) or not buf.startswith(payload, start):
+            payload = self._last_payload = bytes(buf[start:end])
+        rest = bytes(buf[cmd_end - message[6] : start]) + payload
+        self._run = _Run(message, payload, bem, rest)
+        return self._run
+
+    def _scan(self, run: _Run) -> list[int]:
+        """Consume the frames from here on that are `run`'s: its head for the length of their
+        consumer id, one whole varint, and its rest. Returns their consumer ids."""
+        buf = self._buffer
+        pos = self._pos
+        size = len(buf)
+        rest, fixed, heads = run.rest, run.fixed, run.heads
+        consumer_ids = []
+        while size - pos >= 14:
+            (total,) = _U32.unpack_from(buf, pos)
+            id_size = total - fixed
+            end = pos + 4 + total
+            if not 0 < id_size < 10 or end > size:
+                break
+            head = heads[id_size]
+            if head is None:
+                head = heads[id_size] = self._message_head(total, 5 + id_size + run.message[6])
+            id_at = pos + 13
+            if (
+                not head
+                or not buf.startswith(head, pos)
+                or not buf.startswith(rest, id_at + id_size)
+            ):
+                break
+            if id_size == 1 and buf[id_at] < 0x80:
+                consumer_ids.append(buf[id_at])
+            elif id_size == 2 and buf[id_at] >= 0x80 and buf[id_at + 1] < 0x80:
+                consumer_ids.append((buf[id_at] & 0x7F) | (buf[id_at + 1] << 7))
+            else:
+                consumer_id = _whole_varint(buf, id_at, id_at + id_size)
+                if consumer_id is None:
+                    break
+                consumer_ids.append(consumer_id)
+            pos = end
+        self._pos = pos
+        return consumer_ids
+
+    def _message_head(self, total: int, command_size: int) -> bytes:
+        """A MESSAGE frame's bytes before its consumer id, b"" if that frame would be out of the
+        common shape (too big, or a command body size of more than one byte)."""
+        if total > self._max or command_size > _MAX_COMMON_MESSAGE:
+            return b""
+        return _HEADER.pack(total, command_size) + _MESSAGE_START + bytes((command_size - 4, 8))
+
     def next_frame(self) -> Frame | None:
         parts = self.next_parts()
         return None if parts is None else Frame(*parts)
@@ -114,6 +228,19 @@ class FrameDecoder:
 
 
 FrameParts = tuple[pb.BaseCommand, bytes | None, bytes | None]
+RunParts = tuple[list[int], CommonMessage, bytes, bytes | None]
+
+
+def _whole_varint(buf: bytearray, start: int, end: int) -> int | None:
+    """The value of buf[start:end] if it is exactly one varint below 2**63, else None."""
+    if not 1 <= end - start <= 9 or buf[end - 1] >= 0x80:
+        return None
+    value = 0
+    for shift, byte in enumerate(buf[start:end]):
+        if byte < 0x80 and start + shift != end - 1:
+            return None
+        value |= (byte & 0x7F) << (7 * shift)
+    return value
 
 
 def parse_frame_body(body: bytes | memoryview) -> Frame:

@@ -6,11 +6,13 @@ This shell reads the socket, feeds the codec, hands each event to its handler, a
 what the codec queued. The reader takes one clock read per recv and hands every delivery to
 the harness inline: with tens of thousands of consumers, a greenlet per message would cost
 seconds (DESIGN.md, "Measure at the wire"). Consecutive deliveries of one entry in a read (a
-broadcast reaches every consumer of the connection with identical bytes) go to the harness as
-one `messages_received` with their consumer indexes, so it parses and records each distinct
-message once. On Linux the socket also carries the kernel's
-receive time of each read (rx_timestamps.py): one kernel time per recv, passed with every
-delivery of that read, so a busy reader shows as client delay, not as broker latency. Writes
+broadcast reaches every consumer of the connection with identical bytes) come from the codec
+as one MessageRun (read from bytes, without protobuf), are acknowledged in one
+`acknowledge_run`, and go to the harness as one `messages_received` with their consumer
+indexes, so it parses and records each distinct message once. On Linux the socket also
+carries the kernel's receive time of each read (rx_timestamps.py): one kernel time per recv,
+passed with every delivery of that read, so a busy reader shows as client delay, not as
+broker latency. Writes
 from many greenlets (subscribers, a producer, the ack flusher, the reader's FLOWs and PONGs)
 drain the codec under one lock, so frames never interleave and leave in the order the codec
 queued them.
@@ -42,7 +44,7 @@ from pulsar_protocol.commands import T, command
 from pulsar_protocol.connection import MAX_PROTOCOL_VERSION
 from pulsar_protocol.connection import Connection as ProtocolConnection
 from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
-from pulsar_protocol.events import NEED_DATA, Message
+from pulsar_protocol.events import NEED_DATA, Message, MessageRun
 from pulsar_protocol.extensions import now_us
 from pulsar_protocol.state import CLIENT
 from pulsar_protocol.state import ConsumerState as WireState
@@ -156,7 +158,7 @@ class Connection:
         index, handed to the harness in one `messages_received` per body."""
         self._write_lock = Semaphore()
         self._protocol = ProtocolConnection(
-            CLIENT, individual_acks=settings.ack_mode == "individual"
+            CLIENT, individual_acks=settings.ack_mode == "individual", message_runs=True
         )
         self._deliveries = DeliveryDecoder(settings.verify_checksum)
         self._ready: AsyncResult[None] = AsyncResult()
@@ -442,12 +444,10 @@ class Connection:
 
     # -- the reader ---------------------------------------------------------------------------
     def _read_loop(self) -> None:
-        sock, protocol, handlers = self._sock, self._protocol, self._handlers
+        sock, handle_read = self._sock, self._handle_read
         assert sock is not None
-        next_event = protocol.next_event
         recvmsg = sock.recvmsg if self.kernel_timestamps else None
         kernel_time_us = rx_timestamps.kernel_time_us
-        on_message, hand_over = self._on_message, self._hand_over
         try:
             while True:
                 if recvmsg is None:
@@ -459,19 +459,7 @@ class Connection:
                     self._kernel_us = kernel_us = kernel_time_us(ancillary)
                     if data and (kernel_us != 0) is not self.kernel_timestamps:
                         self._kernel_times_changed(kernel_us != 0)
-                protocol.receive_data(data)
-                try:
-                    while (event := next_event()) is not NEED_DATA:
-                        if type(event) is Message:
-                            on_message(event, receive_us)
-                        else:
-                            if self._group_indexes:  # deliveries first, in the order they came
-                                hand_over()
-                            handlers[type(event)](event, receive_us)
-                finally:  # also when a later frame of the read breaks the protocol
-                    if self._group_indexes:
-                        hand_over()
-                self._after_batch()
+                handle_read(data, receive_us)
                 # A recv that finds data never yields: without this, one busy connection would
                 # starve the others, the subscribers and the timers.
                 gevent.sleep(0)
@@ -484,6 +472,27 @@ class Connection:
         except Exception as exc:
             log.exception("connection %d: reader failed", self.id)
             self._fail(f"reader failed: {exc!r}")
+
+    def _handle_read(self, data: bytes, receive_us: int) -> None:
+        """Everything one recv returned: feed the codec, handle its events, write what they
+        queued (benchmarks.client_receive calls this without a socket)."""
+        protocol, handlers = self._protocol, self._handlers
+        next_event, on_run, hand_over = protocol.next_event, self._on_run, self._hand_over
+        protocol.receive_data(data)
+        try:
+            while (event := next_event()) is not NEED_DATA:
+                if type(event) is MessageRun:
+                    on_run(event, receive_us)
+                elif type(event) is Message:
+                    self._on_message(event, receive_us)
+                else:
+                    if self._group_indexes:  # deliveries first, in the order they came
+                        hand_over()
+                    handlers[type(event)](event, receive_us)
+        finally:  # also when a later frame of the read breaks the protocol
+            if self._group_indexes:
+                hand_over()
+        self._after_batch()
 
     def _kernel_times_changed(self, stamped: bool) -> None:
         """A read came without a kernel time although the option is set (a socket family
@@ -501,21 +510,46 @@ class Connection:
         if self._protocol.acks_due and not self._ack_wanted.is_set():
             self._ack_wanted.set()
 
+    def _on_run(self, event: MessageRun, receive_us: int) -> None:
+        """Deliveries of one entry to consumers of this connection (most often all of them:
+        a broadcast); those closed meanwhile are skipped."""
+        consumers = self.consumers
+        indexes = []
+        for consumer_id in event.consumer_ids:
+            consumer = consumers.get(consumer_id)
+            if consumer is not None:
+                indexes.append(consumer.index)
+        if not indexes:
+            return
+        consumer_ids = event.consumer_ids
+        if len(indexes) != len(consumer_ids):
+            consumer_ids = tuple(cid for cid in consumer_ids if cid in consumers)
+        n = self._deliver(indexes, event.payload, event.broker_entry_metadata, receive_us)
+        self._protocol.acknowledge_run(consumer_ids, n, event.message_id)
+
     def _on_message(self, event: ev.Message, receive_us: int) -> None:
-        """Decode a delivery (once per distinct entry: DeliveryDecoder) and add its consumer to
-        the group of the same entry; a different entry hands the group over first."""
+        """One delivery in a shape the codec's runs do not take (protobuf-parsed)."""
         msg = event.command
         consumer = self.consumers.get(msg.consumer_id)
         if consumer is None:
             return  # closed meanwhile
+        n = self._deliver([consumer.index], event.payload, event.broker_entry_metadata, receive_us)
+        self._protocol.acknowledge_consumed(msg.consumer_id, n, msg.message_id)
+
+    def _deliver(
+        self, indexes: list[int], payload: bytes, entry_metadata: bytes | None, receive_us: int
+    ) -> int:
+        """Decode a delivery (once per distinct entry: DeliveryDecoder) and add its consumers
+        to the group of the same entry; a different entry hands the group over first. Returns
+        the permits it consumed (a batch's messages; 1 for one it could not decode)."""
         try:
-            bodies = self._deliveries.bodies(event.payload)
+            bodies = self._deliveries.bodies(payload)
         except RemoteProtocolError as exc:
             log.warning(
-                "connection %d: dropped a delivery to consumer %d: %s", self.id, consumer.index, exc
+                "connection %d: dropped a delivery to consumers %s: %s", self.id, indexes, exc
             )
             bodies = []
-        stamps = self._deliveries.stamps(event.broker_entry_metadata)
+        stamps = self._deliveries.stamps(entry_metadata)
         # The decoder hands back the very same objects for identical bytes.
         if (
             bodies is not self._group_bodies
@@ -526,8 +560,8 @@ class Connection:
                 self._hand_over()
             self._group_bodies, self._group_stamps = bodies, stamps
             self._group_receive_us = receive_us
-        self._group_indexes.append(consumer.index)
-        self._protocol.acknowledge_consumed(msg.consumer_id, len(bodies) or 1, msg.message_id)
+        self._group_indexes += indexes
+        return len(bodies) or 1
 
     def _hand_over(self) -> None:
         """Give the grouped deliveries to the harness: one call per message body."""

@@ -288,6 +288,34 @@ def test_one_entry_to_many_consumers_in_one_read_is_handed_over_once(make_wire):
     assert acks == {ids[0]: [(1, 2)], ids[1]: [(1, 1)], ids[2]: [(1, 1)]}
 
 
+def test_a_run_skips_consumers_gone_and_keeps_order_with_other_shapes(make_wire):
+    """Deliveries to a consumer the driver closed, or never had, are neither handed over nor
+    acknowledged; a MESSAGE in a shape the codec's runs decline (protobuf path) is handed
+    over in its place in the stream."""
+    wire = make_wire(ack_group_time_ms=20)
+    specs = [ConsumerSpec(i, f"c{i}", "topic", "sub", "Broadcast") for i in (4, 9, 7)]
+    ids = [subscribe(wire, spec) for spec in specs]
+    wire.conn.close_consumers([ids[1]])
+    assert wire.broker.expect(T.CLOSE_CONSUMER).close_consumer.consumer_id == ids[1]
+    odd = command(
+        T.MESSAGE,
+        consumer_id=ids[2],
+        message_id=pb.MessageIdData(ledgerId=1, entryId=0),
+        ack_set=[1],
+    )
+    frames = [message(cid, 0, section(b"e0")) for cid in (ids[0], ids[1], 999)]
+    frames += [encode_frame(odd, section(b"e0"))]
+    frames += [message(cid, 1, section(b"e1")) for cid in (ids[2], ids[0])]
+    wire.broker.send(b"".join(frames))
+    wire.deliveries.wait_for(4)
+    assert wire.deliveries.batches == [((4,), b"e0"), ((7,), b"e0"), ((7, 4), b"e1")]
+    acks = {}
+    for _ in range(2):
+        ack = wire.broker.expect(T.ACK).ack
+        acks[ack.consumer_id] = [(m.ledgerId, m.entryId) for m in ack.message_id]
+    assert acks == {ids[0]: [(1, 1)], ids[2]: [(1, 1)]}
+
+
 def test_a_batch_is_split_into_its_messages(make_wire):
     wire = make_wire(receiver_queue_size=6)
     consumer_id = subscribe(wire, SPEC)

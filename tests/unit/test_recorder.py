@@ -9,8 +9,8 @@ from hdrh.histogram import HdrHistogram
 
 from drivers.base import BrokerStamps, SubscribeResult
 from harness.message_body import stamp
-from harness.recorder import Phases, Recorder
-from results_contract.hlog import decode, new_histogram, read_intervals
+from harness.recorder import Phases, Recorder, _record
+from results_contract.hlog import HIGHEST_US, decode, new_histogram, read_intervals
 from results_contract.metrics import CLIENT_DELAY, E2E, E2E_ACTUAL, E2E_KERNEL
 
 
@@ -202,3 +202,21 @@ def test_a_batch_records_what_one_call_per_delivery_records(tmp_path: Path) -> N
         ["w0-c6", "3", "0"],
     ]
     assert len(stages) > 1  # some sampled rows besides the header
+
+
+def test_the_inlined_record_is_hdrhs_record_value() -> None:
+    """Same counts, totals, extremes and encoding as record_value(max(1, value), count),
+    including values clamped up and values above the range (refused by both)."""
+    import random
+
+    rng = random.Random(7)
+    ours, hdrh = new_histogram(), new_histogram()
+    values = [-5, 0, 1, 2, 2047, 2048, 4095, 4096, HIGHEST_US, 2 * HIGHEST_US, 1 << 62]
+    values += [rng.randrange(1, 1 << rng.randrange(1, 36)) for _ in range(5000)]
+    for value in values:
+        count = rng.randrange(1, 100)
+        assert _record(ours, value, count) == hdrh.record_value(max(1, value), count)
+    for field in ("total_count", "min_value", "max_value"):
+        assert getattr(ours, field) == getattr(hdrh, field)
+    assert list(ours.counts) == list(hdrh.counts)
+    assert ours.encode() == hdrh.encode()

@@ -1,0 +1,142 @@
+"""The native driver's Python cost per delivery on the receive path, without sockets.
+
+One driver `Connection` with `--consumers` ACTIVE consumers of a Broadcast subscription gets,
+for each of `--entries` entries, the MESSAGE frames the bundled broker writes for it (one per
+consumer, from a `MessageTemplate`, with full broker stamps), cut into recvs of RECV_SIZE
+bytes as the socket returns them. Each recv goes through the reader's own handling (codec,
+delivery grouping, the harness's Recorder, permits), then the ack flusher's `flush_acks`.
+What it leaves out is the kernel and gevent: the recv copies and the ack writes a real run
+adds. Run: `python -m benchmarks.client_receive [--consumers N] [--entries N] [--size BYTES]
+[--read-size BYTES] [--individual] [--profile]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import tempfile
+import time
+from pathlib import Path
+
+from gevent.pool import Group
+
+from drivers.base import ConsumerSpec
+from drivers.pulsar.connection import RECV_SIZE, Connection
+from drivers.pulsar.consumer import ConsumerState, subscribe_command
+from drivers.pulsar.settings import Settings
+from harness.message_body import stamp
+from harness.recorder import Recorder
+from pulsar_protocol import events as ev
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, command, encode_varint
+from pulsar_protocol.frames import encode_frame
+from pulsar_protocol.message_template import MessageTemplate
+from pulsar_protocol.payload import encode_payload
+from pulsar_protocol.stamps import EntryStamps, encode_stamps
+
+TOPIC = "persistent://public/default/bench"
+LEDGER = 7
+
+
+def _connected(consumers: int, individual: bool, recorder: Recorder) -> Connection:
+    """A driver connection past its handshake, with `consumers` ACTIVE consumers (ids 1..)."""
+    settings = Settings(host="127.0.0.1", ack_mode="individual" if individual else "cumulative")
+    conn = Connection(1, settings, recorder, Group())
+    protocol = conn._protocol
+    protocol.send(ev.Connect("bench", 20, supports_broker_entry_metadata=True))
+    protocol.receive_data(
+        encode_frame(command(T.CONNECTED, server_version="bench", protocol_version=20))
+    )
+    assert isinstance(protocol.next_event(), ev.Connected)
+    for cid in range(1, consumers + 1):
+        spec = ConsumerSpec(cid - 1, f"c{cid}", TOPIC, "all", "Broadcast")
+        rid = protocol.next_request_id()
+        protocol.send(ev.Request(subscribe_command(spec, cid, rid)))
+        protocol.receive_data(encode_frame(command(T.SUCCESS, request_id=rid)))
+        assert isinstance(protocol.next_event(), ev.Response)
+        protocol.send(ev.Flow(cid, settings.receiver_queue_size))
+        conn.consumers[cid] = ConsumerState(cid - 1, cid, spec, TOPIC)
+    protocol.data_to_send()
+    return conn
+
+
+def _entry_reads(
+    consumers: int, entry_id: int, size: int, intended_us: int, read_size: int
+) -> list[bytes]:
+    """The bytes of one entry's MESSAGE to every consumer, as recvs of `read_size` return them."""
+    body = stamp(bytes(size), intended_us, intended_us + 100, entry_id)
+    section = encode_payload(
+        pb.MessageMetadata(producer_name="p", sequence_id=entry_id, publish_time=1), body
+    )
+    t = intended_us + 200
+    bem = encode_stamps(entry_id, EntryStamps(t, t + 10, t + 500, t + 510, t + 520))
+    template = MessageTemplate(LEDGER, entry_id, len(section), bem)
+    data = b"".join(template.head(encode_varint(cid)) + section for cid in range(1, consumers + 1))
+    return [data[i : i + read_size] for i in range(0, len(data), read_size)]
+
+
+def _measure(
+    consumers: int,
+    entries: int,
+    size: int,
+    read_size: int,
+    individual: bool,
+    profiler: cProfile.Profile | None,
+) -> tuple[float, int]:
+    """CPU seconds for `entries` broadcast entries, and how many ACK frames were flushed."""
+    with tempfile.TemporaryDirectory() as directory:
+        recorder = Recorder(Path(directory), 0.01, {})
+        recorder.phases.measure_start = 0.0
+        conn = _connected(consumers, individual, recorder)
+        protocol = conn._protocol
+        start_us = int(time.time() * 1e6)
+        reads = [
+            _entry_reads(consumers, n, size, start_us + n * 1_000_000, read_size)
+            for n in range(entries)
+        ]
+        acks = 0
+        cpu = 0.0
+        for n, chunks in enumerate(reads):
+            if profiler is not None:
+                profiler.enable()
+            started = time.process_time()
+            for i, chunk in enumerate(chunks):
+                receive_us = start_us + n * 1_000_000 + 2_000 + 20 * i  # each read its own time
+                conn._kernel_us = receive_us - 50
+                conn._handle_read(chunk, receive_us)
+            acks += protocol.flush_acks()
+            protocol.data_to_send()
+            cpu += time.process_time() - started
+            if profiler is not None:
+                profiler.disable()
+        assert recorder.received == consumers * entries, recorder.received
+        recorder.close()
+    return cpu, acks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--consumers", type=int, default=100)
+    parser.add_argument("--entries", type=int, default=2000)
+    parser.add_argument("--size", type=int, default=10_240)
+    parser.add_argument("--read-size", type=int, default=RECV_SIZE, help="bytes per recv")
+    parser.add_argument("--individual", action="store_true", help="individual acks")
+    parser.add_argument("--profile", action="store_true", help="cProfile, top functions")
+    args = parser.parse_args()
+    profiler = cProfile.Profile() if args.profile else None
+    cpu, acks = _measure(
+        args.consumers, args.entries, args.size, args.read_size, args.individual, profiler
+    )
+    if profiler is not None:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    deliveries = args.consumers * args.entries
+    print(
+        f"{args.consumers} consumers on one connection, {args.entries} entries of "
+        f"{args.size} B in recvs of {args.read_size} B: {1e6 * cpu / deliveries:.2f} us/delivery "
+        f"(codec, driver, recorder, acks); {acks / args.entries:.0f} ACKs per entry"
+    )
+
+
+if __name__ == "__main__":
+    main()

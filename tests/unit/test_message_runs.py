@@ -1,0 +1,284 @@
+"""The client's fast path for MESSAGE frames: `commands.parse_message`, the decoder's runs
+(`FrameDecoder.next_message_run`) and the `MessageRun` events of `Connection(CLIENT,
+message_runs=True)`. Whatever it accepts, it must read as protobuf does; anything else it
+declines, and the protobuf path rules on it exactly as before.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pulsar_protocol import events as ev
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import (
+    T,
+    command,
+    encode_varint,
+    message_command_bytes,
+    parse_message,
+)
+from pulsar_protocol.connection import Connection
+from pulsar_protocol.errors import RemoteProtocolError
+from pulsar_protocol.frames import encode_frame, encode_raw_frame
+from pulsar_protocol.message_template import MessageTemplate
+from pulsar_protocol.payload import encode_payload
+from pulsar_protocol.stamps import EntryStamps, encode_stamps
+from pulsar_protocol.state import CLIENT, ConsumerState
+
+FEEDS = ["whole", "byte_at_a_time", "split_with_partial_tail", "random_cuts"]
+
+
+def section(body: bytes) -> bytes:
+    return encode_payload(
+        pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), body
+    )
+
+
+def _random_message(rng: random.Random) -> pb.BaseCommand:
+    msg_id = pb.MessageIdData(
+        ledgerId=rng.choice([0, 1, 127, 128, 2**20, 2**62, 2**63, 2**64 - 1]),
+        entryId=rng.choice([0, 99, 16384, 2**40, 2**63 - 1]),
+    )
+    if rng.random() < 0.3:
+        msg_id.partition = rng.choice([0, 3, 127, 128, 2**27, 2**28, 2**31 - 1, -1])
+    if rng.random() < 0.1:
+        msg_id.batch_index = rng.randrange(5)
+    fields: dict = dict(
+        consumer_id=rng.choice([0, 1, 127, 128, 16383, 16384, 2**35, 2**63 - 1, 2**64 - 1]),
+        message_id=msg_id,
+    )
+    if rng.random() < 0.3:
+        fields["redelivery_count"] = rng.choice([0, 1, 300, 2**28, 2**32 - 1])
+    if rng.random() < 0.1:
+        fields["ack_set"] = [rng.randrange(100)]
+    if rng.random() < 0.1:
+        fields["consumer_epoch"] = rng.randrange(100)
+    return command(T.MESSAGE, **fields)
+
+
+def test_parse_message_agrees_with_protobuf_or_declines():
+    rng = random.Random(5)
+    accepted = 0
+    for _ in range(5000):
+        raw = _random_message(rng).SerializeToString()
+        got = parse_message(raw)
+        if got is None:
+            continue
+        accepted += 1
+        msg = pb.BaseCommand.FromString(raw).message
+        mid = msg.message_id
+        assert got[:5] == (
+            msg.consumer_id,
+            mid.ledgerId,
+            mid.entryId,
+            mid.partition if mid.HasField("partition") else -1,
+            msg.redelivery_count,
+        )
+        assert got[5] == mid.SerializeToString()  # what an ACK of it carries
+        body = raw[raw.index(b"\x12", 5) :]  # the command after the consumer id
+        assert got[6] == len(body)
+    assert accepted > 1500
+    for other in (command(T.PING), command(T.FLOW, consumer_id=1, messagePermits=1)):
+        assert parse_message(other.SerializeToString()) is None
+    overlong = message_command_bytes(1, 5, 7).replace(b"\x10\x07", b"\x10\x87\x00")
+    assert parse_message(overlong[:3] + bytes([len(overlong) - 4]) + overlong[4:]) is None
+
+
+def _connected(message_runs: bool) -> Connection:
+    client = Connection(CLIENT, message_runs=message_runs)
+    client.send(ev.Connect("test", 20, supports_broker_entry_metadata=True))
+    client.receive_data(encode_frame(command(T.CONNECTED, server_version="s", protocol_version=20)))
+    assert isinstance(client.next_event(), ev.Connected)
+    return client
+
+
+def _chunks(data: bytes, how: str, rng: random.Random) -> list[bytes]:
+    if how == "whole":
+        return [data]
+    if how == "byte_at_a_time":
+        return [data[i : i + 1] for i in range(len(data))]
+    if how == "split_with_partial_tail":
+        cut = max(1, len(data) - 3)
+        return [data[:cut], data[cut:]]
+    cuts = sorted(rng.sample(range(1, len(data)), min(20, len(data) - 1)))
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+
+
+def _deliveries(client: Connection, chunks: list[bytes]) -> tuple[list, int]:
+    """Every delivery the chunks bring, as protobuf reads it, then the error that ended them
+    (if any); and how many came in MessageRuns."""
+    out: list = []
+    in_runs = 0
+    try:
+        for chunk in chunks:
+            client.receive_data(chunk)
+            while (event := client.next_event()) is not ev.NEED_DATA:
+                if isinstance(event, ev.MessageRun):
+                    in_runs += len(event.consumer_ids)
+                    out += [
+                        (
+                            cid,
+                            event.ledger_id,
+                            event.entry_id,
+                            event.partition,
+                            event.redelivery_count,
+                            event.payload,
+                            event.broker_entry_metadata,
+                            event.message_id,
+                        )
+                        for cid in event.consumer_ids
+                    ]
+                elif isinstance(event, ev.Message):
+                    m, mid = event.command, event.command.message_id
+                    out.append(
+                        (
+                            m.consumer_id,
+                            mid.ledgerId,
+                            mid.entryId,
+                            mid.partition if mid.HasField("partition") else -1,
+                            m.redelivery_count,
+                            event.payload,
+                            event.broker_entry_metadata,
+                            mid.SerializePartialToString() if m.HasField("message_id") else None,
+                        )
+                    )
+                else:
+                    out.append(event)
+    except RemoteProtocolError as exc:
+        out.append(f"{type(exc).__name__}: {exc}")
+    return out, in_runs
+
+
+def _stream() -> bytes:
+    """A broker's deliveries: broadcast entries to consumer ids across varint lengths, with and
+    without entry metadata, a partition, a redelivery; MESSAGEs in other shapes; a PING."""
+    small, big = section(b"a" * 300), section(b"b" * 2000)
+    stamps = encode_stamps(4, EntryStamps(1, 2, 3, 4, 5))
+    frames = []
+    entries = [(1, 0, small, None, 0, -1), (1, 1, big, stamps, 0, -1), (1, 2, big, stamps, 2, 7)]
+    for ledger, entry, payload, bem, redeliveries, partition in entries:
+        template = MessageTemplate(ledger, entry, len(payload), bem, redeliveries, partition)
+        ids = [*range(120, 136), 16380, 16390, 2**40]
+        frames += [template.head(encode_varint(cid)) + payload for cid in ids]
+    odd = [
+        command(T.MESSAGE, consumer_id=3, message_id=pb.MessageIdData(ledgerId=1, entryId=3)),
+        command(
+            T.MESSAGE,
+            consumer_id=4,
+            message_id=pb.MessageIdData(ledgerId=1, entryId=3, batch_index=1),
+        ),
+        command(
+            T.MESSAGE,
+            consumer_id=5,
+            message_id=pb.MessageIdData(ledgerId=1, entryId=3),
+            ack_set=[1],
+        ),
+    ]
+    frames += [encode_frame(cmd, small) for cmd in odd]
+    frames.append(encode_frame(command(T.PING)))
+    frames.append(encode_raw_frame(message_command_bytes(6, 1, 3), small, b""))
+    frames.append(encode_raw_frame(message_command_bytes(7, 1, 3), small))
+    return b"".join(frames)
+
+
+@pytest.mark.parametrize("how", FEEDS)
+def test_runs_deliver_what_protobuf_reads(how):
+    rng = random.Random(3)
+    data = _stream()
+    chunks = _chunks(data, how, rng)
+    slow, none_in_runs = _deliveries(_connected(False), chunks)
+    fast, in_runs = _deliveries(_connected(True), chunks)
+    assert fast == slow
+    assert none_in_runs == 0 and len(slow) == 3 * 19 + 5
+    assert in_runs == 3 * 19 + 3  # all but the two MESSAGEs in other shapes
+    assert all(isinstance(d, tuple) for d in slow)
+
+
+def test_a_broadcast_entry_comes_as_one_run_per_read():
+    payload = section(b"x" * 1000)
+    template = MessageTemplate(9, 4, len(payload), None)
+    data = b"".join(template.head(encode_varint(cid)) + payload for cid in range(1, 201))
+    client = _connected(True)
+    cut = len(data) // 2 + 7  # mid-frame
+    runs = []
+    for chunk in (data[:cut], data[cut:]):
+        client.receive_data(chunk)
+        while (event := client.next_event()) is not ev.NEED_DATA:
+            assert isinstance(event, ev.MessageRun)
+            runs.append(event)
+    assert len(runs) == 2
+    assert [cid for run in runs for cid in run.consumer_ids] == list(range(1, 201))
+    assert runs[0].payload is runs[1].payload  # one bytes object for the entry's payload
+    assert runs[0].message_id == pb.MessageIdData(ledgerId=9, entryId=4).SerializeToString()
+
+
+def test_mangled_streams_read_the_same_with_and_without_runs():
+    """Random corruption: both clients deliver the same, and fail at the same frame with the
+    same error (what the fast path declines, protobuf rules on)."""
+    rng = random.Random(99)
+    valid = _stream()
+    for _ in range(1000):
+        data = bytearray(valid)
+        for _ in range(rng.randint(1, 6)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        chunks = _chunks(
+            bytes(data), rng.choice(["whole", "split_with_partial_tail", "random_cuts"]), rng
+        )
+        assert _deliveries(_connected(True), chunks)[0] == _deliveries(_connected(False), chunks)[0]
+
+
+def _subscribed(client: Connection, consumer_ids: list[int]) -> None:
+    for cid in consumer_ids:
+        rid = client.next_request_id()
+        cmd = command(T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=cid)
+        cmd.subscribe.request_id = rid
+        client.send(ev.Request(cmd))
+        client.receive_data(encode_frame(command(T.SUCCESS, request_id=rid)))
+        assert isinstance(client.next_event(), ev.Response)
+        client.send(ev.Flow(cid, 4))
+    client.data_to_send()
+
+
+@pytest.mark.parametrize("individual", [False, True])
+def test_acknowledging_a_run_is_acknowledging_each_delivery(individual):
+    """The same FLOWs and ACK bytes as acknowledge_consumed per consumer with the parsed
+    MessageIdData; consumers not ACTIVE (closing, unknown) get neither."""
+    consumers = [5, 6, 200, 7, 8]
+    msg_ids = [pb.MessageIdData(ledgerId=3, entryId=e, partition=1) for e in range(3)]
+    written = []
+    for by_run in (False, True):
+        client = _connected(True)
+        client._individual_acks = individual  # noqa: SLF001 - both clients alike
+        _subscribed(client, consumers)
+        rid = client.next_request_id()
+        client.send(ev.Request(command(T.CLOSE_CONSUMER, consumer_id=8, request_id=rid)))
+        client.data_to_send()
+        for msg_id in msg_ids:
+            if by_run:
+                client.acknowledge_run([*consumers, 99], 1, msg_id.SerializeToString())
+            else:
+                for cid in [*consumers, 99]:
+                    client.acknowledge_consumed(cid, 1, msg_id)
+        assert client.consumer_state(8) is ConsumerState.CLOSING
+        flows = client.data_to_send()
+        assert client.flush_acks() == 4
+        written.append((flows, client.data_to_send()))
+    assert written[0] == written[1]
+    flows, acks = written[1]
+    assert flows == b"".join(
+        encode_frame(command(T.FLOW, consumer_id=cid, messagePermits=2)) for cid in consumers[:4]
+    )
+    ack_type = pb.CommandAck.Individual if individual else pb.CommandAck.Cumulative
+    assert acks == b"".join(
+        encode_frame(
+            command(
+                T.ACK,
+                consumer_id=cid,
+                ack_type=ack_type,
+                message_id=msg_ids if individual else msg_ids[-1:],
+            )
+        )
+        for cid in consumers[:4]
+    )
