@@ -8,8 +8,10 @@ Files are flushed every second, so a worker killed mid-run leaves what it had re
 from __future__ import annotations
 
 import csv
+import ctypes
 import os
 import struct
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +55,18 @@ _MASK, _UNIT = _SHAPE.sub_bucket_mask, _SHAPE.unit_magnitude
 _HALF_MAGNITUDE, _HALF_COUNT = _SHAPE.sub_bucket_half_count_magnitude, _SHAPE.sub_bucket_half_count
 _BUCKET_BASE = _UNIT + _HALF_MAGNITUDE + 1
 _COUNTS_LEN = _SHAPE.counts_len
+
+
+def _reset(hist: HdrHistogram) -> None:
+    """`hist.reset()` with one memset: hdrh zeroes its 23,552 counts one by one in Python,
+    1.2 ms per histogram, which at a dozen histograms a second was a quarter of a broadcast
+    worker's CPU (py-spy, harness-cost run). A unit test checks it against reset()."""
+    ctypes.memset(ctypes.addressof(hist.counts), 0, ctypes.sizeof(hist.counts))
+    hist.total_count = 0
+    hist.min_value = sys.maxsize
+    hist.max_value = 0
+    hist.start_time_stamp_msec = sys.maxsize
+    hist.end_time_stamp_msec = 0
 
 
 def _record(hist: HdrHistogram, value: int, count: int) -> bool:
@@ -331,7 +345,7 @@ class Recorder:
         for metric, hist in self._intervals.items():
             if hist.get_total_count():
                 self._hlog.write(metric, self._interval_start, length, hist)
-                hist.reset()
+                _reset(hist)
         self._interval_start = now
         row = (
             int(now),

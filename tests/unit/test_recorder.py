@@ -9,7 +9,7 @@ from hdrh.histogram import HdrHistogram
 
 from drivers.base import BrokerStamps, SubscribeResult
 from harness.message_body import stamp
-from harness.recorder import Phases, Recorder, _record
+from harness.recorder import Phases, Recorder, _record, _reset
 from results_contract.hlog import HIGHEST_US, decode, new_histogram, read_intervals
 from results_contract.metrics import CLIENT_DELAY, E2E, E2E_ACTUAL, E2E_KERNEL
 
@@ -219,4 +219,21 @@ def test_the_inlined_record_is_hdrhs_record_value() -> None:
     for field in ("total_count", "min_value", "max_value"):
         assert getattr(ours, field) == getattr(hdrh, field)
     assert list(ours.counts) == list(hdrh.counts)
+    assert ours.encode() == hdrh.encode()
+
+
+def test_the_memset_reset_is_hdrhs_reset() -> None:
+    """After a reset both histograms are pristine alike, and record and encode alike after."""
+    ours, hdrh = new_histogram(), new_histogram()
+    for hist in (ours, hdrh):
+        for value in (1, 5000, 123_456, HIGHEST_US):
+            hist.record_value(value, 3)
+    _reset(ours)
+    hdrh.reset()
+    assert vars(ours).keys() == vars(hdrh).keys()
+    for field in ("total_count", "min_value", "max_value"):
+        assert getattr(ours, field) == getattr(hdrh, field)
+    assert not any(ours.counts) and list(ours.counts) == list(hdrh.counts)
+    for hist in (ours, hdrh):
+        hist.record_value(777, 2)
     assert ours.encode() == hdrh.encode()
