@@ -19,6 +19,7 @@ from broker.config import BrokerConfig
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import Topic
 from broker.server.connection import ServerConnection
+from broker.server.gc_policy import FreezeAfterStorms
 from broker.server.loop_lag import LoopLag
 from broker.subscriptions.modes import DISPATCHERS
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -64,6 +65,7 @@ class BrokerService:
         self._process = psutil.Process()
         self.started = time.time()
         self.loop_lag: LoopLag | None = None
+        self._gc = FreezeAfterStorms()
 
     # -- topics ----------------------------------------------------------------------------
     def topic(self, name: str) -> Topic:
@@ -171,6 +173,7 @@ class BrokerService:
         last: dict[int, tuple[float, int, int]] = {}
         while True:
             await asyncio.sleep(interval)
+            self._gc.tick(sum(len(c.consumers) for c in self.connections))
             now = time.monotonic()
             for topic in list(self.topics.values()):
                 counters: list[tuple[Any, int, int]] = [(topic, topic.messages_in, topic.bytes_in)]

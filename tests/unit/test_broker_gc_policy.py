@@ -1,0 +1,29 @@
+"""The broker freezes its long-lived objects once a connect storm settles, and lets go of them
+when the consumers leave (gc_policy.py)."""
+
+from __future__ import annotations
+
+import gc
+
+from broker.server.gc_policy import FreezeAfterStorms
+
+
+def test_frozen_once_the_storm_settles_and_released_when_half_the_consumers_left() -> None:
+    gc.unfreeze()
+    policy = FreezeAfterStorms()
+    try:
+        policy.tick(0)
+        policy.tick(40_000)  # still growing
+        assert gc.get_freeze_count() == 0
+        policy.tick(40_000)  # the same for a second: settled
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        policy.tick(40_500)
+        policy.tick(40_500)  # settled, but too few new consumers to freeze again
+        assert gc.get_freeze_count() == frozen
+        policy.tick(19_000)  # the run's consumers left: everything collectable again
+        assert gc.get_freeze_count() == 0
+        policy.tick(19_000)  # those who stayed are the long-lived population now
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
