@@ -59,6 +59,12 @@ from results_contract.clock import now_us
 
 log = logging.getLogger("bench.worker")
 
+CONNECT_PHASE_GC_THRESHOLDS = (10_000, 10, 1_000_000)
+"""The collector's thresholds while consumers subscribe: the storm builds objects that live
+until the end, and each full collection walks them all again (the heap grows 25% between
+two), which took 45% of a worker's connect CPU (benchmarks/client_connect.py); young ones are
+collected as usual, full collections wait for the end of the phase."""
+
 ProducerSlot = tuple[BenchmarkProducer, str, int]
 """A producer, its topic and its global index (which seeds its keys and payload choice)."""
 
@@ -110,6 +116,11 @@ class WorkerRun:
             for topic in self.plan.topics:
                 self.driver.create_topic(topic, workload.partitions_per_topic)
         self._slots = Semaphore(workload.connect_concurrency)
+        # Before any user spawns: what the process holds now (modules, Locust, the driver)
+        # stays to the end, and the connect phase's full collections are put off.
+        gc.freeze()
+        self._gc_thresholds = gc.get_threshold()
+        gc.set_threshold(*CONNECT_PHASE_GC_THRESHOLDS)
         self._background.spawn(self._tick_loop)
         self._background.spawn(self._watch_loop_lag)
 
@@ -123,6 +134,7 @@ class WorkerRun:
         # The connect phase is over: its consumers, users and greenlets live until the end.
         # Left to the collector, each full collection walks them all (~100 ms at 50,000
         # consumers a worker, which the loop-lag rule then flags as a saturated client).
+        gc.set_threshold(*self._gc_thresholds)
         gc.collect(1)
         gc.freeze()
         self.phases_known.set()
@@ -230,6 +242,7 @@ class WorkerRun:
     def finish(self) -> None:
         self._background.kill()
         self.recorder.close()
+        gc.set_threshold(*self._gc_thresholds)  # if the connect phase never ended
         gc.unfreeze()  # the run's objects become garbage now (set_phases froze them)
         totals = {
             "sent": self.recorder.total_sent,

@@ -153,13 +153,14 @@ def message_command_bytes(
 
 
 _VARINT = rb"([\x80-\xff]{0,9}[\x00-\x7f])"
-_COMMON_ACK = re.compile(
+COMMON_ACK_PATTERN = (
     rb"\x08\x0a\x52([\x00-\x7f])\x08" + _VARINT + rb"\x10([\x00\x01])"
-    rb"\x1a([\x00-\x7f])\x08" + _VARINT + rb"\x10" + _VARINT,
-    re.DOTALL,
+    rb"\x1a([\x00-\x7f])\x08" + _VARINT + rb"\x10" + _VARINT
 )
 """`BaseCommand{ACK, ack{consumer_id, ack_type, message_id{ledgerId, entryId}}}` and nothing
-more: the ACK every Pulsar client sends per message (ack_command_bytes writes it too)."""
+more: the ACK every Pulsar client sends per message (ack_command_bytes writes it too). Groups:
+body size, consumer id, ack type, message id size, ledger id, entry id."""
+_COMMON_ACK = re.compile(COMMON_ACK_PATTERN, re.DOTALL)
 _VARINT_VALUES = {encoded: value for value, encoded in enumerate(_SMALL_VARINTS)}
 
 
@@ -245,6 +246,53 @@ def parse_message(command_bytes: bytes) -> CommonMessage | None:
         command_bytes[id_start:id_end],
         len(command_bytes) - head.start(3) + 1,
     )
+
+
+def flow_command_bytes(consumer_id: int, permits: int) -> bytes:
+    """Serialized `BaseCommand{type: FLOW, flow: {consumer_id, messagePermits}}`, without
+    protobuf objects: every consumer sends one after subscribing, and again each time half
+    its queue was delivered. A unit test checks it byte for byte against protobuf."""
+    body = b"\x08" + encode_varint(consumer_id) + b"\x10" + encode_varint(permits)
+    return b"\x08\x0b\x5a" + encode_varint(len(body)) + body
+
+
+class SubscribeTemplate:
+    """The SUBSCRIBEs of one subscription on one topic, serialized without protobuf objects.
+
+    Consumers of a subscription differ only in consumer_id (field 4), request_id (5) and
+    consumer_name (6); protobuf writes fields in number order, so a SUBSCRIBE is the fields
+    before them (serialized once, by protobuf), those three, and the fields after them (the
+    same). A connect storm sends one per consumer; filling a BaseCommand for each cost more
+    than the rest of the subscribe. A unit test checks it byte for byte against protobuf.
+    """
+
+    __slots__ = ("_head", "_tail")
+
+    def __init__(self, head: pb.CommandSubscribe, tail: pb.CommandSubscribe) -> None:
+        """`head` sets only fields 1-3 (topic, subscription, subType), `tail` only fields
+        from 7 on; both are partial (they lack required fields)."""
+        assert all(f.number < 4 for f, _ in head.ListFields()), "head: fields 1-3 only"
+        assert all(f.number > 6 for f, _ in tail.ListFields()), "tail: fields 7+ only"
+        self._head = head.SerializePartialToString()
+        self._tail = tail.SerializePartialToString()
+
+    def command_bytes(self, consumer_id: int, request_id: int, consumer_name: str) -> bytes:
+        """Serialized `BaseCommand{type: SUBSCRIBE, subscribe: {...}}`."""
+        name = consumer_name.encode()
+        body = b"".join(
+            (
+                self._head,
+                b"\x20",
+                encode_varint(consumer_id),
+                b"\x28",
+                encode_varint(request_id),
+                b"\x32",
+                encode_varint(len(name)),
+                name,
+                self._tail,
+            )
+        )
+        return b"\x08\x04\x22" + encode_varint(len(body)) + body
 
 
 def ack_command_bytes(consumer_id: int, ack_type: int, message_ids: Iterable[bytes]) -> bytes:

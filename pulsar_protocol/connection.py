@@ -41,17 +41,20 @@ from pulsar_protocol.commands import (
     FIELD_OF_TYPE,
     SERVER_BOUND_NOTICES,
     SERVER_BOUND_REQUESTS,
+    SubscribeTemplate,
     T,
     ack_command_bytes,
     body_of,
     command,
     encode_varint,
+    flow_command_bytes,
     type_name,
 )
 from pulsar_protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from pulsar_protocol.events import (
     NEED_DATA,
     Ack,
+    Acks,
     Connect,
     Connected,
     ConnectionClosed,
@@ -256,8 +259,8 @@ class Connection:
         try:
             decoder, readers = self._decoder, self._readers
             while True:
-                if self._fast_acks and (ack := decoder.next_ack()) is not None:
-                    return Ack(ack[0], ack[1] == _CUMULATIVE, ((ack[2], ack[3]),))
+                if self._fast_acks and (acks := decoder.next_acks()):
+                    return Acks(acks)
                 if self._fast_runs and (run := decoder.next_message_run()) is not None:
                     ids, msg, payload, bem = run
                     return MessageRun(tuple(ids), msg[1], msg[2], payload, bem, *msg[3:6])
@@ -346,7 +349,7 @@ class Connection:
         return Request(cmd)
 
     def _read_ack(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
-        """An ACK in any shape (the common one never gets here: next_ack reads it)."""
+        """An ACK in any shape (common ones in a row never get here: next_acks reads them)."""
         ack = cmd.ack
         request_id = ack.request_id if ack.HasField("request_id") else None
         if request_id is not None:
@@ -475,6 +478,30 @@ class Connection:
         except LocalProtocolError:
             self._set_state(ConnectionState.ERROR)
             raise
+
+    def send_subscribe(
+        self, template: SubscribeTemplate, consumer_id: int, request_id: int, consumer_name: str
+    ) -> None:
+        """Queue a SUBSCRIBE from `template`: what `send(Request(command))` does for the same
+        command, built from bytes (a connect storm sends one per consumer)."""
+        if self.state is ConnectionState.ERROR:
+            raise LocalProtocolError("cannot send: the connection is in ERROR")
+        try:
+            if self.role is not CLIENT:
+                raise LocalProtocolError(f"a {self.role.value} cannot request SUBSCRIBE")
+            if self.state is not ConnectionState.CONNECTED:
+                raise LocalProtocolError(f"cannot send before the handshake ({self.state.value})")
+            if request_id in self._pending:
+                raise LocalProtocolError(
+                    f"request_id {request_id} is already waiting for an answer"
+                )
+            self._move_consumer(consumer_id, Trigger.SUBSCRIBE_SENT)
+        except LocalProtocolError:
+            self._set_state(ConnectionState.ERROR)
+            raise
+        self._pending[request_id] = (T.SUBSCRIBE, consumer_id)
+        cmd = template.command_bytes(consumer_id, request_id, consumer_name)
+        self._out.append(frame_sizes(len(cmd), 0) + cmd)
 
     def send_frames(self, frames: list[bytes]) -> None:
         """Queue frames built elsewhere: the broker's dispatch writes MESSAGE frames from
@@ -616,7 +643,8 @@ class Connection:
         if consumer is not None and was is ConsumerState.SUBSCRIBED:
             # The first FLOW is the receiver queue: permits come back at half of it.
             consumer.refill_at = max(1, event.permits // 2)
-        self._queue(command(T.FLOW, consumer_id=event.consumer_id, messagePermits=event.permits))
+        flow = flow_command_bytes(event.consumer_id, event.permits)
+        self._out.append(frame_sizes(len(flow), 0) + flow)
 
     def _write_message(self, event: Message) -> None:
         if self.role is not SERVER:
@@ -681,7 +709,8 @@ class Connection:
             consumer.consumed += n
             if consumer.consumed >= consumer.refill_at:
                 permits, consumer.consumed = consumer.consumed, 0
-                self._queue(command(T.FLOW, consumer_id=consumer_id, messagePermits=permits))
+                flow = flow_command_bytes(consumer_id, permits)
+                self._out.append(frame_sizes(len(flow), 0) + flow)
 
     @property
     def acks_due(self) -> bool:

@@ -97,15 +97,24 @@ class Notice(_WithCommand):
 
 @dataclass(frozen=True, slots=True)
 class Ack(Event):
-    """An ACK from a client (server side). Its own event, not a Notice: a broadcast brings
-    one per consumer per entry, so the common shape is read from bytes without protobuf
-    (commands.parse_ack). `request_id` is set when the client wants an ACK_RESPONSE."""
+    """An ACK from a client (server side) in any shape; `request_id` is set when the client
+    wants an ACK_RESPONSE. ACKs in the common shape come as `Acks` instead."""
 
     consumer_id: int
     cumulative: bool
     message_ids: tuple[tuple[int, int], ...]
     """(ledger id, entry id) of each acknowledged message."""
     request_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Acks(Event):
+    """ACKs in a row in their common shape (one message id, no request id), read from bytes
+    in one pass (FrameDecoder.next_acks): a broadcast brings one per consumer per entry, and
+    its client sends those of a connection together. Each is (consumer_id, ack_type,
+    ledger_id, entry_id); ack_type is CommandAck.AckType (0 individual, 1 cumulative)."""
+
+    acks: list[tuple[int, int, int, int]]
 
 
 @dataclass(frozen=True, slots=True)

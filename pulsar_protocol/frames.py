@@ -8,13 +8,19 @@ payload section exactly as received and re-sends it, so the client's checksum st
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import CommonMessage, parse_ack, parse_message
+from pulsar_protocol.commands import (
+    COMMON_ACK_PATTERN,
+    CommonMessage,
+    decode_varint,
+    parse_message,
+)
 from pulsar_protocol.errors import RemoteProtocolError
 
 # Pulsar's default maxMessageSize (5 MiB) plus the room it leaves for headers.
@@ -26,8 +32,8 @@ _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
 _HEADER = struct.Struct(">II")
 _BEM_HEADER = struct.Struct(">HI")
-_ACK_START = b"\x08\x0a\x52"  # BaseCommand.type = ACK, then the ack field
-_MAX_COMMON_ACK = 4 + 4 + 128  # frame sizes stay small: parse_ack takes one-byte body sizes
+# A whole frame of a common ACK: the two sizes fit one byte each (the body is < 128 bytes).
+_COMMON_ACK_FRAME = re.compile(rb"\x00\x00\x00(.)\x00\x00\x00(.)" + COMMON_ACK_PATTERN, re.DOTALL)
 _MESSAGE_START = b"\x08\x09\x4a"  # BaseCommand.type = MESSAGE, then the message field
 _MAX_COMMON_MESSAGE = 4 + 127  # parse_message takes one-byte body sizes
 
@@ -108,20 +114,38 @@ class FrameDecoder:
             self._last_payload = parts[1]
         return parts
 
-    def next_ack(self) -> tuple[int, int, int, int] | None:
-        """The next frame if it is an ACK in its common shape (commands.parse_ack), consumed
-        and read without protobuf; otherwise None, and nothing is consumed."""
+    def next_acks(self) -> list[tuple[int, int, int, int]]:
+        """The ACK frames in their common shape (commands.parse_ack) from here on, consumed
+        and read in one pass without protobuf, as (consumer_id, ack_type, ledger_id,
+        entry_id); [] when the next frame is not one. A broadcast's client acknowledges for
+        all the consumers of its connection at once: 100 such frames in a row."""
         buf = self._buffer
         pos = self._pos
-        if len(buf) - pos < 11 or buf[pos + 8 : pos + 11] != _ACK_START:
-            return None
-        total, cmd_size = _HEADER.unpack_from(buf, pos)
-        if cmd_size != total - 4 or total > _MAX_COMMON_ACK or len(buf) - pos < 4 + total:
-            return None
-        ack = parse_ack(bytes(buf[pos + 8 : pos + 4 + total]))
-        if ack is not None:
-            self._pos = pos + 4 + total
-        return ack
+        out: list[tuple[int, int, int, int]] = []
+        match = _COMMON_ACK_FRAME.match
+        while (m := match(buf, pos)) is not None:
+            total, cmd_size, body_size, consumer_id, ack_type, id_size, ledger_id, entry_id = (
+                m.groups()
+            )
+            end = m.end()
+            if (
+                body_size[0] != end - pos - 12
+                or cmd_size[0] != body_size[0] + 4
+                or total[0] != cmd_size[0] + 4
+                or id_size[0] != len(ledger_id) + len(entry_id) + 2
+            ):
+                break
+            out.append(
+                (
+                    decode_varint(consumer_id),
+                    ack_type[0],
+                    decode_varint(ledger_id),
+                    decode_varint(entry_id),
+                )
+            )
+            pos = end
+        self._pos = pos
+        return out
 
     def next_message_run(self) -> RunParts | None:
         """The next frame if it is a MESSAGE in its common shape (commands.parse_message) with

@@ -30,6 +30,7 @@ from pulsar_protocol.state import SERVER
 log = logging.getLogger("broker.connection")
 
 SERVER_VERSION = "fanout-bench-broker 0.1"
+_CUMULATIVE = pb.CommandAck.Cumulative
 _producer_names = itertools.count()
 
 
@@ -75,6 +76,7 @@ class ServerConnection(asyncio.Protocol):
             ev.Send: self._on_send,
             ev.Flow: self._on_flow,
             ev.Ack: self._on_ack,
+            ev.Acks: self._on_acks,
             ev.Notice: self._on_notice,
         }
         self._requests: dict[int, Callable[[Any], None]] = {
@@ -342,6 +344,22 @@ class ServerConnection(asyncio.Protocol):
             sub.on_ack(consumer, ack.cumulative, indexes)
         if ack.request_id is not None:
             self._answer(T.ACK_RESPONSE, consumer_id=ack.consumer_id, request_id=ack.request_id)
+
+    def _on_acks(self, acks: ev.Acks, now: int) -> None:
+        """A run of common ACKs: a broadcast's 100 consumers of this connection acknowledging
+        the same entry, so its index is looked up once per run, not per ACK."""
+        consumers = self.consumers
+        last_key: tuple[object, int, int] | None = None
+        index = 0
+        for consumer_id, ack_type, ledger_id, entry_id in acks.acks:
+            consumer = consumers.get(consumer_id)
+            if consumer is None or (sub := consumer.subscription) is None:
+                continue
+            log_ = sub.topic.log
+            key = (log_, ledger_id, entry_id)
+            if key != last_key:
+                last_key, index = key, log_.index_of(ledger_id, entry_id)
+            sub.on_ack(consumer, ack_type == _CUMULATIVE, [index])
 
     def _on_redeliver(self, req: pb.CommandRedeliverUnacknowledgedMessages) -> None:
         consumer = self._consumer(req.consumer_id)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import gevent
 from gevent import socket
@@ -34,7 +35,7 @@ from gevent.pool import Group
 
 from drivers.base import BrokerStamps, ConsumerCallback, ConsumerSpec, DriverError
 from drivers.pulsar import rx_timestamps
-from drivers.pulsar.consumer import ConsumerState, subscribe_command
+from drivers.pulsar.consumer import ConsumerState, subscribe_template
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
@@ -111,10 +112,13 @@ def connect_socket(host: str, port: int, source: str | None, timeout: float) -> 
 
 
 def _refused(result: AsyncResult[tuple[pb.BaseCommand, int]]) -> bool:
-    """Whether a request settled leaving nothing on the broker: ERROR, or a lost connection."""
+    """Whether a request settled leaving nothing on the broker: ERROR, or a lost connection
+    (not a timeout: the broker may still answer SUCCESS)."""
     if not result.ready():
         return False
-    answer = result.value if result.successful() else None
+    if not result.successful():
+        return not isinstance(result.exception, RequestTimeout)
+    answer = result.value
     return answer is None or answer[0].type == T.ERROR
 
 
@@ -164,6 +168,13 @@ class Connection:
         self._ready: AsyncResult[None] = AsyncResult()
         self._waiting: dict[int, AsyncResult[tuple[pb.BaseCommand, int]]] = {}
         """request_id → the greenlet's result waiting for its answer."""
+        self._deadlines: deque[tuple[float, int, AsyncResult[tuple[pb.BaseCommand, int]]]] = deque()
+        """(monotonic deadline, request_id, result) of each request, oldest first: one
+        greenlet (`_sweep`) times them all out, instead of a gevent Timeout per request."""
+        self._sweeper: gevent.Greenlet | None = None
+        self._opening = False
+        self._write_wanted = Event()
+        self._writer: gevent.Greenlet | None = None
         self._object_ids = itertools.count(1)
         self._partition_counts: dict[str, AsyncResult[int]] = {}
         self._ack_wanted = Event()
@@ -191,20 +202,31 @@ class Connection:
         s = self._settings
         deadline = time.monotonic() + s.connect_timeout
         via = f" from {source}" if source else ""
+        self._opening = True  # wait_ready() needs no timer of its own: this settles _ready
         try:
-            sock = connect_socket(self.route.host, self.route.port, source, s.connect_timeout)
-        except OSError as exc:
-            self._fail(f"cannot connect to {self.address}{via}: {exc.strerror or exc}")
-            return
-        if self.error is not None:  # closed while connecting
-            sock.close()
-            return
-        self.start(sock)
-        self._ready.wait(max(0.0, deadline - time.monotonic()))
-        if not self._ready.ready():
-            self._fail(
-                f"cannot connect to {self.address}: no answer to CONNECT in {s.connect_timeout:g} s"
-            )
+            try:
+                sock = connect_socket(self.route.host, self.route.port, source, s.connect_timeout)
+            except OSError as exc:
+                self._fail(f"cannot connect to {self.address}{via}: {exc.strerror or exc}")
+                return
+            if self.error is not None:  # closed while connecting
+                sock.close()
+                return
+            self.start(sock)
+            self._ready.wait(max(0.0, deadline - time.monotonic()))
+            if not self._ready.ready():
+                self._fail(
+                    f"cannot connect to {self.address}: no answer to CONNECT in "
+                    f"{s.connect_timeout:g} s"
+                )
+        finally:
+            if not self._ready.ready():  # interrupted: whoever waits must still hear
+                self._fail(f"opening the connection to {self.address} was interrupted")
+
+    def will_open(self) -> None:
+        """Say that open() is on its way (spawned, not yet running): wait_ready() can then
+        wait without a timer of its own, for open() settles it in time."""
+        self._opening = True
 
     def start(self, sock: socket.socket) -> None:
         """Start the reader on a connected socket and send CONNECT (tests pass a socketpair)."""
@@ -226,28 +248,64 @@ class Connection:
     def wait_ready(self) -> None:
         """Block until the handshake is done; raises RequestFailed if it failed.
 
-        open() always settles within connectTimeoutSeconds, with its reason; the bound here is
-        twice that, so it only fires for a connection started without open().
+        open() always settles within connectTimeoutSeconds, with its reason, so its waiters
+        need no timer; a connection started without open() is waited for twice that.
         """
-        self._ready.wait(2 * self._settings.connect_timeout)
-        if not self._ready.ready():
-            raise RequestTimeout()
-        self._ready.get()
+        ready = self._ready
+        if not ready.ready():
+            if self._opening:
+                ready.wait()
+            else:
+                ready.wait(2 * self._settings.connect_timeout)
+                if not ready.ready():
+                    raise RequestTimeout()
+        ready.get()
 
     # -- writing and requests ----------------------------------------------------------------
     def send(self, *events: ev.Event) -> None:
         """Hand `events` to the codec and write what it queued, in one write. A closed
         connection, a failed write and a codec refusal all raise RequestFailed."""
+        self._queue(events)
+        self._flush()
+
+    def send_soon(self, *events: ev.Event) -> None:
+        """As `send`, but written by the connection's writer at its next turn, with whatever
+        other greenlets queued meanwhile: a connect storm's SUBSCRIBEs and FLOWs leave in a
+        few writes per connection, not one each. A write that fails then fails the
+        connection, and every request waiting on it hears why."""
+        self._queue(events)
+        self._write_soon()
+
+    def _queue(self, events: tuple[ev.Event, ...]) -> None:
+        """Hand `events` to the codec; raises RequestFailed when closed or refused."""
         if self.error is not None:
             raise RequestFailed(self.error)
         try:
             for event in events:
                 self._protocol.send(event)
         except LocalProtocolError as exc:
-            log.exception("connection %d: the driver broke the protocol", self.id)
-            self._fail(f"protocol error on {self.address}: {exc}")
-            raise RequestFailed(f"protocol error on {self.address}: {exc}") from None
-        self._flush()
+            self._broke_protocol(exc)
+
+    def _broke_protocol(self, exc: LocalProtocolError) -> NoReturn:
+        log.exception("connection %d: the driver broke the protocol", self.id)
+        self._fail(f"protocol error on {self.address}: {exc}")
+        raise RequestFailed(f"protocol error on {self.address}: {exc}") from None
+
+    def _write_soon(self) -> None:
+        if self._writer is None:
+            self._writer = self._group.spawn(self._write_loop)
+        if not self._write_wanted.is_set():
+            self._write_wanted.set()
+
+    def _write_loop(self) -> None:
+        """The writer of `send_soon`: one write of everything queued, each time it is woken."""
+        while True:
+            self._write_wanted.wait()
+            self._write_wanted.clear()
+            try:
+                self._flush()
+            except RequestFailed:
+                return
 
     def _flush(self) -> None:
         """Write everything the codec queued. Drained under the lock, so whatever one greenlet
@@ -282,22 +340,69 @@ class Connection:
     ) -> AsyncResult[tuple[pb.BaseCommand, int]]:
         result = self._waiting[request_id] = AsyncResult()
         try:
-            self.send(ev.Request(cmd))
+            self.send_soon(ev.Request(cmd))
         except RequestFailed:
             self._waiting.pop(request_id, None)
             raise
+        self._expect(request_id, result)
         return result
+
+    def _send_subscribe(
+        self, spec: ConsumerSpec, topic: str, consumer_id: int, request_id: int
+    ) -> AsyncResult[tuple[pb.BaseCommand, int]]:
+        """`_send_request` of a SUBSCRIBE, from its subscription's template of bytes."""
+        template = subscribe_template(spec, topic)
+        if self.error is not None:
+            raise RequestFailed(self.error)
+        result = self._waiting[request_id] = AsyncResult()
+        try:
+            self._protocol.send_subscribe(template, consumer_id, request_id, spec.name)
+        except LocalProtocolError as exc:
+            self._waiting.pop(request_id, None)
+            self._broke_protocol(exc)
+        self._write_soon()
+        self._expect(request_id, result)
+        return result
+
+    def _expect(self, request_id: int, result: AsyncResult[tuple[pb.BaseCommand, int]]) -> None:
+        """Time out `result` if no answer settled it within operationTimeoutSeconds."""
+        self._deadlines.append(
+            (time.monotonic() + self._settings.operation_timeout, request_id, result)
+        )
+        if self._sweeper is None:
+            self._sweeper = self._group.spawn(self._sweep)
+
+    def _sweep(self) -> None:
+        """Settle each request still unanswered at its deadline with RequestTimeout; one timer
+        at a time, for the oldest (every request has the same timeout, so the deque is in
+        deadline order). Ends when none is left; the next request starts it again."""
+        deadlines, waiting = self._deadlines, self._waiting
+        try:
+            while deadlines:
+                deadline, request_id, result = deadlines[0]
+                if result.ready():
+                    deadlines.popleft()
+                    continue
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    gevent.sleep(delay)
+                    continue
+                deadlines.popleft()
+                if waiting.get(request_id) is result:
+                    del waiting[request_id]
+                result.set_exception(RequestTimeout())
+        finally:
+            self._sweeper = None
 
     def _await(
         self, request_id: int, result: AsyncResult[tuple[pb.BaseCommand, int]]
     ) -> tuple[pb.BaseCommand, int]:
+        """The answer to `request_id`: settled by the reader, by the sweeper at the deadline
+        (RequestTimeout), or by the connection failing (RequestFailed)."""
         try:
-            result.wait(self._settings.operation_timeout)
+            got = result.get()
         finally:
             self._waiting.pop(request_id, None)
-        if not result.ready():
-            raise RequestTimeout()
-        got = result.get()
         assert got is not None
         answer, receive_us = got
         if answer.type == T.ERROR:
@@ -356,8 +461,7 @@ class Connection:
             for topic in topics:
                 consumer_id = self.next_object_id()
                 rid = self.next_request_id()
-                cmd = subscribe_command(spec, consumer_id, rid, topic)
-                sent.append((consumer_id, rid, self._send_request(cmd, rid)))
+                sent.append((consumer_id, rid, self._send_subscribe(spec, topic, consumer_id, rid)))
             success_us = max(self._await(rid, result)[1] for _, rid, result in sent)
         except RequestFailed:
             for cid, rid, result in sent:
@@ -372,7 +476,7 @@ class Connection:
             self._acker = self._group.spawn(self._ack_loop)
         # The broker dispatches nothing before a consumer's first FLOW: its receiver queue.
         queue = self._settings.receiver_queue_size
-        self.send(
+        self.send_soon(
             *(
                 ev.Flow(cid, queue)
                 for cid in ids
@@ -429,8 +533,9 @@ class Connection:
         self._waiting.clear()
         for producer in list(self.producers.values()):
             producer.connection_lost(error)
+        self._deadlines.clear()
         current = gevent.getcurrent()
-        for greenlet in (self._acker, self._reader):
+        for greenlet in (self._acker, self._reader, self._sweeper, self._writer):
             if greenlet is not None and greenlet is not current:
                 greenlet.kill(block=False)
         if self._sock is not None:

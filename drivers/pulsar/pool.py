@@ -107,6 +107,7 @@ class ConnectionPool:
             self._on_consumers_lost,
         )
         self._live.add(conn)
+        conn.will_open()
         self._group.spawn(self._open, conn)
         return conn
 

@@ -403,6 +403,56 @@ def test_an_unanswered_subscribe_times_out_and_is_closed(make_wire):
     assert wire.broker.expect(T.CLOSE_CONSUMER).close_consumer.consumer_id == consumer_id
 
 
+def test_of_concurrent_subscribes_only_the_unanswered_one_times_out(make_wire):
+    wire = make_wire(operation_timeout=0.2)
+    specs = [ConsumerSpec(i, f"c{i}", "topic", "sub", "Broadcast") for i in range(3)]
+    tasks = [gevent.spawn(wire.conn.subscribe, spec, [spec.topic]) for spec in specs]
+    subs = [wire.broker.expect(T.SUBSCRIBE).subscribe for _ in specs]
+    wire.broker.send(*(encode_frame(command(T.SUCCESS, request_id=s.request_id)) for s in subs[:2]))
+    assert [task.get(timeout=WAIT)[1] for task in tasks[:2]] == [[s.consumer_id] for s in subs[:2]]
+    with pytest.raises(RequestTimeout, match="^timeout$"):
+        tasks[2].get(timeout=WAIT)
+    flows = {wire.broker.expect(T.FLOW).flow.consumer_id for _ in range(2)}
+    assert flows == {s.consumer_id for s in subs[:2]}
+    assert wire.broker.expect(T.CLOSE_CONSUMER).close_consumer.consumer_id == subs[2].consumer_id
+    # A late SUCCESS for the abandoned consumer does not bring it back.
+    wire.broker.send(encode_frame(command(T.SUCCESS, request_id=subs[2].request_id)))
+    assert sorted(wire.conn.consumers) == sorted(s.consumer_id for s in subs[:2])
+    assert not wire.conn._waiting and not wire.conn._deadlines
+
+
+class RecordingSocket:
+    """The connection's socket, keeping each write."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.writes: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.writes.append(data)
+        self.sock.sendall(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self.sock, name)
+
+
+def test_concurrent_subscribes_leave_in_one_write(make_wire):
+    wire = make_wire()
+    wire.conn._sock = recording = RecordingSocket(wire.conn._sock)
+    writes = recording.writes
+    specs = [ConsumerSpec(i, f"c{i}", "topic", "sub", "Broadcast") for i in range(50)]
+    tasks = [gevent.spawn(wire.conn.subscribe, spec, [spec.topic]) for spec in specs]
+    subs = [wire.broker.expect(T.SUBSCRIBE).subscribe for _ in specs]
+    assert len(writes) == 1
+    assert [s.consumer_name for s in subs] == [spec.name for spec in specs]
+    wire.broker.send(*(encode_frame(command(T.SUCCESS, request_id=s.request_id)) for s in subs))
+    assert {wire.broker.expect(T.FLOW).flow.consumer_id for _ in specs} == {
+        s.consumer_id for s in subs
+    }
+    gevent.joinall(tasks, timeout=WAIT, raise_error=True)
+    assert len(writes) < 5  # the FLOWs of one read's answers leave together too
+
+
 def test_one_consumer_on_several_partitions_subscribes_to_all_at_once(make_wire):
     wire = make_wire()
     names = [f"topic-partition-{i}" for i in range(3)]

@@ -10,7 +10,7 @@ from gevent.pool import Group
 
 from drivers.base import ConsumerSpec, DriverError
 from drivers.pulsar.admin import topic_path
-from drivers.pulsar.consumer import subscribe_command
+from drivers.pulsar.consumer import subscribe_command, subscribe_template
 from drivers.pulsar.delivery import DeliveryDecoder, broker_stamps, message_bodies
 from drivers.pulsar.driver import PulsarDriver
 from drivers.pulsar.lookup import Route
@@ -219,6 +219,23 @@ def test_the_four_wire_subscription_types(name, sub_type):
 def test_an_unknown_subscription_type_is_a_driver_error():
     with pytest.raises(DriverError, match="Fanout"):
         subscribe_command(ConsumerSpec(0, "c", "t", "s", "Fanout"), 1, 1)
+    with pytest.raises(DriverError, match="Fanout"):
+        subscribe_template(ConsumerSpec(0, "c", "t", "s", "Fanout"))
+
+
+@pytest.mark.parametrize("mode", ["Exclusive", "Shared", "Failover", "Key_Shared", "Broadcast"])
+@pytest.mark.parametrize(
+    ("consumer_id", "request_id", "name"),
+    [(1, 1, "w0-c0"), (127, 128, "c"), (16384, 1 << 40, "é" * 70), (0, 0, ""), (5, 6, "x" * 200)],
+)
+@pytest.mark.parametrize("topic", [None, "persistent://public/default/t-partition-3"])
+def test_the_subscribe_template_is_protobufs_encoding_byte_for_byte(
+    mode, consumer_id, request_id, name, topic
+):
+    spec = ConsumerSpec(0, name, "persistent://public/default/" + "t" * 120, "sub-0", mode)
+    expected = subscribe_command(spec, consumer_id, request_id, topic).SerializeToString()
+    template = subscribe_template(spec, topic)
+    assert template.command_bytes(consumer_id, request_id, name) == expected
 
 
 # Permits and acknowledgements are the codec's now: tests/unit/test_protocol_connection.py.

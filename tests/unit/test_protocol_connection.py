@@ -14,7 +14,13 @@ import pytest
 
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import T, command, message_command_bytes, parse_ack
+from pulsar_protocol.commands import (
+    SubscribeTemplate,
+    T,
+    command,
+    message_command_bytes,
+    parse_ack,
+)
 from pulsar_protocol.connection import MAX_PROTOCOL_VERSION, Connection
 from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
 from pulsar_protocol.frames import FrameDecoder, encode_frame, encode_raw_frame, frame_head
@@ -338,6 +344,40 @@ def test_closing_a_consumer_ignores_a_late_subscribe_answer(pair):
     assert pair.client.consumer_state(4) is None
 
 
+def _template() -> SubscribeTemplate:
+    return SubscribeTemplate(
+        pb.CommandSubscribe(topic="t", subscription="s", subType=pb.CommandSubscribe.Shared),
+        pb.CommandSubscribe(durable=True),
+    )
+
+
+def test_a_subscribe_from_a_template_is_tracked_as_a_subscribe_request(pair):
+    rid = pair.client.next_request_id()
+    pair.client.send_subscribe(_template(), 3, rid, "c3")
+    assert pair.client.consumer_state(3) is ConsumerState.SUBSCRIBING
+    (request,) = feed(pair.server, pair.client.data_to_send(), pair.how)
+    assert isinstance(request, ev.Request)
+    sub = request.command.subscribe
+    assert (sub.topic, sub.consumer_id, sub.request_id, sub.consumer_name) == ("t", 3, rid, "c3")
+    pair.send(pair.server, ev.Response(command(T.SUCCESS, request_id=rid)))
+    assert pair.client.consumer_state(3) is ConsumerState.SUBSCRIBED
+    pair.send(pair.client, ev.Flow(3, 10))
+    assert pair.client.consumer_state(3) is ConsumerState.ACTIVE
+
+
+def test_a_subscribe_from_a_template_is_refused_as_a_request_would_be(pair):
+    rid = pair.client.next_request_id()
+    pair.client.send_subscribe(_template(), 3, rid, "c3")
+    with pytest.raises(LocalProtocolError, match=f"request_id {rid} is already waiting"):
+        pair.client.send_subscribe(_template(), 4, rid, "c4")
+    assert pair.client.state is ConnectionState.ERROR
+    fresh = ConnectionPair()
+    with pytest.raises(LocalProtocolError, match="before the handshake"):
+        fresh.client.send_subscribe(_template(), 1, 1, "c1")
+    with pytest.raises(LocalProtocolError, match="cannot request SUBSCRIBE"):
+        fresh.server.send_subscribe(_template(), 1, 1, "c1")
+
+
 def test_a_flow_for_an_unknown_consumer_is_a_local_protocol_error(pair):
     with pytest.raises(LocalProtocolError, match="consumer 9 is unknown"):
         pair.client.send(ev.Flow(9, 10))
@@ -405,17 +445,31 @@ def test_individual_acks_carry_every_id_in_one_command():
         p.client.acknowledge_consumed(5, 1, msg_id(entry))
     p.client.acknowledge_consumed(6, 1, msg_id(0))
     assert p.client.flush_acks() == 2
-    acks = {e.consumer_id: e for e in p.answer(p.client) if isinstance(e, ev.Ack)}
+    acks = {e.consumer_id: e for e in as_acks(p.answer(p.client))}
     assert not acks[5].cumulative
     assert acks[5].message_ids == ((1, 0), (1, 1), (1, 2))
     assert acks[6].message_ids == ((1, 0),)
     assert p.client.flush_acks() == 0
 
 
+def as_acks(events) -> list[ev.Ack]:
+    """Ack events, with each of an Acks run spelled as the Ack protobuf's path would give."""
+    out = []
+    for e in events:
+        if isinstance(e, ev.Acks):
+            out += [
+                ev.Ack(cid, t == pb.CommandAck.Cumulative, ((ledger, entry),))
+                for cid, t, ledger, entry in e.acks
+            ]
+        elif isinstance(e, ev.Ack):
+            out.append(e)
+    return out
+
+
 def test_the_server_reads_every_ack_shape_as_protobuf_does(pair):
-    """The common shape is read by hand (commands.parse_ack); others go through protobuf.
-    Both give the same Ack event, and an ACK with a request id is still tracked for its
-    ACK_RESPONSE."""
+    """The common shape is read by hand (FrameDecoder.next_acks, a run at a time); others go
+    through protobuf. Both say the same, and an ACK with a request id is still tracked for
+    its ACK_RESPONSE."""
     shapes = [
         dict(
             consumer_id=7,
@@ -444,18 +498,31 @@ def test_the_server_reads_every_ack_shape_as_protobuf_does(pair):
             message_id=[pb.MessageIdData(ledgerId=4, entryId=4)],
         ),
     ]
+    expected = []
     for fields in shapes:
         cmd = command(T.ACK, **fields)
-        pair.server.receive_data(encode_frame(cmd))
-        event = pair.server.next_event()
-        assert event == ev.Ack(
-            cmd.ack.consumer_id,
-            cmd.ack.ack_type == pb.CommandAck.Cumulative,
-            tuple((m.ledgerId, m.entryId) for m in cmd.ack.message_id),
-            cmd.ack.request_id if cmd.ack.HasField("request_id") else None,
+        expected.append(
+            ev.Ack(
+                cmd.ack.consumer_id,
+                cmd.ack.ack_type == pb.CommandAck.Cumulative,
+                tuple((m.ledgerId, m.entryId) for m in cmd.ack.message_id),
+                cmd.ack.request_id if cmd.ack.HasField("request_id") else None,
+            )
         )
-    pair.server.send(ev.Response(command(T.ACK_RESPONSE, consumer_id=5, request_id=77)))
-    with pytest.raises(LocalProtocolError):  # answered once: a second answer is refused
+        pair.server.receive_data(encode_frame(cmd))
+        assert as_acks([pair.server.next_event()]) == expected[-1:]
+    # All in one read, the common ones twice over: runs and single ACKs in their order.
+    pair.server.receive_data(
+        b"".join(encode_frame(command(T.ACK, **f)) for f in shapes[:2] + shapes + shapes[:1])
+    )
+    events = []
+    while (event := pair.server.next_event()) is not ev.NEED_DATA:
+        events.append(event)
+    assert [type(e) for e in events] == [ev.Acks, ev.Ack, ev.Ack, ev.Ack, ev.Acks]
+    assert as_acks(events) == expected[:2] + expected + expected[:1]
+    for _ in range(2):  # two ACKs asked for an answer
+        pair.server.send(ev.Response(command(T.ACK_RESPONSE, consumer_id=5, request_id=77)))
+    with pytest.raises(LocalProtocolError):  # answered twice: a third answer is refused
         pair.server.send(ev.Response(command(T.ACK_RESPONSE, consumer_id=5, request_id=77)))
 
 
@@ -482,7 +549,12 @@ def test_ack_fast_path_agrees_with_protobuf_or_declines():
             fields["request_id"] = rng.randrange(1000)
         raw = command(T.ACK, **fields).SerializeToString()
         got = parse_ack(raw)
+        decoder = FrameDecoder()
+        decoder.receive_data(frame_head(raw, None, 0))
+        run = decoder.next_acks()
+        assert run == ([] if got is None else [got])  # the frame reader agrees
         if got is None:
+            assert decoder.next_parts() is not None  # declined: nothing was consumed
             continue
         accepted += 1
         ack = pb.BaseCommand.FromString(raw).ack
@@ -490,6 +562,24 @@ def test_ack_fast_path_agrees_with_protobuf_or_declines():
         assert got == (ack.consumer_id, ack.ack_type, msg.ledgerId, msg.entryId)
     assert accepted > 1000
     assert parse_ack(command(T.FLOW, consumer_id=1, messagePermits=1).SerializeToString()) is None
+
+
+def test_an_ack_frame_with_sizes_that_do_not_add_up_is_left_to_protobuf():
+    raw = command(
+        T.ACK, consumer_id=3, ack_type=pb.CommandAck.Cumulative, message_id=[msg_id(4)]
+    ).SerializeToString()
+    good = frame_head(raw, None, 0)
+    for position, delta in ((3, 1), (7, -1), (11, 1), (17, -1)):  # total, command, body, id
+        bad = bytearray(good)
+        bad[position] += delta
+        decoder = FrameDecoder()
+        decoder.receive_data(bytes(bad) + good)
+        assert decoder.next_acks() == []
+    decoder = FrameDecoder()
+    decoder.receive_data(good + good[:-1])  # the second is not whole yet
+    assert decoder.next_acks() == [(3, pb.CommandAck.Cumulative, 1, 4)]
+    decoder.receive_data(good[-1:])
+    assert decoder.next_acks() == [(3, pb.CommandAck.Cumulative, 1, 4)]
 
 
 def test_a_consumer_no_longer_active_gets_no_flow_and_no_ack(pair):

@@ -14,6 +14,7 @@ from pulsar_protocol.commands import (
     command,
     decode_varint,
     encode_varint,
+    flow_command_bytes,
     message_command_bytes,
 )
 from pulsar_protocol.errors import RemoteProtocolError
@@ -217,3 +218,10 @@ def test_the_mode_a_consumer_asks_for_is_the_mode_the_broker_reads() -> None:
     assert requested_mode(shouted) == "Broadcast"
     shouted.subscription_properties[0].value = "fanout"
     assert requested_mode(shouted) is None
+
+
+@pytest.mark.parametrize("consumer_id", [0, 1, 127, 128, 16383, 16384, 1 << 40])
+@pytest.mark.parametrize("permits", [1, 127, 128, 1000, 50_000, (1 << 32) - 1])
+def test_hand_built_flow_command_matches_protobuf(consumer_id, permits):
+    expected = command(T.FLOW, consumer_id=consumer_id, messagePermits=permits)
+    assert flow_command_bytes(consumer_id, permits) == expected.SerializeToString()
