@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.message_template import MessageTemplate
+from pulsar_protocol.stamps import (
+    EntryStamps,
+    encode_stamps_before_dispatch,
+    with_dispatch_stamp,
+)
 
 
 @dataclass(slots=True)
@@ -24,18 +28,24 @@ class Entry:
     durable_us: int
     notified_us: int = 0
     publish_time_ms: int = 0
+    stamps_before_dispatch: bytes | None = field(default=None, repr=False, compare=False)
+    """The stamps serialized without the dispatch time, once notified_us is set."""
 
     def broker_entry_metadata(self, dispatch_us: int) -> bytes:
-        """Stage timestamps (design doc: six stages) in BrokerEntryMetadata, µs from field 100."""
-        return pb.BrokerEntryMetadata(
-            broker_timestamp=self.received_us // 1000,
-            index=self.index,
-            received_us=self.received_us,
-            persist_start_us=self.persist_start_us,
-            durable_us=self.durable_us,
-            notified_us=self.notified_us,
-            dispatch_us=dispatch_us,
-        ).SerializeToString()
+        """Stage timestamps (design doc: six stages) in BrokerEntryMetadata, µs from field 100;
+        all but the dispatch time serialized once per entry, once its notification is
+        stamped (a dispatch may read an entry between its append and its notification)."""
+        before = self.stamps_before_dispatch
+        if before is None:
+            before = encode_stamps_before_dispatch(
+                self.index,
+                EntryStamps(
+                    self.received_us, self.persist_start_us, self.durable_us, self.notified_us
+                ),
+            )
+            if self.notified_us:
+                self.stamps_before_dispatch = before
+        return with_dispatch_stamp(before, dispatch_us)
 
     def message_template(
         self, dispatch_us: int | None, redelivery_count: int = 0

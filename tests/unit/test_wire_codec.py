@@ -33,6 +33,12 @@ from pulsar_protocol.payload import (
     message_count,
     split_batch,
 )
+from pulsar_protocol.stamps import (
+    EntryStamps,
+    encode_stamps,
+    encode_stamps_before_dispatch,
+    with_dispatch_stamp,
+)
 
 
 def _meta(**kw) -> pb.MessageMetadata:
@@ -225,3 +231,10 @@ def test_the_mode_a_consumer_asks_for_is_the_mode_the_broker_reads() -> None:
 def test_hand_built_flow_command_matches_protobuf(consumer_id, permits):
     expected = command(T.FLOW, consumer_id=consumer_id, messagePermits=permits)
     assert flow_command_bytes(consumer_id, permits) == expected.SerializeToString()
+
+
+@pytest.mark.parametrize("dispatch_us", [0, 1, 1_795_000_000_000_000])
+def test_stamps_completed_with_the_dispatch_time_are_encode_stamps(dispatch_us):
+    stamps = EntryStamps(1_795_000_000_000_001, 2, 3, 4, dispatch_us, 0)
+    before = encode_stamps_before_dispatch(77, stamps)
+    assert with_dispatch_stamp(before, dispatch_us) == encode_stamps(77, stamps)
