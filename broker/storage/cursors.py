@@ -5,24 +5,49 @@ individuallyDeletedMessages, the open-closed ranges of entries acked after it; t
 ranges are the acknowledgement holes (seeds 001, 003). The live cursor is
 broker.subscriptions.cursor.Cursor (in entry indexes); this module keeps its state in positions.
 The state is persisted at most once per second per cursor, so a crash loses up to a second of
-acks and those messages are delivered again: at-least-once, by design.
+acks and those messages are delivered again: at-least-once, by design. A topic's cursors share
+one append-only log (CursorStore), so persisting them costs one write and one fsync per flush.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import struct
 import time
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
+
+import crc32c
 
 from broker.storage.files import fsync_path
 from broker.storage.position import Position
 
+log = logging.getLogger("broker.storage")
+
 Range = tuple[Position, Position]
 """(start, end]: every entry after start up to and including end."""
+
+LOG_NAME = "cursors.log"
+MAX_UNACKED_RANGES_TO_PERSIST = 10_000
+"""Pulsar's managedLedgerMaxUnackedRangesToPersist: a cursor's record keeps at most this many
+acked ranges, the lowest ones. Entries acked in the ranges above are known in memory only and
+delivered again after a crash (at-least-once, as in Pulsar)."""
+COMPACT_FACTOR = 4
+COMPACT_FLOOR_BYTES = 1024 * 1024
+"""The log is compacted once larger than both COMPACT_FACTOR snapshots and this."""
+
+_HEADER = struct.Struct(">II")  # body length, crc32c of the body
+_NAME = struct.Struct(">BI")  # kind, name length in bytes; then the UTF-8 name
+_STATE = struct.Struct(">BBqqI")  # flags, mode length, mark-delete, ranges; then mode, ranges
+_LENGTH = struct.Struct(">I")
+_SAVE, _DELETE = 1, 2
+_HAS_MARK, _HAS_PROPERTIES = 1, 2
+_MODES: dict[str, bytes] = {}
 
 
 def format_ranges(ranges: Iterable[Range]) -> str:
@@ -45,10 +70,26 @@ class CursorState:
 
 
 class CursorStore:
-    """One JSON file per subscription, replaced atomically: a crash leaves the old or the new.
+    """One topic's cursor log: ``<directory>/cursors.log``, append-only, one fsync per batch.
 
-    With sync_data the file is fsynced before the rename, and the directory when a
-    subscription appears or goes, so a saved state survives a power cut too.
+    Each `write` appends one record per deleted or saved subscription and fsyncs once (with
+    sync_data), so a flush of 100,000 cursors costs one write and one fsync, not 100,000 of
+    each: Pulsar likewise persists mark-deletes to a cursor ledger, not a file per cursor.
+    Records are ``[u32 length][u32 crc32c(body)][body]`` (big-endian, as the ledgers frame
+    theirs), bodies as `_encode_save` / `_encode_delete` write them. Replaying the log
+    (`load_all`), the last record of a subscription wins and a delete record removes it; a torn
+    or corrupt tail (a crash mid-append) is cut at the first bad record, keeping every whole
+    record before it, and logged. A failed append is cut back, so the log holds the old state.
+
+    Compaction: once the log is larger than COMPACT_FACTOR times one snapshot of the live
+    states (and COMPACT_FLOOR_BYTES), it is rewritten as that snapshot (temporary file, fsync,
+    rename, directory fsync), so it never grows without bound. The store keeps each live
+    subscription's last record in memory for this (tens of bytes each).
+
+    Upgrade: the previous layout, one ``<percent-encoded name>.json`` per subscription, is read
+    at the first load, written into the log as a snapshot, and then removed.
+
+    Threading: one writer at a time (LedgerStorage.flush_cursors holds a lock), on any thread.
     """
 
     def __init__(
@@ -60,62 +101,281 @@ class CursorStore:
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / LOG_NAME
         self._sync_data = sync_data
         self._fsync = fsync
+        self._records: dict[str, bytes] | None = None
+        """Each live subscription's last whole record, as written; None until loaded."""
+        self._live_bytes = 0
+        """Size of a snapshot: the sum of those records."""
+        self._log_bytes = 0
+        """Size of the log: where the next record goes."""
+        self.truncated_bytes = 0
+        """Bytes cut from a torn tail at the last load (0 after a clean shutdown)."""
+        self.compactions = 0
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, saves: Iterable[tuple[str, CursorState]], deletes: Iterable[str] = ()) -> None:
+        """Append deletes, then saves, as one batch: one write, one fsync (with sync_data).
+
+        Raises what the disk raised, with the log cut back to where it was: nothing of the
+        batch counts, and writing it again is safe.
+        """
+        records = self._loaded()
+        batch: list[tuple[str, bytes | None]] = [(n, None) for n in deletes]
+        batch += [(name, _encode_save(name, state)) for name, state in saves]
+        if not batch:
+            return
+        data = b"".join(_encode_delete(name) if r is None else r for name, r in batch)
+        self._append(data)
+        live = self._live_bytes
+        for name, record in batch:
+            old = records.pop(name, None) if record is None else records.get(name)
+            if old is not None:
+                live -= len(old)
+            if record is not None:
+                records[name] = record
+                live += len(record)
+        self._live_bytes = live
+        if self._log_bytes > max(COMPACT_FLOOR_BYTES, COMPACT_FACTOR * live):
+            try:
+                self.compact()
+            except OSError:
+                # The batch is in the log already; the next write tries compacting again.
+                log.exception("compacting %s failed", self.path)
 
     def save(self, subscription: str, state: CursorState) -> None:
-        path = self._path(subscription)
-        temporary = path.with_name(path.name + ".tmp")
-        created = not path.exists()
-        try:
-            with temporary.open("wb") as file:
-                file.write(_encode(state))
-                file.flush()
-                if self._sync_data:
-                    self._fsync(file.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-        if created:
-            self._sync_directory()
-
-    def load_all(self) -> dict[str, CursorState]:
-        """Every saved subscription's state (leftover ``*.tmp`` files of a crash are ignored)."""
-        states = {}
-        for path in self.directory.glob("*.json"):
-            try:
-                states[unquote(path.name.removesuffix(".json"))] = _decode(path.read_bytes())
-            except (ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"unreadable cursor state {path}: {error}") from error
-        return states
+        """Save one subscription's state (a batch of one: prefer `write` for many)."""
+        self.write([(subscription, state)])
 
     def delete(self, subscription: str) -> None:
         """Forget a subscription's state; deleting one that was never saved is not an error."""
-        self._path(subscription).unlink(missing_ok=True)
+        self.write((), [subscription])
+
+    def compact(self) -> None:
+        """Rewrite the log as one snapshot of the live states: temporary file, rename."""
+        records = self._loaded()
+        data = b"".join(records.values())
+        temporary = self.path.with_name(LOG_NAME + ".tmp")
+        try:
+            with temporary.open("wb") as file:
+                file.write(data)
+                file.flush()
+                if self._sync_data:
+                    self._fsync(file.fileno())
+            os.replace(temporary, self.path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        self._log_bytes = len(data)  # the next append goes here, even if the fsync below fails
+        self.compactions += 1
         self._sync_directory()
 
-    def _path(self, subscription: str) -> Path:
-        # Subscription names may hold "/" or anything else: percent-encode them.
-        return self.directory / f"{quote(subscription, safe='')}.json"
+    def _append(self, data: bytes) -> None:
+        created = not self.path.exists()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                os.lseek(fd, self._log_bytes, os.SEEK_SET)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self._sync_data:
+                    self._fsync(fd)
+            except BaseException:
+                # Cut the batch back off: a later load must not see half of it, or all of it
+                # after a failed fsync (its pages may reach the disk anyway).
+                with suppress(OSError):
+                    os.ftruncate(fd, self._log_bytes)
+                raise
+        finally:
+            os.close(fd)
+        self._log_bytes += len(data)
+        if created:
+            self._sync_directory()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def load_all(self) -> dict[str, CursorState]:
+        """Every saved subscription's state, read from the disk (replaying the log).
+
+        A torn tail is cut (see `truncated_bytes`); leftover temporary files of a crash are
+        ignored; subscriptions of the old one-file-each layout are moved into the log.
+        """
+        legacy = _load_legacy(self.directory)
+        states, records, whole, size = self._replay()
+        if whole < size:
+            self.truncated_bytes = size - whole
+            log.warning(
+                "%s: cut a torn tail of %d bytes at offset %d, after %d whole records: "
+                "acks in it since the subscriptions' earlier records will be redelivered",
+                self.path,
+                size - whole,
+                whole,
+                len(records),
+            )
+            os.truncate(self.path, whole)
+            if self._sync_data:
+                fsync_path(self.path, self._fsync)
+        self._records = records
+        self._live_bytes = sum(len(r) for r in records.values())
+        self._log_bytes = whole
+        self.path.with_name(LOG_NAME + ".tmp").unlink(missing_ok=True)
+        if legacy:
+            # The log is newer than any old file left over (a crash while they were removed).
+            for name, state in legacy.items():
+                if name not in states:
+                    states[name] = state
+                    records[name] = _encode_save(name, state)
+            self._live_bytes = sum(len(r) for r in records.values())
+            self.compact()
+            for path in self.directory.glob("*.json*"):
+                path.unlink()
+            self._sync_directory()
+            log.info("%s: moved %d cursor files into %s", self.directory, len(legacy), LOG_NAME)
+        return states
+
+    def _loaded(self) -> dict[str, bytes]:
+        if self._records is None:
+            self.load_all()
+        assert self._records is not None
+        return self._records
+
+    def _replay(self) -> tuple[dict[str, CursorState], dict[str, bytes], int, int]:
+        """(states, records, end of the last whole record, file size)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}, {}, 0, 0
+        states: dict[str, CursorState] = {}
+        records: dict[str, bytes] = {}
+        offset, size = 0, len(data)
+        while offset + _HEADER.size <= size:
+            length, crc = _HEADER.unpack_from(data, offset)
+            end = offset + _HEADER.size + length
+            if (
+                length < _NAME.size  # zeros, as a file system may leave after a crash
+                or end > size
+                or crc32c.crc32c(data[offset + _HEADER.size : end]) != crc
+            ):
+                break
+            try:
+                name, state = _decode(data, offset + _HEADER.size, end)
+            except (ValueError, struct.error, UnicodeDecodeError) as error:
+                # A whole record, checksum right, and unreadable: not a crash but a bug.
+                raise ValueError(
+                    f"unreadable cursor record in {self.path} at {offset}: {error}"
+                ) from error
+            if state is None:
+                states.pop(name, None)
+                records.pop(name, None)
+            else:
+                states[name] = state
+                records[name] = data[offset:end]
+            offset = end
+        return states, records, offset, size
 
     def _sync_directory(self) -> None:
         if self._sync_data:
             fsync_path(self.directory, self._fsync)
 
 
-def _encode(state: CursorState) -> bytes:
-    mark_delete = None if state.mark_delete is None else str(state.mark_delete)
-    document = {
-        "mark_delete": mark_delete,
-        "individually_acked": [[str(start), str(end)] for start, end in state.individually_acked],
-        "properties": state.properties,
-        "mode": state.mode,
-    }
-    return json.dumps(document, separators=(",", ":")).encode()
+# -- records -------------------------------------------------------------------------------------
 
 
-def _decode(raw: bytes) -> CursorState:
+def _frame(body: bytes) -> bytes:
+    return _HEADER.pack(len(body), crc32c.crc32c(body)) + body
+
+
+def _encode_save(name: str, state: CursorState) -> bytes:
+    """A whole save record. Body: ``[u8 1][u32 n][name][u8 flags][u8 m][i64 ledger][i64
+    entry][u32 r][mode][r × 4 i64: start, end of each range]`` then, when flags say so,
+    ``[u32 p][properties as JSON]``; the acked ranges capped at MAX_UNACKED_RANGES_TO_PERSIST.
+    """
+    name_bytes = name.encode()
+    mode = _MODES.get(state.mode)
+    if mode is None:
+        mode = _MODES.setdefault(state.mode, state.mode.encode())
+    mark = state.mark_delete
+    ranges = state.individually_acked
+    if len(ranges) > MAX_UNACKED_RANGES_TO_PERSIST:
+        ranges = ranges[:MAX_UNACKED_RANGES_TO_PERSIST]
+    flags = 0 if mark is None else _HAS_MARK
+    if state.properties:
+        flags |= _HAS_PROPERTIES
+    parts = [
+        _NAME.pack(_SAVE, len(name_bytes)),
+        name_bytes,
+        _STATE.pack(flags, len(mode), *(mark or (0, 0)), len(ranges)),
+        mode,
+    ]
+    if ranges:
+        flat = [n for start, end in ranges for n in (*start, *end)]
+        parts.append(struct.pack(f">{len(flat)}q", *flat))
+    if state.properties:
+        encoded = json.dumps(state.properties, separators=(",", ":")).encode()
+        parts += (_LENGTH.pack(len(encoded)), encoded)
+    return _frame(b"".join(parts))
+
+
+def _encode_delete(name: str) -> bytes:
+    name_bytes = name.encode()
+    return _frame(_NAME.pack(_DELETE, len(name_bytes)) + name_bytes)
+
+
+def _decode(data: bytes, offset: int, end: int) -> tuple[str, CursorState | None]:
+    """(name, state) of the record body data[offset:end]; state None for a delete."""
+    kind, length = _NAME.unpack_from(data, offset)
+    offset += _NAME.size
+    name = data[offset : offset + length].decode()
+    offset += length
+    if kind == _DELETE:
+        state = None
+    elif kind == _SAVE:
+        flags, mode_length, ledger_id, entry_id, count = _STATE.unpack_from(data, offset)
+        offset += _STATE.size
+        mode = data[offset : offset + mode_length].decode()
+        offset += mode_length
+        flat = struct.unpack_from(f">{4 * count}q", data, offset)
+        offset += 32 * count
+        properties = {}
+        if flags & _HAS_PROPERTIES:
+            (length,) = _LENGTH.unpack_from(data, offset)
+            offset += _LENGTH.size
+            properties = dict(json.loads(data[offset : offset + length]))
+            offset += length
+        state = CursorState(
+            Position(ledger_id, entry_id) if flags & _HAS_MARK else None,
+            [
+                (Position(flat[i], flat[i + 1]), Position(flat[i + 2], flat[i + 3]))
+                for i in range(0, len(flat), 4)
+            ],
+            properties,
+            mode,
+        )
+    else:
+        raise ValueError(f"unknown record kind {kind}")
+    if offset != end:
+        raise ValueError(f"record of {end - offset} bytes more or less than its fields")
+    return name, state
+
+
+# -- the previous layout: one JSON file per subscription -------------------------------------
+
+
+def _load_legacy(directory: Path) -> dict[str, CursorState]:
+    """States of ``<percent-encoded name>.json`` files (leftover ``*.tmp`` files ignored)."""
+    states = {}
+    for path in directory.glob("*.json"):
+        try:
+            states[unquote(path.name.removesuffix(".json"))] = _decode_json(path.read_bytes())
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"unreadable cursor state {path}: {error}") from error
+    return states
+
+
+def _decode_json(raw: bytes) -> CursorState:
     document = json.loads(raw)
     mark_delete = document["mark_delete"]
     return CursorState(
@@ -131,7 +391,7 @@ def _decode(raw: bytes) -> CursorState:
 
 @dataclass(slots=True)
 class CursorWrites:
-    """Cursor files to write, snapshotted where the cursors live (the event loop); `apply`
+    """Cursor states to write, snapshotted where the cursors live (the event loop); `apply`
     runs where blocking on the disk is fine (a thread). Deletes go first, so a subscription
     deleted and created again under the same name ends up saved."""
 
@@ -140,10 +400,7 @@ class CursorWrites:
     deletes: list[str] = field(default_factory=list)
 
     def apply(self) -> None:
-        for name in self.deletes:
-            self.store.delete(name)
-        for name, state in self.saves:
-            self.store.save(name, state)
+        self.store.write(self.saves, self.deletes)
 
 
 class ThrottledCursorWriter:
@@ -151,7 +408,7 @@ class ThrottledCursorWriter:
 
     Marking a cursor dirty is cheap and keeps only a function of its latest state. `take` (on
     the loop, where that function may run) snapshots what is due; `CursorWrites.apply` writes
-    it. `tick` and `flush_all` do both in one place, for callers that may block.
+    it, as one batch. `tick` and `flush_all` do both in one place, for callers that may block.
     """
 
     def __init__(

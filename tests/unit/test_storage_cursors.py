@@ -1,8 +1,15 @@
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-from broker.storage.cursors import CursorState, CursorStore, ThrottledCursorWriter, format_ranges
+from broker.storage.cursors import (
+    CursorState,
+    CursorStore,
+    ThrottledCursorWriter,
+    _constant,
+    format_ranges,
+)
 from broker.storage.position import Position
 
 
@@ -60,7 +67,8 @@ def test_a_failed_save_keeps_the_previous_state(tmp_path: Path) -> None:
         store.save("sub", sample_state("5:2"))
 
     assert store.load_all() == {"sub": sample_state("5:1")}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub.json"]
+    assert CursorStore(tmp_path).load_all() == {"sub": sample_state("5:1")}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cursors.log"]
 
 
 def test_ignores_a_temporary_file_left_by_a_crash(tmp_path: Path) -> None:
@@ -99,10 +107,13 @@ class RecordingStore(CursorStore):
     def __init__(self, directory: Path) -> None:
         super().__init__(directory, sync_data=False)
         self.saves: list[tuple[str, Position | None]] = []
+        self.batches = 0
 
-    def save(self, subscription: str, state: CursorState) -> None:
-        self.saves.append((subscription, state.mark_delete))
-        super().save(subscription, state)
+    def write(self, saves: Iterable[tuple[str, CursorState]], deletes: Iterable[str] = ()) -> None:
+        saves = list(saves)
+        self.saves += [(subscription, state.mark_delete) for subscription, state in saves]
+        self.batches += 1
+        super().write(saves, deletes)
 
 
 class FakeClock:
@@ -210,3 +221,196 @@ def test_a_subscription_deleted_and_created_again_is_saved(tmp_path: Path) -> No
     writer.mark_dirty("s", lambda: CursorState(pos("2:0")))
     writer.flush_all()
     assert store.load_all() == {"s": CursorState(pos("2:0"))}
+
+
+# -- the cursor log ---------------------------------------------------------------------------
+
+
+def many_states(count: int, round_: int = 0) -> dict[str, CursorState]:
+    """Subscriptions of every shape: no position yet, plain, holes (from the earliest too),
+    properties, names with "/" and non-ASCII."""
+    states = {}
+    for i in range(count):
+        mark = Position(3, 10 * i + round_)
+        if i % 7 == 0:
+            states[f"none/{i}"] = CursorState(mark_delete=None, mode="Broadcast")
+        elif i % 5 == 0:
+            holes = [
+                (Position(3, mark.entry_id + 2 * k + 1), Position(3, mark.entry_id + 2 * k + 2))
+                for k in range(i % 4 + 1)
+            ]
+            states[f"holes-{i}"] = CursorState(mark, holes, mode="Shared")
+        elif i % 11 == 0:
+            ranges = [(pos("-1:-1"), pos("3:0")), (pos("3:4"), pos("4:-1"))]
+            states[f"ü-{i}"] = CursorState(None, ranges, {"k": "v"}, "Key_Shared")
+        else:
+            states[f"plain-{i}"] = CursorState(mark, mode="Failover")
+    return states
+
+
+def test_one_batch_is_one_append_and_one_fsync_and_round_trips(tmp_path: Path) -> None:
+    synced: list[int] = []
+    store = CursorStore(tmp_path, fsync=synced.append)
+    states = many_states(2_000)
+
+    store.write(states.items())
+    assert len(synced) == 2  # the log, and the directory that gained it
+    later = many_states(2_000, round_=1)
+    store.write(later.items())
+    assert len(synced) == 3
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cursors.log"]
+    assert CursorStore(tmp_path).load_all() == later
+
+
+def test_deletes_remove_and_a_name_deleted_and_saved_again_is_kept(tmp_path: Path) -> None:
+    store = CursorStore(tmp_path)
+    store.write([("a", sample_state("1:1")), ("b", sample_state("1:1")), ("c", sample_state())])
+    store.write([("c", sample_state("2:0"))], deletes=["a", "c", "never-saved"])
+
+    assert CursorStore(tmp_path).load_all() == {"b": sample_state("1:1"), "c": sample_state("2:0")}
+    store.write((), deletes=["b", "c"])
+    assert CursorStore(tmp_path).load_all() == {}
+
+
+def test_a_torn_tail_is_cut_keeping_every_whole_record_before_it(tmp_path: Path, caplog) -> None:
+    store = CursorStore(tmp_path)
+    store.write([("a", sample_state("1:1")), ("b", sample_state("1:1"))])
+    whole = (tmp_path / "cursors.log").stat().st_size
+    store.write([("a", sample_state("1:2")), ("b", sample_state("1:2"))])
+    log_file = tmp_path / "cursors.log"
+    size = log_file.stat().st_size
+    record = (size - whole) // 2
+    # A crash tore the second batch's last record: its first record is whole.
+    with log_file.open("r+b") as file:
+        file.truncate(size - 5)
+
+    with caplog.at_level("WARNING", logger="broker.storage"):
+        reopened = CursorStore(tmp_path)
+        loaded = reopened.load_all()
+
+    assert loaded == {"a": sample_state("1:2"), "b": sample_state("1:1")}
+    assert reopened.truncated_bytes == record - 5
+    assert log_file.stat().st_size == whole + record
+    assert f"cut a torn tail of {record - 5} bytes" in caplog.text
+    # Writing goes on after the cut, and the record after it reads back.
+    reopened.write([("b", sample_state("1:3"))])
+    assert CursorStore(tmp_path).load_all() == {"a": sample_state("1:2"), "b": sample_state("1:3")}
+
+
+def test_a_corrupt_record_cuts_the_log_there(tmp_path: Path, caplog) -> None:
+    store = CursorStore(tmp_path)
+    store.write([("a", sample_state("1:1"))])
+    first = (tmp_path / "cursors.log").stat().st_size
+    store.write([("a", sample_state("1:2")), ("b", sample_state("1:2"))])
+    data = bytearray((tmp_path / "cursors.log").read_bytes())
+    data[first + 20] ^= 0xFF  # inside the second batch's first record: its checksum fails
+    (tmp_path / "cursors.log").write_bytes(bytes(data))
+
+    with caplog.at_level("WARNING", logger="broker.storage"):
+        assert CursorStore(tmp_path).load_all() == {"a": sample_state("1:1")}
+    assert (tmp_path / "cursors.log").stat().st_size == first
+    assert "cut a torn tail" in caplog.text
+
+
+def test_a_tail_of_zeros_is_cut(tmp_path: Path) -> None:
+    # A file system may extend a file before the data lands: a crash leaves zeros.
+    CursorStore(tmp_path).save("a", sample_state())
+    with (tmp_path / "cursors.log").open("ab") as file:
+        file.write(bytes(4096))
+    store = CursorStore(tmp_path)
+    assert store.load_all() == {"a": sample_state()}
+    assert store.truncated_bytes == 4096
+
+
+def test_compaction_bounds_the_log_and_keeps_the_states(tmp_path: Path, monkeypatch) -> None:
+    from broker.storage import cursors
+
+    monkeypatch.setattr(cursors, "COMPACT_FLOOR_BYTES", 64 * 1024)
+    store = CursorStore(tmp_path)
+    states: dict[str, CursorState] = {}
+    largest = 0
+    for round_ in range(60):
+        states = many_states(300, round_)
+        store.write(states.items())
+        if round_ % 10 == 9:
+            gone = sorted(states)[:5]
+            store.write((), deletes=gone)
+            for name in gone:
+                del states[name]
+        largest = max(largest, (tmp_path / "cursors.log").stat().st_size)
+
+    snapshot = sum(len(cursors._encode_save(n, s)) for n, s in states.items())
+    batch = sum(len(cursors._encode_save(n, s)) for n, s in many_states(300).items())
+    assert store.compactions >= 3
+    assert largest <= max(64 * 1024, cursors.COMPACT_FACTOR * snapshot) + batch
+    assert CursorStore(tmp_path).load_all() == states
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cursors.log"]
+
+
+def test_a_compaction_left_unfinished_by_a_crash_is_ignored(tmp_path: Path) -> None:
+    store = CursorStore(tmp_path)
+    store.save("sub", sample_state())
+    (tmp_path / "cursors.log.tmp").write_bytes(b"\x00\x00\x01")
+    assert CursorStore(tmp_path).load_all() == {"sub": sample_state()}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cursors.log"]
+
+
+def test_persists_at_most_the_lowest_unacked_ranges(tmp_path: Path) -> None:
+    from broker.storage.cursors import MAX_UNACKED_RANGES_TO_PERSIST as cap
+
+    ranges = [(Position(1, 2 * k), Position(1, 2 * k + 1)) for k in range(cap + 5)]
+    CursorStore(tmp_path).save("sub", CursorState(pos("1:-1"), ranges, mode="Shared"))
+    assert CursorStore(tmp_path).load_all() == {
+        "sub": CursorState(pos("1:-1"), ranges[:cap], mode="Shared")
+    }
+
+
+def test_reads_the_previous_one_file_per_subscription_layout_once(tmp_path: Path) -> None:
+    # What the previous CursorStore wrote: <percent-encoded name>.json, replaced via .tmp.
+    (tmp_path / "sub-1.json").write_text(
+        '{"mark_delete":"5:1225","individually_acked":[["5:1226","5:1280"],["6:-1","6:3"]],'
+        '"properties":{"broadcast":"true"},"mode":"Shared"}'
+    )
+    (tmp_path / "tenant%2Fns%3A%20%C3%BC.json").write_text(
+        '{"mark_delete":null,"individually_acked":[],"properties":{},"mode":"Broadcast"}'
+    )
+    (tmp_path / "sub-1.json.tmp").write_text('{"mark_delete": "5:')
+    expected = {
+        "sub-1": sample_state(),
+        "tenant/ns: ü": CursorState(mark_delete=None, mode="Broadcast"),
+    }
+
+    store = CursorStore(tmp_path)
+    assert store.load_all() == expected
+    # Moved into the log (durably first), then superseded: the files are gone.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cursors.log"]
+    store.save("sub-1", sample_state("7:0"))
+    assert CursorStore(tmp_path).load_all() == {**expected, "sub-1": sample_state("7:0")}
+
+
+def test_old_files_left_by_a_crash_during_the_upgrade_do_not_override_the_log(
+    tmp_path: Path,
+) -> None:
+    store = CursorStore(tmp_path)
+    store.save("sub", sample_state("9:9"))
+    (tmp_path / "sub.json").write_text(
+        '{"mark_delete":"5:1","individually_acked":[],"properties":{},"mode":"Shared"}'
+    )
+    (tmp_path / "other.json").write_text(
+        '{"mark_delete":"5:2","individually_acked":[],"properties":{},"mode":"Shared"}'
+    )
+    assert CursorStore(tmp_path).load_all() == {
+        "sub": sample_state("9:9"),
+        "other": CursorState(pos("5:2"), mode="Shared"),
+    }
+
+
+def test_one_batch_per_tick_whatever_the_number_of_cursors(tmp_path: Path) -> None:
+    store, clock = RecordingStore(tmp_path), FakeClock()
+    writer = ThrottledCursorWriter(store, clock=clock)
+    for i in range(1_000):
+        writer.mark_dirty(f"s{i}", _constant(CursorState(Position(1, i))))
+    assert writer.tick() == 1_000
+    assert store.batches == 1
+    assert len(store.load_all()) == 1_000

@@ -69,28 +69,32 @@ def test_a_flush_cancelled_mid_write_and_the_final_flush_never_write_at_once(
     tmp_path: Path, monkeypatch
 ) -> None:
     """Closing cancels the persist loop, but its write goes on in a thread; the final flush
-    must wait for it, or both replace the same .tmp file and one fails (seen at 10,000
-    subscriptions: FileNotFoundError on close, cursors not saved)."""
+    must wait for it, or both append to the same cursor log at once and one overwrites the
+    other (seen at 10,000 subscriptions with one file each: FileNotFoundError on close,
+    cursors not saved)."""
     import threading
     import time
 
     from broker.storage import cursors
 
     writing = threading.Semaphore(1)
-    overlaps: list[str] = []
-    real_save = cursors.CursorStore.save
+    overlaps: list[int] = []
+    writes: list[int] = []
+    real_write = cursors.CursorStore.write
 
-    def slow_save(self, subscription, state):
+    def slow_write(self, saves, deletes=()):
+        saves = list(saves)
         if not writing.acquire(blocking=False):
-            overlaps.append(subscription)
+            overlaps.append(len(saves))
             writing.acquire()
         try:
-            time.sleep(0.002)
-            real_save(self, subscription, state)
+            time.sleep(0.05)  # still on the thread when the first flush is cancelled
+            real_write(self, saves, deletes)
+            writes.append(len(saves))
         finally:
             writing.release()
 
-    monkeypatch.setattr(cursors.CursorStore, "save", slow_save)
+    monkeypatch.setattr(cursors.CursorStore, "write", slow_write)
 
     async def scenario() -> SavedCursors:
         storage = LedgerStorage(BrokerConfig(dataDir=str(tmp_path), journalSyncData=False))
@@ -114,4 +118,33 @@ def test_a_flush_cancelled_mid_write_and_the_final_flush_never_write_at_once(
 
     saved = asyncio.run(scenario())
     assert overlaps == []
+    assert writes == [50, 50]  # one batch per flush: the cancelled one and the final one
     assert {name: mark for name, (_, mark, _) in saved.items()} == {f"s{i}": 0 for i in range(50)}
+
+
+def test_a_topic_folder_of_the_one_file_per_subscription_layout_keeps_its_cursors(
+    tmp_path: Path,
+) -> None:
+    """Upgrading: cursors saved as <name>.json files come back, then live in the cursor log."""
+    import json
+    from urllib.parse import quote
+
+    config = BrokerConfig(dataDir=str(tmp_path), journalSyncData=False)
+    asyncio.run(_run_once(config, {}))  # six entries, no subscription yet
+    log, _ = LedgerStorage(config).open_topic(TOPIC)
+    at = [str(log.position_of(i)) for i in range(6)]
+    log.close()
+    folder = tmp_path / "topics" / quote(TOPIC, safe="") / "cursors"
+    for name, mark, ranges, mode in [
+        ("shared", at[0], [[at[1], at[3]], [at[4], at[5]]], "Shared"),
+        ("broad/cast", at[1], [], "Broadcast"),
+    ]:
+        document = {"mark_delete": mark, "individually_acked": ranges, "properties": {}}
+        (folder / f"{quote(name, safe='')}.json").write_text(json.dumps({**document, "mode": mode}))
+
+    expected = {"shared": ("Shared", 0, {2, 3, 5}), "broad/cast": ("Broadcast", 1, set())}
+    assert asyncio.run(_run_once(config, {})) == expected
+    assert sorted(p.name for p in folder.iterdir()) == ["cursors.log"]
+    assert asyncio.run(_run_once(config, {"shared": [4]})) == expected
+    again = asyncio.run(_run_once(config, {}))
+    assert again == {**expected, "shared": ("Shared", 0, {2, 3, 4, 5})}
