@@ -159,7 +159,10 @@ class BroadcastDispatcher(Dispatcher):
         end = min(start + SLICE, len(self._round))
         dispatch_us = now_us()
         templates: dict[tuple[int, bool, int], MessageTemplate] = {}
-        out: dict[ConsumerWire, list[bytes]] = {}
+        # Per connection, frames grouped by entry: a reader then finds each entry's deliveries
+        # to its consumers one after another (one parse per entry, drivers/pulsar), also when
+        # consumers catch up on several entries; a consumer still gets its entries in order.
+        out: dict[ConsumerWire, dict[int, list[bytes]]] = {}
         cursors = self._cursors
         cache = self._round_entries
         sent = 0
@@ -184,13 +187,29 @@ class BroadcastDispatcher(Dispatcher):
                     continue
                 sent += sum(e.num_messages for e in entries)
             cursor.read_index = entries[-1].index + 1
-            buffers = out.get(wire)
-            if buffers is None:
-                buffers = out[wire] = []
-            buffers += consumer.frames_for(entries, dispatch_us, None, templates)
+            by_entry = out.get(wire)
+            if by_entry is None:
+                by_entry = out[wire] = {}
+            frames = consumer.frames_for(entries, dispatch_us, None, templates)
+            if len(entries) == 1:
+                bucket = by_entry.get(entries[0].index)
+                if bucket is None:
+                    by_entry[entries[0].index] = frames
+                else:
+                    bucket += frames
+            else:
+                for i, e in enumerate(entries):
+                    bucket = by_entry.get(e.index)
+                    if bucket is None:
+                        bucket = by_entry[e.index] = []
+                    bucket += frames[2 * i : 2 * i + 2]
             if cursor.read_index < tail and consumer.permits > 0 and not self._everyone:
                 self._targets.add(consumer)
-        for wire, buffers in out.items():
+        for wire, by_entry in out.items():
+            if len(by_entry) == 1:
+                (buffers,) = by_entry.values()
+            else:
+                buffers = [b for index in sorted(by_entry) for b in by_entry[index]]
             wire.write_frames(buffers)
         self.messages_out += sent
         self._round_pos = end

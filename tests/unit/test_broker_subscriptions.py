@@ -268,3 +268,23 @@ def test_an_ack_arriving_during_a_large_broadcast_waits_one_slice_not_the_whole_
     assert arrival["handled"] < 30_000  # long before the round's end
     assert sub.unacked_messages(consumers[0]) == 0
     assert sub.unacked_messages(consumers[1]) == 2
+
+
+def test_broadcast_frames_of_a_connection_come_grouped_by_entry_each_consumer_in_order(loop):
+    """Consumers catching up on several entries: on their connection the frames come entry by
+    entry (all consumers' deliveries of one entry, then the next), so a reader parses each
+    entry once; each consumer still gets its entries in order."""
+    topic = Topic("t", MemoryEntryLog(), persistent=False, loop=loop)
+    sub = topic.subscription("all", "Broadcast", initial_earliest=True)
+    _publish(loop, topic, 3)  # before anyone has permits
+    wire = FakeWire()
+    consumers = [_consumer(wire, cid, permits=0) for cid in (1, 2, 3)]
+    for c in consumers:
+        sub.add_consumer(c)
+    for c in consumers:
+        sub.on_flow(c, 10)
+    _settle(loop)
+    got = wire.received()
+    assert [e for _, e in got] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    for cid in (1, 2, 3):
+        assert [e for c, e in got if c == cid] == [0, 1, 2]
