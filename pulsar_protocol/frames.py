@@ -115,7 +115,7 @@ class FrameDecoder:
         return parts
 
     def next_acks(self) -> list[tuple[int, int, int, int]]:
-        """The ACK frames in their common shape (commands.parse_ack) from here on, consumed
+        """The ACK frames in their common shape (commands.COMMON_ACK_PATTERN) from here on, consumed
         and read in one pass without protobuf, as (consumer_id, ack_type, ledger_id,
         entry_id); [] when the next frame is not one. A broadcast's client acknowledges for
         all the consumers of its connection at once: 100 such frames in a row."""
