@@ -17,7 +17,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from pyspark.sql import SparkSession
 
-from results_contract.harness_cost import BROKER_CPU_SECONDS, BROKER_DELIVERIES
+from results_contract.harness_cost import BROKER_CPU_SECONDS, BROKER_DELIVERIES, BROKER_LOOP_LAG
 from results_contract.hlog import HlogWriter, new_histogram, record
 from spark_analysis import AnalysisError, analyze_path, analyze_run
 from spark_analysis.session import build_session
@@ -211,6 +211,8 @@ def build_run(
         stats = {"ts": MEASURE_START + offset, "cpu": 10.0 + n, "rss": (80 + n) * MIB}
         if broker_counters:  # 0.5 CPU s and 30 deliveries more in each snapshot
             stats |= {BROKER_CPU_SECONDS: 1.0 + 0.5 * n, BROKER_DELIVERIES: 30 * n}
+            # The loop lag since the previous snapshot: worst in the one at -5 s (warm-up).
+            stats[BROKER_LOOP_LAG] = {"p50_ms": 1.0, "p99_ms": 40.0 - 5 * n, "max_ms": 90.0 - n}
         (run_dir / "broker" / f"stats-{n}.json").write_text(json.dumps(stats))
     (run_dir / "manifest.json").write_text(json.dumps(manifest(run_id, partial=partial)))
     return run_dir, truth
@@ -376,6 +378,9 @@ def test_harness_cost_over_the_measure_phase(complete) -> None:
         "broker_cpu_s": 1.0,
         "broker_deliveries": 60,
         "broker_window_s": 10.0,
+        # The snapshots at +5 and +10 s: the one at +0 s covers the warm-up's last seconds.
+        "broker_loop_lag_p99_ms": 30.0,
+        "broker_loop_lag_max_ms": 88.0,
     }
     assert complete[0]["units"]["cpu_per_delivery"] == "us"
 
