@@ -504,9 +504,9 @@ class Connection:
         self._out.append(frame_sizes(len(cmd), 0) + cmd)
 
     def send_frames(self, frames: list[bytes]) -> None:
-        """Queue frames built elsewhere: the broker's dispatch writes MESSAGE frames from
-        `commands.message_command_bytes` and `frames.frame_head` with each payload shared
-        by reference, which no event could do as cheaply."""
+        """Queue frames built elsewhere: the broker's dispatch writes MESSAGE frames as a head
+        from `message_template.MessageTemplate` and the entry's payload, shared by reference
+        among its consumers, which no event could do as cheaply."""
         if self.role is not SERVER or self.state is not ConnectionState.CONNECTED:
             raise LocalProtocolError(f"cannot send frames as a {self.role.value} now")
         self._out += frames
