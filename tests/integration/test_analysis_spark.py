@@ -208,7 +208,11 @@ def build_run(
                 write_csv(raw / "deliveries.csv", DELIVERIES_HEADER, DELIVERIES[worker])
     (run_dir / "broker").mkdir()
     for n, offset in enumerate((-5, 0, 5, 10, 26)):
-        stats = {"ts": MEASURE_START + offset, "cpu": 10.0 + n, "rss": (80 + n) * MIB}
+        stats: dict[str, object] = {
+            "ts": MEASURE_START + offset,
+            "cpu": 10.0 + n,
+            "rss": (80 + n) * MIB,
+        }
         if broker_counters:  # 0.5 CPU s and 30 deliveries more in each snapshot
             stats |= {BROKER_CPU_SECONDS: 1.0 + 0.5 * n, BROKER_DELIVERIES: 30 * n}
             # The loop lag since the previous snapshot: worst in the one at -5 s (warm-up).
