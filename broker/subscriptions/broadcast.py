@@ -85,8 +85,14 @@ class BroadcastDispatcher(Dispatcher):
         else:
             for index in indexes:
                 cursor.ack(index)
-        # Only a consumer that was the slowest can move the main cursor.
-        if cursor.mark_delete != before and before <= self.cursor.mark_delete:
+        # Only a consumer that was the slowest can move the main cursor. The topic is told
+        # once until the main cursor is next read (storage and trimming read it, and that
+        # clears the flag): 10,000 consumers at one position each ack every entry.
+        if (
+            cursor.mark_delete != before
+            and before <= self.cursor.mark_delete
+            and not self._slowest_stale
+        ):
             self._slowest_stale = True
             self._cursor_moved()
 

@@ -288,3 +288,39 @@ def test_broadcast_frames_of_a_connection_come_grouped_by_entry_each_consumer_in
     assert [e for _, e in got] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     for cid in (1, 2, 3):
         assert [e for c, e in got if c == cid] == [0, 1, 2]
+
+
+class CountingSink:
+    """A topic's CursorSink that counts how often it hears of a moved cursor."""
+
+    def __init__(self) -> None:
+        self.moves = 0
+
+    def moved(self, topic: str, subscription) -> None:
+        self.moves += 1
+
+    def deleted(self, topic: str, subscription: str) -> None:
+        pass
+
+
+def test_broadcast_tells_storage_of_the_slowest_cursor_once_until_it_is_read(loop):
+    """A thousand consumers acknowledging the same entry move the main cursor once: storage
+    hears of it once, and again only after it read the position; what it reads is right."""
+    sink = CountingSink()
+    topic = Topic("t", MemoryEntryLog(), persistent=True, loop=loop, cursor_sink=sink)
+    sub = topic.subscription("all", "Broadcast", initial_earliest=False)
+    consumers = [_consumer(CountingWire([]), cid) for cid in range(1000)]
+    for c in consumers:
+        sub.add_consumer(c)
+    _publish(loop, topic, 2)
+    before = sink.moves
+    for c in consumers:
+        sub.on_ack(c, True, [0])
+    assert sink.moves == before + 1
+    assert sub.mark_delete == 0  # storage reads it...
+    for c in consumers[:-1]:
+        sub.on_ack(c, True, [1])
+    assert sink.moves == before + 2  # ...so the next move is told again
+    assert sub.mark_delete == 0  # the last consumer has not acked entry 1
+    sub.on_ack(consumers[-1], True, [1])
+    assert sink.moves == before + 3 and sub.mark_delete == 1
