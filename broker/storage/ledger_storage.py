@@ -35,6 +35,9 @@ from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.payload import is_batch, payload_offsets
 
 log = logging.getLogger("broker.storage")
+
+MAX_FOLDER_NAME = 255
+"""Bytes in one file name on Linux file systems (NAME_MAX); a topic's folder is its quoted name."""
 MiB = 1024 * 1024
 CATCH_UP_BATCH = 500
 EARLIEST = Position(-1, -1)
@@ -240,7 +243,15 @@ class LedgerStorage:
         self._task = loop.create_task(self._persist_loop())
 
     def open_topic(self, name: str) -> tuple[LedgerEntryLog, dict[str, tuple[str, int, set[int]]]]:
-        directory = self.root / quote(name, safe="")
+        """The topic's log and saved cursors. ValueError (InvalidTopicName to the client) for
+        a name whose folder name would pass the file system's limit: refused, not failed."""
+        folder = quote(name, safe="")
+        if len(folder.encode()) > MAX_FOLDER_NAME:
+            raise ValueError(
+                f"topic name too long for persistent storage: its folder name would be "
+                f"{len(folder.encode())} bytes, the limit is {MAX_FOLDER_NAME}"
+            )
+        directory = self.root / folder
         ledger = ManagedLedger.open(
             directory / "ledgers",
             max_entries_per_ledger=self.config.managedLedgerMaxEntriesPerLedger,

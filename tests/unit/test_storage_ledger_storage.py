@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from broker.config import BrokerConfig
 from broker.core.consumer import Consumer
 from broker.core.topic import CursorSink, SavedCursors, Topic
@@ -148,3 +150,40 @@ def test_a_topic_folder_of_the_one_file_per_subscription_layout_keeps_its_cursor
     assert asyncio.run(_run_once(config, {"shared": [4]})) == expected
     again = asyncio.run(_run_once(config, {}))
     assert again == {**expected, "shared": ("Shared", 0, {2, 3, 4, 5})}
+
+
+def test_long_names_a_topic_folder_cannot_hold_are_refused_and_long_subscriptions_persist(
+    tmp_path: Path,
+) -> None:
+    """Issue 14: a topic name whose folder would pass 255 bytes is refused (ValueError, which
+    the broker answers as InvalidTopicName) instead of failing deep in the file system; a
+    subscription name of any length persists, since names live inside the cursor log."""
+    config = BrokerConfig(dataDir=str(tmp_path), journalSyncData=False)
+    storage = LedgerStorage(config)
+    with pytest.raises(ValueError, match="too long"):
+        storage.open_topic("persistent://public/default/" + "t" * 250)
+    long_sub = "s" * 400
+
+    async def run_once() -> SavedCursors:
+        storage = LedgerStorage(config)
+        storage.attach(asyncio.get_running_loop())
+        log, saved = storage.open_topic(TOPIC)
+        topic = Topic(
+            TOPIC,
+            log,
+            persistent=True,
+            loop=asyncio.get_running_loop(),
+            cursor_sink=storage,
+            cursors=saved,
+        )
+        if log.next_index == 0:
+            await topic.publish(SECTION, b"", 1, 1)
+            sub = topic.subscription(long_sub, "Shared", True)
+            consumer = Consumer(consumer_id=1, name="c", wire=QuietWire())
+            sub.add_consumer(consumer)
+            sub.on_ack(consumer, False, [0])
+        await storage.close()
+        return saved
+
+    assert asyncio.run(run_once()) == {}
+    assert asyncio.run(run_once()) == {long_sub: ("Shared", 0, set())}
