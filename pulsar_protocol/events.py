@@ -111,10 +111,10 @@ class Ack(Event):
 class Acks(Event):
     """ACKs in a row in their common shape (one message id, no request id), read from bytes
     in one pass (FrameDecoder.next_acks): a broadcast brings one per consumer per entry, and
-    its client sends those of a connection together. Each is (consumer_id, ack_type,
-    ledger_id, entry_id); ack_type is CommandAck.AckType (0 individual, 1 cumulative)."""
+    its client sends those of a connection together. Each is (consumer_id, cumulative,
+    ledger_id, entry_id)."""
 
-    acks: list[tuple[int, int, int, int]]
+    acks: list[tuple[int, bool, int, int]]
 
 
 @dataclass(frozen=True, slots=True)

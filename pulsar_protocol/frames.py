@@ -34,6 +34,7 @@ _HEADER = struct.Struct(">II")
 _BEM_HEADER = struct.Struct(">HI")
 # A whole frame of a common ACK: the two sizes fit one byte each (the body is < 128 bytes).
 _COMMON_ACK_FRAME = re.compile(rb"\x00\x00\x00(.)\x00\x00\x00(.)" + COMMON_ACK_PATTERN, re.DOTALL)
+_CUMULATIVE = pb.CommandAck.Cumulative
 _MESSAGE_START = b"\x08\x09\x4a"  # BaseCommand.type = MESSAGE, then the message field
 _MAX_COMMON_MESSAGE = 4 + 127  # parse_message takes one-byte body sizes
 
@@ -114,14 +115,15 @@ class FrameDecoder:
             self._last_payload = parts[1]
         return parts
 
-    def next_acks(self) -> list[tuple[int, int, int, int]]:
-        """The ACK frames in their common shape (commands.COMMON_ACK_PATTERN) from here on, consumed
-        and read in one pass without protobuf, as (consumer_id, ack_type, ledger_id,
-        entry_id); [] when the next frame is not one. A broadcast's client acknowledges for
-        all the consumers of its connection at once: 100 such frames in a row."""
+    def next_acks(self) -> list[tuple[int, bool, int, int]]:
+        """The ACK frames in their common shape (commands.COMMON_ACK_PATTERN) from here on,
+        consumed and read in one pass without protobuf, as (consumer_id, cumulative,
+        ledger_id, entry_id); [] when the next frame is not one. A broadcast's client
+        acknowledges for all the consumers of its connection at once: 100 such frames in a
+        row."""
         buf = self._buffer
         pos = self._pos
-        out: list[tuple[int, int, int, int]] = []
+        out: list[tuple[int, bool, int, int]] = []
         match = _COMMON_ACK_FRAME.match
         while (m := match(buf, pos)) is not None:
             total, cmd_size, body_size, consumer_id, ack_type, id_size, ledger_id, entry_id = (
@@ -138,7 +140,7 @@ class FrameDecoder:
             out.append(
                 (
                     decode_varint(consumer_id),
-                    ack_type[0],
+                    ack_type[0] == _CUMULATIVE,
                     decode_varint(ledger_id),
                     decode_varint(entry_id),
                 )

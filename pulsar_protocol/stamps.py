@@ -29,9 +29,7 @@ class EntryStamps(NamedTuple):
     broker_ms: int = 0
 
 
-def encode_stamps(index: int, stamps: EntryStamps) -> bytes:
-    """Serialized BrokerEntryMetadata for an entry at `index` (broker_ms is derived from
-    received_us when not given, as Apache stamps the receive time)."""
+def _before_dispatch(index: int, stamps: EntryStamps) -> pb.BrokerEntryMetadata:
     return pb.BrokerEntryMetadata(
         broker_timestamp=stamps.broker_ms or stamps.received_us // 1000,
         index=index,
@@ -39,22 +37,22 @@ def encode_stamps(index: int, stamps: EntryStamps) -> bytes:
         persist_start_us=stamps.persist_start_us,
         durable_us=stamps.durable_us,
         notified_us=stamps.notified_us,
-        dispatch_us=stamps.dispatch_us,
-    ).SerializeToString()
+    )
+
+
+def encode_stamps(index: int, stamps: EntryStamps) -> bytes:
+    """Serialized BrokerEntryMetadata for an entry at `index` (broker_ms is derived from
+    received_us when not given, as Apache stamps the receive time)."""
+    metadata = _before_dispatch(index, stamps)
+    metadata.dispatch_us = stamps.dispatch_us
+    return metadata.SerializeToString()
 
 
 def encode_stamps_before_dispatch(index: int, stamps: EntryStamps) -> bytes:
     """`encode_stamps` without its last field: a broker stamps each dispatch of an entry (to
     100,000 one-consumer subscriptions, 100,000 dispatches) and the rest is the entry's, so it
     is serialized once and `with_dispatch_stamp` completes it."""
-    return pb.BrokerEntryMetadata(
-        broker_timestamp=stamps.broker_ms or stamps.received_us // 1000,
-        index=index,
-        received_us=stamps.received_us,
-        persist_start_us=stamps.persist_start_us,
-        durable_us=stamps.durable_us,
-        notified_us=stamps.notified_us,
-    ).SerializeToString()
+    return _before_dispatch(index, stamps).SerializeToString()
 
 
 def with_dispatch_stamp(before_dispatch: bytes, dispatch_us: int) -> bytes:

@@ -30,7 +30,6 @@ from pulsar_protocol.state import SERVER
 log = logging.getLogger("broker.connection")
 
 SERVER_VERSION = "fanout-bench-broker 0.1"
-_CUMULATIVE = pb.CommandAck.Cumulative
 _producer_names = itertools.count()
 
 
@@ -60,10 +59,8 @@ class ServerConnection(asyncio.Protocol):
             max_message_size=max_size,
         )
         self.transport: asyncio.Transport | None = None
-        self._reading = False
-        """Inside data_received: answers are written once, at its end."""
         self._flush_due = False
-        """A write of queued MESSAGE frames is scheduled (write_frames)."""
+        """A write of what the codec queued is scheduled for the end of this loop turn."""
         self.writable = True
         self.sends_broker_entry_metadata = False
         """The client asked for the stage stamps ahead of each payload (CONNECT's flags)."""
@@ -130,9 +127,6 @@ class ServerConnection(asyncio.Protocol):
         received_us = now_us()
         conn, handlers = self.conn, self._handlers
         conn.receive_data(data)
-        # Answers to everything in this read leave in one write: a client subscribing 100
-        # consumers gets 100 SUCCESS frames in one segment, not 100 writes.
-        self._reading = True
         try:
             while (event := conn.next_event()) is not ev.NEED_DATA:
                 if type(event) is ev.ConnectionClosed:
@@ -143,8 +137,6 @@ class ServerConnection(asyncio.Protocol):
             self._flush()  # the codec's ERROR reply goes out before the close
             self.close()
             return
-        finally:
-            self._reading = False
         self._flush()
 
     def eof_received(self) -> bool | None:
@@ -163,22 +155,26 @@ class ServerConnection(asyncio.Protocol):
     def _send(self, event: ev.Event) -> None:
         if self._open():
             self.conn.send(event)
-            if not self._reading:
-                self._flush()
+            self._write_soon()
 
     def _answer(self, type_: int, **fields: Any) -> None:
         """The Response to a request: `fields` carry its request_id, echoed."""
         self._send(ev.Response(command(type_, **fields)))
 
     def write_frames(self, frames: list[bytes]) -> None:
-        """Queue frames; they are written once this turn of the event loop ends, so that
-        every subscription dispatching to this connection in it shares one write (the
-        Shared baseline: 100 one-consumer subscriptions per connection, 100 writes → 1)."""
         if self._open():
             self.conn.send_frames(frames)
-            if not self._flush_due and not self._reading:
-                self._flush_due = True
-                asyncio.get_running_loop().call_soon(self._flush_later)
+            self._write_soon()
+
+    def _write_soon(self) -> None:
+        """Write what the codec queued once this turn of the event loop ends (or at the end
+        of the read being handled, whichever comes first): the answers to a read, and the
+        MESSAGE frames of every subscription dispatching to this connection in the turn,
+        leave in one write (a client subscribing 100 consumers gets its 100 SUCCESS frames in
+        one segment; 100 one-consumer Shared subscriptions per connection: 100 writes → 1)."""
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush_later)
 
     def _flush_later(self) -> None:
         self._flush_due = False
@@ -351,7 +347,7 @@ class ServerConnection(asyncio.Protocol):
         consumers = self.consumers
         last_key: tuple[object, int, int] | None = None
         index = 0
-        for consumer_id, ack_type, ledger_id, entry_id in acks.acks:
+        for consumer_id, cumulative, ledger_id, entry_id in acks.acks:
             consumer = consumers.get(consumer_id)
             if consumer is None or (sub := consumer.subscription) is None:
                 continue
@@ -359,7 +355,7 @@ class ServerConnection(asyncio.Protocol):
             key = (log_, ledger_id, entry_id)
             if key != last_key:
                 last_key, index = key, log_.index_of(ledger_id, entry_id)
-            sub.on_ack(consumer, ack_type == _CUMULATIVE, [index])
+            sub.on_ack(consumer, cumulative, [index])
 
     def _on_redeliver(self, req: pb.CommandRedeliverUnacknowledgedMessages) -> None:
         consumer = self._consumer(req.consumer_id)
