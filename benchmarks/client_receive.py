@@ -104,7 +104,7 @@ def _measure(
             for i, chunk in enumerate(chunks):
                 receive_us = start_us + n * 1_000_000 + 2_000 + 20 * i  # each read its own time
                 conn._kernel_us = receive_us - 50
-                conn._handle_read(chunk, receive_us)
+                conn._handle_data(chunk, receive_us)
             acks += protocol.flush_acks()
             protocol.data_to_send()
             cpu += time.process_time() - started

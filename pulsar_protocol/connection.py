@@ -54,7 +54,7 @@ from pulsar_protocol.errors import LocalProtocolError, ProtocolError, RemoteProt
 from pulsar_protocol.events import (
     NEED_DATA,
     Ack,
-    Acks,
+    AckRun,
     Connect,
     Connected,
     ConnectionClosed,
@@ -114,7 +114,16 @@ class _Consumer:
     """A client's consumer: its state, its permit window, and what it has to acknowledge
     (serialized MessageIdData: a MessageRun carries them so, and an ACK is built of them)."""
 
-    __slots__ = ("id_varint", "state", "refill_at", "consumed", "individual", "last")
+    __slots__ = (
+        "id_varint",
+        "state",
+        "refill_at",
+        "consumed",
+        "individual",
+        "last",
+        "ack_head",
+        "ack_tail_size",
+    )
 
     def __init__(self, consumer_id: int) -> None:
         self.id_varint = encode_varint(consumer_id)
@@ -123,6 +132,10 @@ class _Consumer:
         self.consumed = 0
         self.individual: list[bytes] | None = None
         self.last: bytes | None = None
+        self.ack_head = b""
+        """An ACK frame's bytes up to the end of this consumer's id, for a tail (ack type and
+        message id) of `ack_tail_size` bytes (flush_acks)."""
+        self.ack_tail_size = -1
 
 
 class Connection:
@@ -251,6 +264,20 @@ class Connection:
             raise LocalProtocolError("received data after the end of the stream")
         self._decoder.receive_data(data)
 
+    def get_buffer(self, size: int) -> memoryview:
+        """Room for `size` bytes to read into from the peer; then `buffer_updated(n)`. The
+        same as `receive_data` of what was read, without a bytes object or its copy."""
+        if self._eof:
+            raise LocalProtocolError("received data after the end of the stream")
+        return self._decoder.get_buffer(size)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """`nbytes` were read into `get_buffer`'s view; 0 means the peer closed its end."""
+        if not nbytes:
+            self._eof = True
+            return
+        self._decoder.buffer_updated(nbytes)
+
     def next_event(self) -> Event | Literal[_NeedData.NEED_DATA]:
         """The next event, or NEED_DATA. Raises RemoteProtocolError when the peer broke the
         protocol; the connection is then in ERROR (and a server has queued its ERROR reply)."""
@@ -259,8 +286,8 @@ class Connection:
         try:
             decoder, readers = self._decoder, self._readers
             while True:
-                if self._fast_acks and (acks := decoder.next_acks()):
-                    return Acks(acks)
+                if self._fast_acks and (acks := decoder.next_ack_run()) is not None:
+                    return AckRun(*acks)
                 if self._fast_runs and (run := decoder.next_message_run()) is not None:
                     ids, msg, payload, bem = run
                     return MessageRun(tuple(ids), msg[1], msg[2], payload, bem, *msg[3:6])
@@ -349,7 +376,7 @@ class Connection:
         return Request(cmd)
 
     def _read_ack(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
-        """An ACK in any shape (common ones in a row never get here: next_acks reads them)."""
+        """An ACK in any shape (common ones never get here: next_ack_run reads them)."""
         ack = cmd.ack
         request_id = ack.request_id if ack.HasField("request_id") else None
         if request_id is not None:
@@ -510,6 +537,11 @@ class Connection:
         if self.role is not SERVER or self.state is not ConnectionState.CONNECTED:
             raise LocalProtocolError(f"cannot send frames as a {self.role.value} now")
         self._out += frames
+
+    @property
+    def wants_write(self) -> bool:
+        """Whether `data_to_send()` has something."""
+        return bool(self._out)
 
     def data_to_send(self) -> bytes:
         """Everything queued since the last call, in order, as one bytes."""
@@ -723,48 +755,49 @@ class Connection:
 
         The ACKs are protobuf's encoding byte for byte, built from bytes and queued as one
         buffer: a broadcast connection acknowledges one entry for all its consumers at every
-        flush, so such an ACK is `head + consumer id + tail`, the tail being the entry's and
-        the head depending only on the length of the consumer id (as MessageTemplate)."""
+        flush, so such an ACK is the consumer's head (sizes, type and its id, kept while the
+        tail's length holds) then the tail, which is the entry's."""
         due, self._acks_due = self._acks_due, {}
-        frames = []
+        parts: list[bytes] = []
+        count = 0
         tail_id: bytes | None = None
         tail_type = -1
         tail = b""
-        heads: dict[int, bytes] = {}
         for consumer_id, consumer in due.items():
             if consumer.individual is not None:
                 ids, consumer.individual = consumer.individual, []
-                ack_type = _INDIVIDUAL
+                if len(ids) != 1:
+                    if ids:
+                        ack = ack_command_bytes(consumer_id, _INDIVIDUAL, ids)
+                        parts.append(frame_head(ack, None, 0))
+                        count += 1
+                    continue
+                message_id, ack_type = ids[0], _INDIVIDUAL
             elif consumer.last is not None:
-                ids = [consumer.last]
+                message_id, ack_type = consumer.last, _CUMULATIVE
                 consumer.last = None
-                ack_type = _CUMULATIVE
             else:
                 continue
-            if len(ids) != 1:
-                if ids:
-                    frames.append(
-                        frame_head(ack_command_bytes(consumer_id, ack_type, ids), None, 0)
-                    )
-                continue
-            if ids[0] != tail_id or ack_type != tail_type:
-                tail_id, tail_type = ids[0], ack_type
-                tail = b"\x10" + encode_varint(ack_type) + _ack_id(ids[0])
-                heads = {}
-            id_varint = consumer.id_varint
-            head = heads.get(len(id_varint))
-            if head is None:
+            if (message_id is not tail_id and message_id != tail_id) or ack_type != tail_type:
+                tail = b"\x10" + encode_varint(ack_type) + _ack_id(message_id)
+                tail_id, tail_type = message_id, ack_type
+            head = consumer.ack_head
+            if consumer.ack_tail_size != len(tail):
+                id_varint = consumer.id_varint
                 body_size = 1 + len(id_varint) + len(tail)
-                head = heads[len(id_varint)] = (
+                head = consumer.ack_head = (
                     frame_sizes(3 + len(encode_varint(body_size)) + body_size, 0)
                     + b"\x08\x0a\x52"
                     + encode_varint(body_size)
                     + b"\x08"
+                    + id_varint
                 )
-            frames.append(head + id_varint + tail)
-        if frames:
-            self._out.append(b"".join(frames))
-        return len(frames)
+                consumer.ack_tail_size = len(tail)
+            parts += (head, tail)
+            count += 1
+        if parts:
+            self._out.append(b"".join(parts))
+        return count
 
 
 def _ack_id(message_id: bytes) -> bytes:

@@ -98,7 +98,7 @@ class Notice(_WithCommand):
 @dataclass(frozen=True, slots=True)
 class Ack(Event):
     """An ACK from a client (server side) in any shape; `request_id` is set when the client
-    wants an ACK_RESPONSE. ACKs in the common shape come as `Acks` instead."""
+    wants an ACK_RESPONSE. ACKs in the common shape come as `AckRun`s instead."""
 
     consumer_id: int
     cumulative: bool
@@ -108,13 +108,16 @@ class Ack(Event):
 
 
 @dataclass(frozen=True, slots=True)
-class Acks(Event):
-    """ACKs in a row in their common shape (one message id, no request id), read from bytes
-    in one pass (FrameDecoder.next_acks): a broadcast brings one per consumer per entry, and
-    its client sends those of a connection together. Each is (consumer_id, cumulative,
-    ledger_id, entry_id)."""
+class AckRun(Event):
+    """ACKs in a row in their common shape (one message id, no request id) that acknowledge
+    the same message the same way for consumers `consumer_ids`, read from bytes in one pass
+    (FrameDecoder.next_ack_run): a broadcast's client acknowledges an entry for all the
+    consumers of its connection at once."""
 
-    acks: list[tuple[int, bool, int, int]]
+    consumer_ids: list[int]
+    cumulative: bool
+    ledger_id: int
+    entry_id: int
 
 
 @dataclass(frozen=True, slots=True)

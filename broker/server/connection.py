@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from broker.config import BrokerConfig
-from broker.core.consumer import Consumer
+from broker.core.consumer import Consumer, ConsumerSubscription
 from broker.core.topic import Producer, Topic
 from broker.subscriptions.base import SubscriptionError
 from pulsar_protocol import events as ev
@@ -73,7 +73,7 @@ class ServerConnection(asyncio.Protocol):
             ev.Send: self._on_send,
             ev.Flow: self._on_flow,
             ev.Ack: self._on_ack,
-            ev.Acks: self._on_acks,
+            ev.AckRun: self._on_ack_run,
             ev.Notice: self._on_notice,
         }
         self._requests: dict[int, Callable[[Any], None]] = {
@@ -341,21 +341,29 @@ class ServerConnection(asyncio.Protocol):
         if ack.request_id is not None:
             self._answer(T.ACK_RESPONSE, consumer_id=ack.consumer_id, request_id=ack.request_id)
 
-    def _on_acks(self, acks: ev.Acks, now: int) -> None:
-        """A run of common ACKs: a broadcast's 100 consumers of this connection acknowledging
-        the same entry, so its index is looked up once per run, not per ACK."""
+    def _on_ack_run(self, run: ev.AckRun, now: int) -> None:
+        """ACKs of one message for many consumers (a broadcast's consumers of this connection
+        acknowledging the same entry): handed to each subscription as one run, its index
+        looked up once."""
         consumers = self.consumers
-        last_key: tuple[object, int, int] | None = None
-        index = 0
-        for consumer_id, cumulative, ledger_id, entry_id in acks.acks:
+        group: list[Consumer] = []
+        sub: ConsumerSubscription | None = None
+        for consumer_id in run.consumer_ids:
             consumer = consumers.get(consumer_id)
-            if consumer is None or (sub := consumer.subscription) is None:
+            if consumer is None or (its := consumer.subscription) is None:
                 continue
-            log_ = sub.topic.log
-            key = (log_, ledger_id, entry_id)
-            if key != last_key:
-                last_key, index = key, log_.index_of(ledger_id, entry_id)
-            sub.on_ack(consumer, cumulative, [index])
+            if its is not sub:
+                if group:
+                    self._ack_group(sub, group, run)
+                sub, group = its, []
+            group.append(consumer)
+        if group:
+            self._ack_group(sub, group, run)
+
+    @staticmethod
+    def _ack_group(sub: ConsumerSubscription | None, group: list[Consumer], run: ev.AckRun) -> None:
+        assert sub is not None
+        sub.on_ack_run(group, run.cumulative, sub.topic.log.index_of(run.ledger_id, run.entry_id))
 
     def _on_redeliver(self, req: pb.CommandRedeliverUnacknowledgedMessages) -> None:
         consumer = self._consumer(req.consumer_id)

@@ -99,6 +99,11 @@ class Dispatcher(ABC):
                     c.unacked.pop(index, None)
         self._cursor_moved()
 
+    def on_ack_run(self, consumers: list[Consumer], cumulative: bool, index: int) -> None:
+        """The same ack from each of `consumers` (one read's run of ACK frames)."""
+        for consumer in consumers:
+            self.on_ack(consumer, cumulative, [index])
+
     def on_redeliver(self, consumer: Consumer, indexes: list[int] | None) -> None:
         """REDELIVER_UNACKNOWLEDGED_MESSAGES: all of the consumer's, or the listed ones."""
         chosen = list(consumer.unacked) if indexes is None else indexes

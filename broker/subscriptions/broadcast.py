@@ -96,6 +96,34 @@ class BroadcastDispatcher(Dispatcher):
             self._slowest_stale = True
             self._cursor_moved()
 
+    def on_ack_run(self, consumers: list[Consumer], cumulative: bool, index: int) -> None:
+        """`on_ack` for each of `consumers`, with the common case inline: a cumulative ack of
+        the entry after a cursor's mark-delete, nothing acked or handed back above it (each
+        consumer of a broadcast acknowledges each entry, 10,000 a second in harness-cost)."""
+        if not cumulative:
+            for consumer in consumers:
+                self.on_ack(consumer, False, [index])
+            return
+        cursors = self._cursors
+        slowest = self.cursor.mark_delete
+        moved_slowest = False
+        for consumer in consumers:
+            cursor = cursors.get(consumer)
+            if cursor is None:
+                continue
+            before = cursor.mark_delete
+            if index <= before:
+                continue
+            if cursor.acked or cursor.redeliver or cursor.redelivery_counts:
+                cursor.ack_cumulative(index)
+            else:
+                cursor.mark_delete = index  # what ack_cumulative does with nothing above it
+            if before <= slowest:
+                moved_slowest = True
+        if moved_slowest and not self._slowest_stale:
+            self._slowest_stale = True
+            self._cursor_moved()
+
     def on_redeliver(self, consumer: Consumer, indexes: list[int] | None) -> None:
         # Rewind this consumer's virtual cursor only; the others are not affected.
         cursor = self._cursors.get(consumer)
@@ -185,13 +213,33 @@ class BroadcastDispatcher(Dispatcher):
                 continue
             entry = cache.get(read)
             if read + 1 == tail and entry is not None:
-                entries = [entry]  # the common case: one new entry, read for an earlier one
-                sent += entry.num_messages
-            else:
-                entries = self._entries_from(read, min(READ_BATCH, permits))
-                if not entries:
-                    continue
-                sent += sum(e.num_messages for e in entries)
+                # The common case, inline (consumer.frames_for, as a unit test checks): one
+                # new entry, read for an earlier consumer of the slice.
+                with_bem = wire.sends_broker_entry_metadata
+                template = templates.get((read, with_bem, 0))
+                if template is None:
+                    template = templates[read, with_bem, 0] = entry.message_template(
+                        dispatch_us if with_bem else None
+                    )
+                n = entry.num_messages
+                sent += n
+                consumer.permits = permits - n
+                consumer.messages_out += n
+                consumer.bytes_out += len(entry.payload)
+                cursor.read_index = tail
+                by_entry = out.get(wire)
+                if by_entry is None:
+                    by_entry = out[wire] = {}
+                bucket = by_entry.get(read)
+                if bucket is None:
+                    by_entry[read] = [template.head(consumer.id_varint), entry.payload]
+                else:
+                    bucket += (template.head(consumer.id_varint), entry.payload)
+                continue  # at the tail now: nothing left for a later round
+            entries = self._entries_from(read, min(READ_BATCH, permits))
+            if not entries:
+                continue
+            sent += sum(e.num_messages for e in entries)
             cursor.read_index = entries[-1].index + 1
             by_entry = out.get(wire)
             if by_entry is None:

@@ -89,6 +89,9 @@ class Subscription:
     def on_ack(self, consumer: Consumer, cumulative: bool, indexes: list[int]) -> None:
         self.dispatcher.on_ack(consumer, cumulative, indexes)
 
+    def on_ack_run(self, consumers: list[Consumer], cumulative: bool, index: int) -> None:
+        self.dispatcher.on_ack_run(consumers, cumulative, index)
+
     def on_redeliver(self, consumer: Consumer, indexes: list[int] | None) -> None:
         self.dispatcher.on_redeliver(consumer, indexes)
 

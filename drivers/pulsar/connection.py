@@ -310,12 +310,20 @@ class Connection:
     def _flush(self) -> None:
         """Write everything the codec queued. Drained under the lock, so whatever one greenlet
         drains leaves before what the next one drains."""
+        protocol = self._protocol
+        if not protocol.wants_write:
+            return  # the reader calls this after every recv, and most queue nothing
         with self._write_lock:
-            data = self._protocol.data_to_send()
-            if not data or self._sock is None:
+            data = protocol.data_to_send()
+            sock = self._sock
+            if not data or sock is None:
                 return
             try:
-                self._sock.sendall(data)
+                # One send() when the socket has room, as it nearly always has: gevent's
+                # sendall() asks the kernel for SO_SNDBUF on every call before sending.
+                sent = sock.send(data)
+                if sent < len(data):
+                    sock.sendall(memoryview(data)[sent:])
             except OSError as exc:
                 self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
                 raise RequestFailed(f"connection to {self.address} lost") from None
@@ -549,22 +557,25 @@ class Connection:
 
     # -- the reader ---------------------------------------------------------------------------
     def _read_loop(self) -> None:
-        sock, handle_read = self._sock, self._handle_read
+        sock, handle_read, protocol = self._sock, self._handle_read, self._protocol
         assert sock is not None
-        recvmsg = sock.recvmsg if self.kernel_timestamps else None
+        recvmsg_into = sock.recvmsg_into if self.kernel_timestamps else None
         kernel_time_us = rx_timestamps.kernel_time_us
         try:
             while True:
-                if recvmsg is None:
-                    data = sock.recv(RECV_SIZE)
-                    receive_us = now_us()  # one clock read for everything this recv returned
-                else:
-                    data, ancillary, _, _ = recvmsg(RECV_SIZE, rx_timestamps.ANCILLARY_SIZE)
-                    receive_us = now_us()
-                    self._kernel_us = kernel_us = kernel_time_us(ancillary)
-                    if data and (kernel_us != 0) is not self.kernel_timestamps:
-                        self._kernel_times_changed(kernel_us != 0)
-                handle_read(data, receive_us)
+                # Straight into the codec's buffer (get_buffer): no bytes object per recv.
+                with protocol.get_buffer(RECV_SIZE) as room:
+                    if recvmsg_into is None:
+                        nbytes = sock.recv_into(room)
+                        receive_us = now_us()  # one clock read for everything this recv returned
+                    else:
+                        nbytes, ancillary, _, _ = recvmsg_into([room], rx_timestamps.ANCILLARY_SIZE)
+                        receive_us = now_us()
+                        self._kernel_us = kernel_us = kernel_time_us(ancillary)
+                        if nbytes and (kernel_us != 0) is not self.kernel_timestamps:
+                            self._kernel_times_changed(kernel_us != 0)
+                protocol.buffer_updated(nbytes)
+                handle_read(receive_us)
                 # A recv that finds data never yields: without this, one busy connection would
                 # starve the others, the subscribers and the timers.
                 gevent.sleep(0)
@@ -578,12 +589,17 @@ class Connection:
             log.exception("connection %d: reader failed", self.id)
             self._fail(f"reader failed: {exc!r}")
 
-    def _handle_read(self, data: bytes, receive_us: int) -> None:
-        """Everything one recv returned: feed the codec, handle its events, write what they
-        queued (benchmarks.client_receive calls this without a socket)."""
+    def _handle_data(self, data: bytes, receive_us: int) -> None:
+        """`_handle_read` of bytes read elsewhere (benchmarks.client_receive, without a
+        socket)."""
+        self._protocol.receive_data(data)
+        self._handle_read(receive_us)
+
+    def _handle_read(self, receive_us: int) -> None:
+        """Everything one recv put in the codec's buffer: handle its events, write what they
+        queued."""
         protocol, handlers = self._protocol, self._handlers
         next_event, on_run, hand_over = protocol.next_event, self._on_run, self._hand_over
-        protocol.receive_data(data)
         try:
             while (event := next_event()) is not NEED_DATA:
                 if type(event) is MessageRun:

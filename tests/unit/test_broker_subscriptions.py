@@ -14,6 +14,7 @@ from broker.subscriptions.cursor import Cursor
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.frames import FrameDecoder
 from pulsar_protocol.payload import encode_payload
+from pulsar_protocol.stamps import decode_stamps
 
 
 class FakeWire:
@@ -324,3 +325,82 @@ def test_broadcast_tells_storage_of_the_slowest_cursor_once_until_it_is_read(loo
     assert sub.mark_delete == 0  # the last consumer has not acked entry 1
     sub.on_ack(consumers[-1], True, [1])
     assert sink.moves == before + 3 and sub.mark_delete == 1
+
+
+def test_a_broadcast_ack_run_does_what_one_ack_per_consumer_does(loop):
+    """on_ack_run's inline path (a cumulative ack with nothing acked above the cursor) and its
+    general path (holes, hand-backs, stale and repeated acks) leave every virtual cursor, the
+    main cursor and storage's notices as on_ack per consumer does."""
+
+    def run(batched: bool) -> tuple[list, int, int]:
+        sink = CountingSink()
+        topic = Topic("t", MemoryEntryLog(), persistent=True, loop=loop, cursor_sink=sink)
+        sub = topic.subscription("all", "Broadcast", initial_earliest=False)
+        consumers = [_consumer(CountingWire([]), cid) for cid in range(6)]
+        for c in consumers:
+            sub.add_consumer(c)
+        _publish(loop, topic, 6)
+        sub.on_ack(consumers[1], False, [3])  # a hole below 3 and an ack above it
+        sub.on_ack(consumers[2], True, [4])  # already past what the run acks
+        sub.on_redeliver(consumers[3], [2])  # handed back
+        _settle(loop)
+        before = sink.moves
+        for index in (1, 2, 2, 0):
+            group = consumers[:5] if index != 0 else consumers[4:]
+            if batched:
+                sub.on_ack_run(group, True, index)
+            else:
+                for c in group:
+                    sub.on_ack(c, True, [index])
+        sub.on_ack_run(consumers[5:], False, 5) if batched else sub.on_ack(consumers[5], False, [5])
+        dispatcher = sub.dispatcher
+        assert isinstance(dispatcher, BroadcastDispatcher)
+        cursors = [dispatcher._cursors[c] for c in consumers]
+        state = [(c.mark_delete, sorted(c.acked), sorted(c.redeliver or ())) for c in cursors]
+        return state, sub.mark_delete, sink.moves - before
+
+    one_by_one, batched = run(False), run(True)
+    assert batched == one_by_one
+    assert batched[0][1] == (3, [], [])  # the hole at 2 filled by the run's ack of 2
+
+
+class RawWire(FakeWire):
+    """A wire keeping the bytes it was given."""
+
+    def __init__(self, bem: bool) -> None:
+        super().__init__()
+        self.sends_broker_entry_metadata = bem
+        self.data = b""
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        self.data += b"".join(frames)
+        super().write_frames(frames)
+
+
+def test_broadcast_dispatch_of_a_new_entry_writes_what_frames_for_writes(loop):
+    """The dispatcher builds a new entry's frames inline for all but the round's first
+    consumer: byte for byte what Consumer.frames_for gives, on wires with and without broker
+    entry metadata and for consumer ids of one and two varint bytes, with the same counters."""
+    topic = Topic("t", MemoryEntryLog(), persistent=False, loop=loop)
+    sub = topic.subscription("all", "Broadcast", initial_earliest=False)
+    wires = [RawWire(bem=True), RawWire(bem=False)]
+    consumers = [_consumer(wires[i % 2], cid) for i, cid in enumerate((1, 200, 3, 16500))]
+    for c in consumers:
+        sub.add_consumer(c)
+    _publish(loop, topic, 1)
+    (entry,) = topic.log.read(0, 1)
+    first = wires[0].decoder.next_frame()
+    assert first is not None and first.broker_entry_metadata is not None
+    dispatch_us = decode_stamps(first.broker_entry_metadata).dispatch_us
+    for wire in wires:
+        expected = b""
+        for c in consumers:
+            if c.wire is wire:
+                twin = _consumer(wire, c.consumer_id)
+                expected += b"".join(twin.frames_for([entry], dispatch_us))
+                assert (c.permits, c.messages_out, c.bytes_out) == (
+                    twin.permits,
+                    twin.messages_out,
+                    twin.bytes_out,
+                )
+        assert wire.data == expected

@@ -21,7 +21,7 @@ from pulsar_protocol.commands import (
 )
 from pulsar_protocol.connection import Connection
 from pulsar_protocol.errors import RemoteProtocolError
-from pulsar_protocol.frames import encode_frame, encode_raw_frame
+from pulsar_protocol.frames import FrameDecoder, encode_frame, encode_raw_frame
 from pulsar_protocol.message_template import MessageTemplate
 from pulsar_protocol.payload import encode_payload
 from pulsar_protocol.stamps import EntryStamps, encode_stamps
@@ -106,14 +106,22 @@ def _chunks(data: bytes, how: str, rng: random.Random) -> list[bytes]:
     return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
 
 
-def _deliveries(client: Connection, chunks: list[bytes]) -> tuple[list, int]:
+def _deliveries(
+    client: Connection, chunks: list[bytes], read_into: bool = False
+) -> tuple[list, int]:
     """Every delivery the chunks bring, as protobuf reads it, then the error that ended them
-    (if any); and how many came in MessageRuns."""
+    (if any); and how many came in MessageRuns. `read_into`: each chunk is written into the
+    room get_buffer gives (larger than the chunk, as a recv_into's), not receive_data'd."""
     out: list = []
     in_runs = 0
     try:
         for chunk in chunks:
-            client.receive_data(chunk)
+            if read_into:
+                with client.get_buffer(len(chunk) + 4096) as room:
+                    room[: len(chunk)] = chunk
+                client.buffer_updated(len(chunk))
+            else:
+                client.receive_data(chunk)
             while (event := client.next_event()) is not ev.NEED_DATA:
                 if isinstance(event, ev.MessageRun):
                     in_runs += len(event.consumer_ids)
@@ -194,6 +202,41 @@ def test_runs_deliver_what_protobuf_reads(how):
     assert none_in_runs == 0 and len(slow) == 3 * 19 + 5
     assert in_runs == 3 * 19 + 3  # all but the two MESSAGEs in other shapes
     assert all(isinstance(d, tuple) for d in slow)
+
+
+@pytest.mark.parametrize("how", [*FEEDS, "random_cuts"])
+def test_reads_into_the_buffer_deliver_what_received_data_delivers(how):
+    rng = random.Random(8)
+    chunks = _chunks(_stream(), how, rng)
+    for runs in (False, True):
+        assert _deliveries(_connected(runs), chunks, read_into=True) == _deliveries(
+            _connected(runs), chunks
+        )
+
+
+def test_a_frame_larger_than_the_reads_is_read_into_a_grown_buffer_and_then_let_go():
+    """A 3 MB delivery read 64 KB at a time, then small ones: all whole; the grown buffer
+    is dropped once empty (its memory is not kept for the connection's life)."""
+    big = section(b"z" * (3 << 20))
+    small = section(b"s" * 100)
+    data = b"".join(
+        MessageTemplate(1, entry, len(p), None).head(encode_varint(5)) + p
+        for entry, p in enumerate((big, small, small))
+    )
+    chunks = [data[i : i + 65536] for i in range(0, len(data), 65536)]
+    got, _ = _deliveries(_connected(True), chunks, read_into=True)
+    assert [(d[0], d[2], d[5]) for d in got] == [(5, 0, big), (5, 1, small), (5, 2, small)]
+    decoder = FrameDecoder()
+    for chunk in chunks:
+        with decoder.get_buffer(65536) as room:
+            room[: len(chunk)] = chunk
+        decoder.buffer_updated(len(chunk))
+        while decoder.next_parts() is not None:
+            pass
+    assert decoder.buffered == 0
+    with decoder.get_buffer(10) as room:
+        assert len(room) == 10
+    assert len(decoder._buffer) < 1 << 20
 
 
 def test_a_broadcast_entry_comes_as_one_run_per_read():

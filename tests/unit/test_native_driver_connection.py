@@ -428,8 +428,13 @@ class RecordingSocket:
         self.sock = sock
         self.writes: list[bytes] = []
 
+    def send(self, data: bytes) -> int:
+        sent = self.sock.send(data)
+        self.writes.append(bytes(data[:sent]))
+        return sent
+
     def sendall(self, data: bytes) -> None:
-        self.writes.append(data)
+        self.writes.append(bytes(data))
         self.sock.sendall(data)
 
     def __getattr__(self, name: str):

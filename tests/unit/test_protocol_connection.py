@@ -452,13 +452,12 @@ def test_individual_acks_carry_every_id_in_one_command():
 
 
 def as_acks(events) -> list[ev.Ack]:
-    """Ack events, with each of an Acks run spelled as the Ack protobuf's path would give."""
+    """Ack events, with each of an AckRun spelled as the Ack protobuf's path would give."""
     out = []
     for e in events:
-        if isinstance(e, ev.Acks):
+        if isinstance(e, ev.AckRun):
             out += [
-                ev.Ack(cid, t == pb.CommandAck.Cumulative, ((ledger, entry),))
-                for cid, t, ledger, entry in e.acks
+                ev.Ack(cid, e.cumulative, ((e.ledger_id, e.entry_id),)) for cid in e.consumer_ids
             ]
         elif isinstance(e, ev.Ack):
             out.append(e)
@@ -466,7 +465,7 @@ def as_acks(events) -> list[ev.Ack]:
 
 
 def test_the_server_reads_every_ack_shape_as_protobuf_does(pair):
-    """The common shape is read by hand (FrameDecoder.next_acks, a run at a time); others go
+    """The common shape is read by hand (FrameDecoder.next_ack_run, a run at a time); others go
     through protobuf. Both say the same, and an ACK with a request id is still tracked for
     its ACK_RESPONSE."""
     shapes = [
@@ -517,7 +516,7 @@ def test_the_server_reads_every_ack_shape_as_protobuf_does(pair):
     events = []
     while (event := pair.server.next_event()) is not ev.NEED_DATA:
         events.append(event)
-    assert [type(e) for e in events] == [ev.Acks, ev.Ack, ev.Ack, ev.Ack, ev.Acks]
+    assert [type(e) for e in events] == [ev.AckRun] * 4 + [ev.Ack] * 3 + [ev.AckRun]
     assert as_acks(events) == expected[:2] + expected + expected[:1]
     for _ in range(2):  # two ACKs asked for an answer
         pair.server.send(ev.Response(command(T.ACK_RESPONSE, consumer_id=5, request_id=77)))
@@ -550,20 +549,88 @@ def test_ack_fast_path_agrees_with_protobuf_or_declines():
         raw = command(T.ACK, **fields).SerializeToString()
         decoder = FrameDecoder()
         decoder.receive_data(frame_head(raw, None, 0))
-        run = decoder.next_acks()
-        if not run:
+        run = decoder.next_ack_run()
+        if run is None:
             assert decoder.next_parts() is not None  # declined: nothing was consumed
             continue
         accepted += 1
         ack = pb.BaseCommand.FromString(raw).ack
         (msg,) = ack.message_id
-        assert run == [(ack.consumer_id, ack.ack_type, msg.ledgerId, msg.entryId)]
+        cumulative = ack.ack_type == pb.CommandAck.Cumulative
+        assert run == ([ack.consumer_id], cumulative, msg.ledgerId, msg.entryId)
     assert accepted > 1000
     flow = FrameDecoder()
     flow.receive_data(
         frame_head(command(T.FLOW, consumer_id=1, messagePermits=1).SerializeToString(), None, 0)
     )
-    assert flow.next_acks() == []
+    assert flow.next_ack_run() is None
+
+
+def test_acks_of_one_message_come_as_one_run_in_order_across_id_lengths():
+    """A broadcast client's flush: the same ACK for consumers whose ids take one to five
+    bytes. One run, ids in frame order; a different entry, type or command ends it."""
+    ids = [1, 127, 128, 5, 16383, 16384, 2**35, 0, 300]
+
+    def ack(cid: int, entry: int = 4, kind: int = pb.CommandAck.Cumulative) -> bytes:
+        cmd = command(T.ACK, consumer_id=cid, ack_type=kind, message_id=[msg_id(entry)])
+        return encode_frame(cmd)
+
+    decoder = FrameDecoder()
+    decoder.receive_data(b"".join(ack(cid) for cid in ids))
+    assert decoder.next_ack_run() == (ids, True, 1, 4)
+    assert decoder.next_ack_run() is None and decoder.buffered == 0
+
+    flow = encode_frame(command(T.FLOW, consumer_id=9, messagePermits=5))
+    decoder.receive_data(
+        ack(1)
+        + ack(2)
+        + ack(3, entry=5)
+        + ack(4, entry=5, kind=pb.CommandAck.Individual)
+        + ack(5, entry=5, kind=pb.CommandAck.Individual)
+        + flow
+        + ack(6, entry=5, kind=pb.CommandAck.Individual)
+    )
+    assert decoder.next_ack_run() == ([1, 2], True, 1, 4)
+    assert decoder.next_ack_run() == ([3], True, 1, 5)
+    assert decoder.next_ack_run() == ([4, 5], False, 1, 5)
+    assert decoder.next_ack_run() is None
+    parts = decoder.next_parts()
+    assert parts is not None and parts[0].type == T.FLOW
+    assert decoder.next_ack_run() == ([6], False, 1, 5)
+
+
+def test_ack_runs_read_as_protobuf_reads_each_frame():
+    """Random sequences of ACK frames, common and not, many sharing a message: the runs and
+    single ACKs say exactly what protobuf says of each frame, in order."""
+    rng = random.Random(5)
+    for _ in range(200):
+        frames, expected = [], []
+        message = _random_id(rng)
+        for _ in range(rng.randrange(1, 40)):
+            if rng.random() < 0.1:
+                message = _random_id(rng)
+            fields = dict(
+                consumer_id=rng.choice([0, 1, 127, 128, 16384, 2**35, rng.randrange(2**20)]),
+                ack_type=rng.choice([pb.CommandAck.Cumulative] * 5 + [pb.CommandAck.Individual]),
+                message_id=[message],
+            )
+            if rng.random() < 0.05:
+                fields["message_id"] = [message, _random_id(rng)]
+            cmd = command(T.ACK, **fields)
+            frames.append(encode_frame(cmd))
+            expected.append(
+                ev.Ack(
+                    cmd.ack.consumer_id,
+                    cmd.ack.ack_type == pb.CommandAck.Cumulative,
+                    tuple((m.ledgerId, m.entryId) for m in cmd.ack.message_id),
+                )
+            )
+        p = ConnectionPair()
+        p.handshake()
+        data = b"".join(frames)
+        cut = rng.randrange(1, len(data))  # two reads, split anywhere (b"" would be the end)
+        events = feed(p.server, data[:cut]) + feed(p.server, data[cut:])
+        assert as_acks(events) == expected
 
 
 def test_an_ack_frame_with_sizes_that_do_not_add_up_is_left_to_protobuf():
@@ -576,12 +643,12 @@ def test_an_ack_frame_with_sizes_that_do_not_add_up_is_left_to_protobuf():
         bad[position] += delta
         decoder = FrameDecoder()
         decoder.receive_data(bytes(bad) + good)
-        assert decoder.next_acks() == []
+        assert decoder.next_ack_run() is None
     decoder = FrameDecoder()
     decoder.receive_data(good + good[:-1])  # the second is not whole yet
-    assert decoder.next_acks() == [(3, pb.CommandAck.Cumulative, 1, 4)]
+    assert decoder.next_ack_run() == ([3], True, 1, 4)
     decoder.receive_data(good[-1:])
-    assert decoder.next_acks() == [(3, pb.CommandAck.Cumulative, 1, 4)]
+    assert decoder.next_ack_run() == ([3], True, 1, 4)
 
 
 def test_a_consumer_no_longer_active_gets_no_flow_and_no_ack(pair):
@@ -790,3 +857,30 @@ def test_one_flush_writes_the_acks_protobuf_would_have_written(individual):
         for consumer_id, ids in due.items()
     )
     assert p.client.data_to_send() == expected
+
+
+def test_successive_flushes_write_protobufs_acks_as_the_message_id_changes_length():
+    """A consumer's ACK head is kept between flushes while the tail's length holds: entries
+    whose ids take one, two and three varint bytes, and back, each flush protobuf's bytes."""
+    p = ConnectionPair()
+    p.handshake()
+    consumers = [5, 300]
+    for consumer_id in consumers:
+        subscribe(p, consumer_id, permits=100_000)
+    p.client.data_to_send()
+    for entry in (4, 127, 128, 2**14, 9, 10):
+        for consumer_id in consumers:
+            p.client.acknowledge_run([consumer_id], 1, msg_id(entry).SerializeToString())
+        p.client.data_to_send()  # FLOWs
+        assert p.client.flush_acks() == 2
+        assert p.client.data_to_send() == b"".join(
+            encode_frame(
+                command(
+                    T.ACK,
+                    consumer_id=consumer_id,
+                    ack_type=pb.CommandAck.Cumulative,
+                    message_id=[msg_id(entry)],
+                )
+            )
+            for consumer_id in consumers
+        )
