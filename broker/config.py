@@ -28,6 +28,9 @@ class BrokerConfig:
     managedLedgerCacheSizeMB: int = 256
     managedLedgerCursorPositionPersistIntervalMs: int = 1000
     maxMessageSize: int = 5 * 1024 * 1024
+    # Pulsar's: a connection without a completed handshake after this long is closed (its
+    # PulsarHandler's keep-alive task); the PINGs to idle clients are not done here.
+    keepAliveIntervalSeconds: float = 30.0
     # Not Pulsar's: the accept queue matters for connection storms (DESIGN: 4096 vs 128).
     listenBacklog: int = 4096
     statsIntervalSeconds: float = 5.0

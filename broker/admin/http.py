@@ -14,7 +14,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from broker.admin.stats import internal_stats, topic_stats
+from broker.admin.stats import internal_stats, prometheus_text, topic_stats
 from broker.server.service import BrokerService, TopicExists
 
 _TOPIC_PATH = re.compile(
@@ -23,19 +23,7 @@ _TOPIC_PATH = re.compile(
 
 
 def _prometheus(service: BrokerService) -> str:
-    lines = [
-        "# TYPE pulsar_in_messages_total counter",
-        "# TYPE pulsar_subscription_back_log gauge",
-        "# TYPE pulsar_consumers_count gauge",
-    ]
-    for name, topic in service.topics.items():
-        lines.append(f'pulsar_in_messages_total{{topic="{name}"}} {topic.messages_in}')
-        for sub_name, sub in topic.subscriptions.items():
-            labels = f'topic="{name}",subscription="{sub_name}"'
-            lines.append(f"pulsar_subscription_back_log{{{labels}}} {sub.backlog()}")
-            lines.append(f"pulsar_consumers_count{{{labels}}} {len(sub.consumers)}")
-    lines.append(f"pulsar_connections {len(service.connections)}")
-    return "\n".join(lines) + "\n"
+    return prometheus_text(service.topics, len(service.connections))
 
 
 class AdminServer:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from broker.core.topic import Topic
@@ -96,3 +96,32 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
         "lastConfirmedEntry": str(_position(topic, topic.log.next_index - 1)),
         "cursors": cursors,
     }
+
+
+def label_value(value: str) -> str:
+    """A Prometheus label value escaped as the text exposition format asks: backslash, double
+    quote and newline. Topic and subscription names come from clients; unescaped, one could
+    end its label early or start a line of its own (a forged metric)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(**labels: str) -> str:
+    """`{name="value",...}`, every value through `label_value`."""
+    return "{" + ",".join(f'{name}="{label_value(v)}"' for name, v in labels.items()) + "}"
+
+
+def prometheus_text(topics: Mapping[str, Topic], connections: int) -> str:
+    """The /metrics body, in Pulsar's metric names."""
+    lines = [
+        "# TYPE pulsar_in_messages_total counter",
+        "# TYPE pulsar_subscription_back_log gauge",
+        "# TYPE pulsar_consumers_count gauge",
+    ]
+    for name, topic in topics.items():
+        lines.append(f"pulsar_in_messages_total{_labels(topic=name)} {topic.messages_in}")
+        for sub_name, sub in topic.subscriptions.items():
+            labels = _labels(topic=name, subscription=sub_name)
+            lines.append(f"pulsar_subscription_back_log{labels} {sub.backlog()}")
+            lines.append(f"pulsar_consumers_count{labels} {len(sub.consumers)}")
+    lines.append(f"pulsar_connections {connections}")
+    return "\n".join(lines) + "\n"

@@ -18,19 +18,69 @@ from typing import Any, Protocol
 from broker.config import BrokerConfig
 from broker.core.consumer import Consumer, ConsumerSubscription
 from broker.core.topic import Producer, Topic
+from broker.core.topic_name import InvalidTopicName, parse_topic
 from broker.subscriptions.base import SubscriptionError
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import T, command
+from pulsar_protocol.commands import FIELD_OF_TYPE, SERVER_BOUND_REQUESTS, T, command
 from pulsar_protocol.connection import Connection
 from pulsar_protocol.errors import RemoteProtocolError
 from pulsar_protocol.extensions import now_us
+from pulsar_protocol.frames import encode_frame
 from pulsar_protocol.state import SERVER
 
 log = logging.getLogger("broker.connection")
 
 SERVER_VERSION = "fanout-bench-broker 0.1"
 _producer_names = itertools.count()
+
+PRE_HANDSHAKE_MAX_FRAME = 64 * 1024
+"""The largest frame taken before the handshake. A CONNECT is a few hundred bytes (a few KB
+with auth data); a peer that has not even said CONNECT must not make the broker buffer the
+codec's limit after the handshake (maxMessageSize, 5 MB) for it."""
+
+
+def _text_fields(type_: int) -> tuple[str, ...]:
+    """The `string` fields of a request's body, topic first: protobuf hands a proto2 string
+    that is not valid UTF-8 over as bytes instead of refusing the frame, so each is checked."""
+    body = pb.BaseCommand.DESCRIPTOR.fields_by_name[FIELD_OF_TYPE[type_]].message_type
+    assert body is not None  # every body field is a message
+    names = [f.name for f in body.fields if f.type == f.TYPE_STRING and not f.is_repeated]
+    return tuple(sorted(names, key=lambda name: name != "topic"))
+
+
+_TEXT_FIELDS: dict[int, tuple[str, ...]] = {
+    t: names for t in SERVER_BOUND_REQUESTS if (names := _text_fields(t))
+}
+"""Request type → the names it carries, read from the schema so that no request with a topic
+(PARTITIONED_METADATA, LOOKUP, PRODUCER, SUBSCRIBE, GET_SCHEMA) reaches its handler unchecked."""
+
+
+def refusal(type_: int, request_id: int, error: int, message: str) -> pb.BaseCommand:
+    """The answer refusing a request, in the shape its client waits for: as Pulsar's
+    ServerCnx.validateTopicName, lookups and partition metadata get their own response marked
+    Failed (clients wait for nothing else there), GET_SCHEMA its error_code, the others ERROR."""
+    if type_ == T.LOOKUP:
+        return command(
+            T.LOOKUP_RESPONSE,
+            request_id=request_id,
+            response=pb.CommandLookupTopicResponse.Failed,
+            error=error,
+            message=message,
+        )
+    if type_ == T.PARTITIONED_METADATA:
+        return command(
+            T.PARTITIONED_METADATA_RESPONSE,
+            request_id=request_id,
+            response=pb.CommandPartitionedTopicMetadataResponse.Failed,
+            error=error,
+            message=message,
+        )
+    if type_ == T.GET_SCHEMA:
+        return command(
+            T.GET_SCHEMA_RESPONSE, request_id=request_id, error_code=error, error_message=message
+        )
+    return command(T.ERROR, request_id=request_id, error=error, message=message)
 
 
 class ConnectionHost(Protocol):
@@ -65,6 +115,9 @@ class ServerConnection(asyncio.Protocol):
         self.sends_broker_entry_metadata = False
         """The client asked for the stage stamps ahead of each payload (CONNECT's flags)."""
         self.address = ""
+        self._connect_prefix: bytes | None = b""
+        """The first bytes received, until the first frame's 4-byte size is known (then None)."""
+        self._handshake_timer: asyncio.TimerHandle | None = None
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
@@ -103,8 +156,12 @@ class ServerConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.address = f"{peer[0]}:{peer[1]}" if peer else ""
         self.service.connections.add(self)
+        self._handshake_timer = asyncio.get_running_loop().call_later(
+            self.service.config.keepAliveIntervalSeconds, self._handshake_expired
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_handshake_timer()
         self.service.connections.discard(self)
         for consumer in list(self.consumers.values()):
             self._detach_consumer(consumer)
@@ -123,6 +180,8 @@ class ServerConnection(asyncio.Protocol):
                 consumer.subscription.wake(consumer)
 
     def data_received(self, data: bytes) -> None:
+        if self._connect_prefix is not None and self._oversized_before_handshake(data):
+            return
         # One clock read per read from the socket: the wire timestamp of everything in it.
         received_us = now_us()
         conn, handlers = self.conn, self._handlers
@@ -142,6 +201,51 @@ class ServerConnection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         self.data_received(b"")
         return None  # close the transport
+
+    # -- before the handshake --------------------------------------------------------------
+    def _oversized_before_handshake(self, data: bytes) -> bool:
+        """Whether the first frame, which can only be CONNECT, announces more than
+        PRE_HANDSHAKE_MAX_FRAME; then the peer is answered ERROR and the connection closed.
+
+        The codec holds one limit for the whole connection, so this reads the first frame's
+        size prefix itself, as its bytes arrive (possibly one at a time)."""
+        assert self._connect_prefix is not None
+        prefix = self._connect_prefix + data[: 4 - len(self._connect_prefix)]
+        if len(prefix) < 4:
+            self._connect_prefix = prefix
+            return False
+        self._connect_prefix = None
+        size = int.from_bytes(prefix, "big")
+        if size <= PRE_HANDSHAKE_MAX_FRAME:
+            return False
+        message = (
+            f"frame of {size} bytes before the handshake exceeds the limit of "
+            f"{PRE_HANDSHAKE_MAX_FRAME}"
+        )
+        log.warning("closing %s: %s", self.address, message)
+        if self._open():
+            assert self.transport is not None
+            error = command(T.ERROR, request_id=0, error=pb.NotAllowedError, message=message)
+            self.transport.write(encode_frame(error))
+        self.close()
+        return True
+
+    def _handshake_expired(self) -> None:
+        """Pulsar's rule: no CONNECT within keepAliveIntervalSeconds closes the connection (a
+        silent socket otherwise holds a file descriptor and a place in `connections`)."""
+        self._handshake_timer = None
+        if self._open():
+            log.warning(
+                "closing %s: no CONNECT within %s s (keepAliveIntervalSeconds)",
+                self.address,
+                self.service.config.keepAliveIntervalSeconds,
+            )
+            self.close()
+
+    def _cancel_handshake_timer(self) -> None:
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
 
     # -- writing ---------------------------------------------------------------------------
     def _flush(self) -> None:
@@ -192,13 +296,40 @@ class ServerConnection(asyncio.Protocol):
     def _error(self, request_id: int, error: int, message: str) -> None:
         self._answer(T.ERROR, request_id=request_id, error=error, message=message)
 
+    def _names_valid(self, type_: int, body: Any, fields: tuple[str, ...]) -> bool:
+        """Whether the request's topic and other names may be used; if not, the client has its
+        refusal (the connection stays). The one check before every handler that takes a name,
+        as Pulsar's ServerCnx.validateTopicName."""
+        for name in fields:
+            value = getattr(body, name)
+            if name == "topic":
+                try:
+                    parse_topic(value)
+                except InvalidTopicName as exc:
+                    self._send(
+                        ev.Response(refusal(type_, body.request_id, pb.InvalidTopicName, str(exc)))
+                    )
+                    return False
+            elif not isinstance(value, str):
+                message = f"{name} is not valid UTF-8: {value[:64]!r}"
+                self._send(
+                    ev.Response(refusal(type_, body.request_id, pb.NotAllowedError, message))
+                )
+                return False
+        return True
+
     # -- handlers --------------------------------------------------------------------------
     def _on_connect(self, event: ev.Connect, now: int) -> None:
         """The codec has answered CONNECTED already; only the client's wishes are kept."""
+        self._cancel_handshake_timer()
         self.sends_broker_entry_metadata = event.supports_broker_entry_metadata
 
     def _on_request(self, event: ev.Request, now: int) -> None:
-        self._requests[event.type](event.body)
+        body = event.body
+        fields = _TEXT_FIELDS.get(event.type)
+        if fields is not None and not self._names_valid(event.type, body, fields):
+            return
+        self._requests[event.type](body)
 
     def _on_notice(self, event: ev.Notice, now: int) -> None:
         self._notices[event.type](event.body)
@@ -221,7 +352,8 @@ class ServerConnection(asyncio.Protocol):
         )
 
     def _topic_for(self, req: pb.CommandProducer | pb.CommandSubscribe) -> Topic | None:
-        """The request's topic, or None after answering InvalidTopicName."""
+        """The request's topic, or None after answering InvalidTopicName (a name that passed
+        `_names_valid` may still be one persistent storage cannot hold)."""
         try:
             return self.service.topic(req.topic)
         except ValueError as exc:

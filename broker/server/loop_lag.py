@@ -2,7 +2,7 @@
 
 An ACK or FLOW read from a socket is handled when the loop next polls, so it waits as long as
 the callback running then (a dispatch slice, a stats snapshot, a connect storm's SUBSCRIBEs).
-A timer due every few milliseconds measures exactly that wait: how late it fires. Seed 000's
+A timer due every 20 milliseconds measures exactly that wait: how late it fires. Seed 000's
 OrderedExecutor finding was acks queued behind sends; this is the number that shows it, in
 each broker stats snapshot (P50, P99 and the longest stall since the previous one).
 """
@@ -13,8 +13,11 @@ import asyncio
 import math
 import time
 
-INTERVAL_S = 0.005
-"""200 samples a second."""
+INTERVAL_S = 0.02
+"""50 samples a second: a stall of 20 ms or more always holds a tick and is measured whole;
+shorter ones are sampled. Each tick is a wake-up of an otherwise idle loop: at 200 a second
+the timer alone kept an idle broker at 11 ms of CPU a second, at 50 about 4 ms (CPU from
+/proc over 20 s), which at 10,000 deliveries a second was 0.7 µs of each one's cost."""
 
 
 class LoopLag:

@@ -18,6 +18,7 @@ import psutil
 from broker.config import BrokerConfig
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import Topic
+from broker.core.topic_name import parse_topic
 from broker.server.connection import ServerConnection
 from broker.server.gc_policy import FreezeAfterStorms
 from broker.server.loop_lag import LoopLag
@@ -28,7 +29,6 @@ from pulsar_protocol.topic_names import PARTITION_SUFFIX, partition_names
 
 log = logging.getLogger("broker")
 
-_TOPIC = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/(.+)$")
 _PARTITION = re.compile(rf"^(.*){PARTITION_SUFFIX}(\d+)$")
 
 
@@ -37,16 +37,6 @@ class TopicExists(ValueError):
 
 
 _MODES_BY_LOWER = {m.lower(): m for m in DISPATCHERS}
-
-
-def parse_topic(name: str) -> tuple[bool, str]:
-    """(persistent, full name); short names are expanded as Pulsar's clients expand them."""
-    if "://" not in name:
-        name = f"persistent://public/default/{name}"
-    match = _TOPIC.match(name)
-    if not match:
-        raise ValueError(f"invalid topic name {name!r}")
-    return match.group(1) == "persistent", name
 
 
 class BrokerService:
@@ -103,6 +93,7 @@ class BrokerService:
             raise ValueError(f"the number of partitions must be at least 1, got {partitions}")
         if full in self.partitioned or full in self.topics:
             raise TopicExists(f"topic {full} already exists")
+        parse_topic(partition_names(full, partitions)[-1])  # the longest partition name fits
         self.partitioned[full] = partitions
 
     def subscription_mode(self, req: pb.CommandSubscribe) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from broker.core.consumer import Consumer
 from broker.core.entry_log import MemoryEntryLog
-from broker.core.topic import Topic
+from broker.core.topic import NOTIFY_SLICE, Topic
 from broker.subscriptions.broadcast import SLICE, BroadcastDispatcher
 from broker.subscriptions.cursor import Cursor
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -404,3 +404,26 @@ def test_broadcast_dispatch_of_a_new_entry_writes_what_frames_for_writes(loop):
                     twin.bytes_out,
                 )
         assert wire.data == expected
+
+
+def test_a_new_entry_reaches_many_subscriptions_in_slices_so_other_work_is_not_queued_behind(loop):
+    """The Shared baseline: a subscription per consumer. What the loop has to do once a
+    publish returns (the producer's receipt) runs before most subscriptions have dispatched,
+    not after all of them; every subscription still gets the entry."""
+    topic = Topic("t", MemoryEntryLog(), persistent=False, loop=loop)
+    written: list[int] = []
+    count = 3 * NOTIFY_SLICE + 5
+    for i in range(count):
+        sub = topic.subscription(f"s{i}", "Shared", initial_earliest=False)
+        sub.add_consumer(_consumer(CountingWire(written), i))
+
+    async def publish_then_answer() -> int:
+        await topic.publish(SECTION, b"", 1, 1)
+        answered = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(lambda: answered.set_result(len(written)))
+        return await answered
+
+    dispatched_before_the_answer = loop.run_until_complete(publish_then_answer())
+    _settle(loop)
+    assert dispatched_before_the_answer <= NOTIFY_SLICE
+    assert len(written) == count and sum(written) == count

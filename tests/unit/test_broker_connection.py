@@ -1,0 +1,287 @@
+"""ServerConnection's hygiene against peers that do not play along: a silent socket, an
+oversized frame before the handshake, and names that are not valid (invalid UTF-8, too long).
+
+Mostly driven without sockets (a fake transport collects what the broker writes); one test
+runs the real service under uvloop on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+import uvloop
+
+from broker.config import BrokerConfig
+from broker.core.topic_name import InvalidTopicName
+from broker.server.connection import PRE_HANDSHAKE_MAX_FRAME, ServerConnection
+from broker.server.service import BrokerService
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, body_of, command
+from pulsar_protocol.frames import FrameDecoder, encode_raw_frame
+from pulsar_protocol.state import ConnectionState
+
+PEER = ("127.0.0.1", 50000)
+TOPIC = "persistent://public/default/ok"
+
+
+class FakeTransport(asyncio.Transport):
+    """Collects what the broker writes; `close` only marks it closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent = bytearray()
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.sent += data
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.sent += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return PEER if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def take(self) -> list[pb.BaseCommand]:
+        """The commands written since the last call."""
+        decoder = FrameDecoder()
+        decoder.receive_data(bytes(self.sent))
+        self.sent.clear()
+        return [frame.command for frame in decoder.frames()]
+
+
+class Wire:
+    """A ServerConnection over a FakeTransport, on the running loop."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.service = BrokerService(BrokerConfig(**settings))
+        self.service.loop = asyncio.get_running_loop()
+        self.conn = ServerConnection(self.service)
+        self.transport = FakeTransport()
+        self.conn.connection_made(self.transport)
+
+    def send(self, cmd: pb.BaseCommand | bytes) -> list[pb.BaseCommand]:
+        raw = cmd if isinstance(cmd, bytes) else cmd.SerializeToString()
+        self.conn.data_received(encode_raw_frame(raw))
+        return self.transport.take()
+
+    def handshake(self) -> None:
+        (connected,) = self.send(command(T.CONNECT, client_version="test", protocol_version=20))
+        assert connected.type == T.CONNECTED
+
+    def close(self) -> None:
+        self.conn.connection_lost(None)
+        for topic in self.service.topics.values():
+            topic.close()
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+
+
+# -- the handshake -----------------------------------------------------------------------
+
+
+def test_a_silent_connection_is_closed_after_the_keep_alive_interval(caplog) -> None:
+    async def go() -> None:
+        wire = Wire(keepAliveIntervalSeconds=0.05)
+        await asyncio.sleep(0.01)
+        assert not wire.transport.closed
+        await asyncio.sleep(0.15)
+        assert wire.transport.closed
+        wire.close()
+
+    with caplog.at_level(logging.INFO, logger="broker.connection"):
+        run(go)
+    records = [r for r in caplog.records if "no CONNECT" in r.getMessage()]
+    assert len(records) == 1
+    assert records[0].levelno == logging.WARNING
+    assert "127.0.0.1:50000" in records[0].getMessage()
+
+
+def test_a_connection_that_says_connect_in_time_stays_open() -> None:
+    async def go() -> None:
+        wire = Wire(keepAliveIntervalSeconds=0.05)
+        wire.handshake()
+        await asyncio.sleep(0.15)
+        assert not wire.transport.closed
+        wire.close()
+
+    run(go)
+
+
+def test_an_oversized_first_frame_is_refused_from_its_size_prefix() -> None:
+    async def go() -> None:
+        wire = Wire()
+        prefix = struct.pack(">I", PRE_HANDSHAKE_MAX_FRAME + 1)
+        wire.conn.data_received(prefix[:2])  # the prefix may come in pieces
+        assert not wire.transport.closed
+        wire.conn.data_received(prefix[2:] + b"\0" * 1000)
+        assert wire.transport.closed
+        (error,) = wire.transport.take()
+        assert error.type == T.ERROR
+        assert error.error.error == pb.NotAllowedError
+        wire.close()
+
+    run(go)
+
+
+def test_frames_above_the_pre_handshake_limit_are_taken_after_it() -> None:
+    async def go() -> None:
+        wire = Wire()
+        wire.handshake()
+        name = "p" * (2 * PRE_HANDSHAKE_MAX_FRAME)
+        (answer,) = wire.send(
+            command(T.PRODUCER, topic=TOPIC, producer_id=1, request_id=1, producer_name=name)
+        )
+        assert answer.type == T.PRODUCER_SUCCESS
+        assert not wire.transport.closed
+        wire.close()
+
+    run(go)
+
+
+def test_the_real_broker_closes_silent_and_oversized_sockets() -> None:
+    """Under uvloop on loopback: a silent socket gets EOF within the interval, a 1 MB size
+    prefix before CONNECT gets an ERROR and EOF at once."""
+
+    async def go() -> None:
+        config = BrokerConfig(brokerServicePort=0, keepAliveIntervalSeconds=0.3)
+        service = BrokerService(config)
+        await service.start()
+        assert service._server is not None
+        port = service._server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        try:
+            started = loop.time()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            assert 0.25 < loop.time() - started < 3
+            writer.close()
+
+            started = loop.time()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(struct.pack(">I", 1 << 20))
+            data = await asyncio.wait_for(reader.read(), 5)
+            assert loop.time() - started < 0.25  # not the handshake timeout
+            decoder = FrameDecoder()
+            decoder.receive_data(data)
+            (frame,) = decoder.frames()
+            assert frame.command.type == T.ERROR
+            writer.close()
+        finally:
+            await service.stop()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(go())
+
+
+# -- names -------------------------------------------------------------------------------
+
+BAD_UTF8 = b"\xff\xfe\xc3\x28"
+PLACEHOLDER = "@" * len(BAD_UTF8)
+
+
+def _request(type_: int, topic: str, request_id: int) -> pb.BaseCommand:
+    fields: dict[str, Any] = {"topic": topic, "request_id": request_id}
+    if type_ == T.SUBSCRIBE:
+        fields.update(subscription="s", subType=pb.CommandSubscribe.Shared, consumer_id=request_id)
+    elif type_ == T.PRODUCER:
+        fields["producer_id"] = request_id
+    return command(type_, **fields)
+
+
+def _invalid_utf8(type_: int, request_id: int) -> bytes:
+    """The request, serialized, with a topic that is not UTF-8 (protobuf will not build it)."""
+    raw = _request(type_, f"persistent://public/default/{PLACEHOLDER}", request_id)
+    serialized = raw.SerializeToString()
+    assert serialized.count(PLACEHOLDER.encode()) == 1
+    return serialized.replace(PLACEHOLDER.encode(), BAD_UTF8)
+
+
+def _over_long(type_: int, request_id: int) -> bytes:
+    return _request(type_, "t" * 300, request_id).SerializeToString()
+
+
+def _refused_with(answer: pb.BaseCommand) -> tuple[int, int]:
+    """(request_id, ServerError) of a refusal, whatever its shape."""
+    body = body_of(answer)
+    if answer.type == T.GET_SCHEMA_RESPONSE:
+        return body.request_id, body.error_code
+    if answer.type in (T.LOOKUP_RESPONSE, T.PARTITIONED_METADATA_RESPONSE):
+        assert body.response == type(body).Failed
+    else:
+        assert answer.type == T.ERROR
+    return body.request_id, body.error
+
+
+ANSWERS = {
+    T.PARTITIONED_METADATA: T.PARTITIONED_METADATA_RESPONSE,
+    T.LOOKUP: T.LOOKUP_RESPONSE,
+    T.PRODUCER: T.PRODUCER_SUCCESS,
+    T.SUBSCRIBE: T.SUCCESS,
+    T.GET_SCHEMA: T.GET_SCHEMA_RESPONSE,
+}
+
+
+@pytest.mark.parametrize("bad", [_invalid_utf8, _over_long], ids=["invalid-utf8", "300-chars"])
+@pytest.mark.parametrize("type_", list(ANSWERS), ids=[pb.BaseCommand.Type.Name(t) for t in ANSWERS])
+def test_a_bad_topic_name_is_refused_and_the_connection_stays_usable(type_, bad) -> None:
+    async def go() -> None:
+        wire = Wire()
+        wire.handshake()
+        (refusal,) = wire.send(bad(type_, 7))
+        assert _refused_with(refusal) == (7, pb.InvalidTopicName)
+        assert not wire.transport.closed
+        (answer,) = wire.send(_request(type_, TOPIC, 8))
+        assert answer.type == ANSWERS[type_]
+        assert body_of(answer).request_id == 8
+        if answer.type == T.GET_SCHEMA_RESPONSE:
+            assert answer.getSchemaResponse.error_code != pb.InvalidTopicName
+        assert wire.conn.conn.state is ConnectionState.CONNECTED
+        assert not wire.transport.closed
+        wire.close()
+
+    run(go)
+
+
+def test_a_subscription_name_that_is_not_utf8_is_refused() -> None:
+    async def go() -> None:
+        wire = Wire()
+        wire.handshake()
+        raw = _request(T.SUBSCRIBE, TOPIC, 3)
+        raw.subscribe.subscription = PLACEHOLDER
+        serialized = raw.SerializeToString().replace(PLACEHOLDER.encode(), BAD_UTF8)
+        (refusal,) = wire.send(serialized)
+        assert _refused_with(refusal) == (3, pb.NotAllowedError)
+        assert (
+            wire.service.topics.get(TOPIC) is None or not wire.service.topics[TOPIC].subscriptions
+        )
+        (answer,) = wire.send(_request(T.SUBSCRIBE, TOPIC, 4))
+        assert answer.type == T.SUCCESS
+        wire.close()
+
+    run(go)
+
+
+def test_partitions_of_a_long_name_must_fit_too() -> None:
+    async def go() -> None:
+        wire = Wire()
+        with pytest.raises(InvalidTopicName, match="longer than the limit"):
+            wire.service.create_partitioned("persistent://public/default/" + "t" * 220, 10)
+        wire.close()
+
+    run(go)
