@@ -60,6 +60,29 @@ SERVER_BOUND_REQUESTS: dict[int, frozenset[int]] = {
     T.GET_SCHEMA: frozenset({T.GET_SCHEMA_RESPONSE}),
 }
 """Client requests → the answers that settle them (ERROR settles any of them)."""
+_FAILED_RESPONSE: dict[int, tuple[int, int]] = {
+    T.LOOKUP: (T.LOOKUP_RESPONSE, pb.CommandLookupTopicResponse.Failed),
+    T.PARTITIONED_METADATA: (
+        T.PARTITIONED_METADATA_RESPONSE,
+        pb.CommandPartitionedTopicMetadataResponse.Failed,
+    ),
+}
+
+
+def refusal(type_: int, request_id: int, error: int, message: str) -> pb.BaseCommand:
+    """The answer refusing a request, in the shape its client waits for: as Pulsar's
+    ServerCnx.validateTopicName, lookups and partition metadata get their own response marked
+    Failed (clients wait for nothing else there), GET_SCHEMA its error_code, the others ERROR."""
+    if type_ in _FAILED_RESPONSE:
+        answer, failed = _FAILED_RESPONSE[type_]
+        return command(answer, request_id=request_id, response=failed, error=error, message=message)
+    if type_ == T.GET_SCHEMA:
+        return command(
+            T.GET_SCHEMA_RESPONSE, request_id=request_id, error_code=error, error_message=message
+        )
+    return command(T.ERROR, request_id=request_id, error=error, message=message)
+
+
 SERVER_BOUND_NOTICES = frozenset({T.ACK, T.REDELIVER_UNACKNOWLEDGED_MESSAGES})
 """Client commands without a request of their own (an ACK with request_id wants ACK_RESPONSE)."""
 CLIENT_BOUND_RESPONSES = frozenset(

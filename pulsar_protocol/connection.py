@@ -141,8 +141,10 @@ class _Consumer:
 class Connection:
     """One end of a Pulsar connection.
 
-    `max_frame_size` bounds incoming frames (checked from the size prefix alone). A SERVER
-    needs `server_version` and may announce `max_message_size`; a CLIENT chooses with
+    `max_frame_size` bounds incoming frames (checked from the size prefix alone); a SERVER
+    given `handshake_max_frame_size` takes only frames that small until CONNECT (a peer that
+    has not said who it is must not make it buffer megabytes). A SERVER needs
+    `server_version` and may announce `max_message_size`; a CLIENT chooses with
     `individual_acks` whether `flush_acks()` acknowledges every id or the latest only, and
     with `message_runs` whether MESSAGEs in their common shape come as `MessageRun` events
     (read from bytes, a run of one entry's deliveries at a time) instead of one `Message` each.
@@ -153,6 +155,7 @@ class Connection:
         role: Role,
         *,
         max_frame_size: int = MAX_FRAME_SIZE,
+        handshake_max_frame_size: int | None = None,
         server_version: str = "",
         max_message_size: int = 0,
         individual_acks: bool = False,
@@ -174,6 +177,11 @@ class Connection:
         self._individual_acks = individual_acks
         self._message_runs = message_runs
         self._decoder = FrameDecoder(max_frame_size)
+        self._max_frame_size = max_frame_size
+        if role is SERVER and handshake_max_frame_size is not None:
+            self._decoder.set_limit(
+                handshake_max_frame_size, pb.NotAllowedError, " before the handshake"
+            )
         self._eof = False
         self._out: list[bytes] = []
         # Client side.
@@ -218,6 +226,8 @@ class Connection:
         self.state = state
         self._readers = self._readers_for(state)
         self._fast_acks = self.role is SERVER and state is ConnectionState.CONNECTED
+        if self._fast_acks:
+            self._decoder.set_limit(self._max_frame_size, pb.UnknownError)
         self._fast_runs = self._message_runs and state is ConnectionState.CONNECTED
 
     def _trigger(self, trigger: Trigger) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -53,10 +54,9 @@ class Frame:
 
 class _Run:
     """One entry's MESSAGE frames, any consumer: each is `head + consumer id + rest`, where the
-    head depends only on the length of the id (as in MessageTemplate). `fixed` is a frame's
-    size field less the length of its id."""
+    head depends only on the length of the id (as in MessageTemplate)."""
 
-    __slots__ = ("message", "payload", "broker_entry_metadata", "rest", "fixed", "heads")
+    __slots__ = ("message", "payload", "broker_entry_metadata", "rest", "heads")
 
     def __init__(
         self, message: CommonMessage, payload: bytes, bem: bytes | None, rest: bytes
@@ -65,7 +65,6 @@ class _Run:
         self.payload = payload
         self.broker_entry_metadata = bem
         self.rest = rest
-        self.fixed = 9 + len(rest)
         self.heads: list[bytes | None] = [None] * 10  # by length of the id: b"" for no frame
 
 
@@ -83,6 +82,8 @@ class FrameDecoder:
         """Bytes [_pos, _end) of the buffer are received and not yet consumed; the room after
         them is for the next read (get_buffer)."""
         self._max = max_frame_size
+        self._oversize: int = pb.UnknownError
+        self._oversize_context = ""
         self._last_payload = b""
         self._run: _Run | None = None
         """The entry whose MESSAGEs came last (next_message_run)."""
@@ -127,6 +128,13 @@ class FrameDecoder:
             self._buffer = bytearray()
         self._pos, self._end = 0, end - pos
 
+    def set_limit(self, max_frame_size: int, server_error: int, context: str = "") -> None:
+        """Bound the frames from here on (a server before its handshake takes only small ones);
+        one over it is refused with `server_error`, its message ending with `context`."""
+        self._max = max_frame_size
+        self._oversize = server_error
+        self._oversize_context = context
+
     @property
     def buffered(self) -> int:
         return self._end - self._pos
@@ -144,7 +152,10 @@ class FrameDecoder:
             return None
         (total,) = _U32.unpack_from(buf, pos)
         if total > self._max:
-            raise RemoteProtocolError(f"frame of {total} bytes exceeds the limit of {self._max}")
+            raise RemoteProtocolError(
+                f"frame of {total} bytes{self._oversize_context} exceeds the limit of {self._max}",
+                self._oversize,
+            )
         if total < 4:
             raise RemoteProtocolError(f"frame size {total} is too small")
         if size - pos < 4 + total:
@@ -182,47 +193,13 @@ class FrameDecoder:
             or id_size[0] != len(ledger_id) + len(entry_id) + 2
         ):
             return None
-        consumer_ids = [decode_varint(consumer_id)]
         # Frame: sizes (8 bytes), 08 0a 52 <body size> 08, the consumer id, then the tail.
         tail = bytes(buf[m.start(5) - 1 : end])
-        fixed = 9 + len(tail)  # the total size less the consumer id's varint
-        heads: list[bytes | None] = [None] * 10
-        pos = end
-        while size - pos >= 14:
-            (total_size,) = _U32.unpack_from(buf, pos)
-            id_len = total_size - fixed
-            frame_end = pos + 4 + total_size
-            if not 0 < id_len < 10 or frame_end > size:
-                break
-            head = heads[id_len]
-            if head is None:
-                # One byte of body size, as the pattern asks (the body is below 128 bytes).
-                body = 1 + id_len + len(tail)
-                head = heads[id_len] = (
-                    b""
-                    if body > 127
-                    else _HEADER.pack(total_size, body + 4) + _ACK_START + bytes((body, 8))
-                )
-            id_at = pos + 13
-            if (
-                not head
-                or not buf.startswith(head, pos)
-                or not buf.startswith(tail, id_at + id_len)
-            ):
-                break
-            if id_len == 1 and buf[id_at] < 0x80:
-                consumer_ids.append(buf[id_at])
-            elif id_len == 2 and buf[id_at] >= 0x80 and buf[id_at + 1] < 0x80:
-                consumer_ids.append((buf[id_at] & 0x7F) | (buf[id_at + 1] << 7))
-            else:
-                cid = _whole_varint(buf, id_at, id_at + id_len)
-                if cid is None:
-                    break
-                consumer_ids.append(cid)
-            pos = frame_end
-        self._pos = pos
+        more, self._pos = self._same_frames(
+            end, tail, [None] * 10, lambda total, id_len: _ack_head(total, 1 + id_len + len(tail))
+        )
         return (
-            consumer_ids,
+            [decode_varint(consumer_id), *more],
             ack_type[0] == _CUMULATIVE,
             decode_varint(ledger_id),
             decode_varint(entry_id),
@@ -277,12 +254,30 @@ class FrameDecoder:
         return self._run
 
     def _scan(self, run: _Run) -> list[int]:
-        """Consume the frames from here on that are `run`'s: its head for the length of their
-        consumer id, one whole varint, and its rest. Returns their consumer ids."""
+        """Consume the frames from here on that are `run`'s. Returns their consumer ids."""
+        consumer_ids, self._pos = self._same_frames(
+            self._pos,
+            run.rest,
+            run.heads,
+            lambda total, id_len: self._message_head(total, 5 + id_len + run.message[6]),
+        )
+        return consumer_ids
+
+    def _same_frames(
+        self,
+        pos: int,
+        tail: bytes,
+        heads: list[bytes | None],
+        head_for: Callable[[int, int], bytes],
+    ) -> tuple[list[int], int]:
+        """From `pos`, the whole frames that are one command to consumer after consumer (a
+        broadcast's MESSAGEs of an entry, a client's ACKs of it): a head for the length of the
+        consumer id (`heads`, filled by `head_for(total size, id length)`; b"" for a frame out
+        of the common shape), the id as one whole varint after the frame's first 13 bytes, then
+        `tail`. Returns their consumer ids and where they end; compared, not parsed."""
         buf = self._buffer
-        pos = self._pos
         size = self._end
-        rest, fixed, heads = run.rest, run.fixed, run.heads
+        fixed = 9 + len(tail)  # a frame's total size less its consumer id
         consumer_ids = []
         while size - pos >= 14:
             (total,) = _U32.unpack_from(buf, pos)
@@ -292,12 +287,12 @@ class FrameDecoder:
                 break
             head = heads[id_size]
             if head is None:
-                head = heads[id_size] = self._message_head(total, 5 + id_size + run.message[6])
+                head = heads[id_size] = head_for(total, id_size)
             id_at = pos + 13
             if (
                 not head
                 or not buf.startswith(head, pos)
-                or not buf.startswith(rest, id_at + id_size)
+                or not buf.startswith(tail, id_at + id_size)
             ):
                 break
             if id_size == 1 and buf[id_at] < 0x80:
@@ -310,8 +305,7 @@ class FrameDecoder:
                     break
                 consumer_ids.append(consumer_id)
             pos = end
-        self._pos = pos
-        return consumer_ids
+        return consumer_ids, pos
 
     def _message_head(self, total: int, command_size: int) -> bytes:
         """A MESSAGE frame's bytes before its consumer id, b"" if that frame would be out of the
@@ -335,6 +329,14 @@ class FrameDecoder:
 FrameParts = tuple[pb.BaseCommand, bytes | None, bytes | None]
 RunParts = tuple[list[int], CommonMessage, bytes, bytes | None]
 AckRunParts = tuple[list[int], bool, int, int]
+
+
+def _ack_head(total: int, body_size: int) -> bytes:
+    """A common ACK frame's bytes before its consumer id; b"" past the pattern's one-byte body
+    size."""
+    if body_size > 127:
+        return b""
+    return _HEADER.pack(total, body_size + 4) + _ACK_START + bytes((body_size, 8))
 
 
 def _whole_varint(buf: bytearray, start: int, end: int) -> int | None:

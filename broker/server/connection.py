@@ -22,11 +22,10 @@ from broker.core.topic_name import InvalidTopicName, parse_topic
 from broker.subscriptions.base import SubscriptionError
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import FIELD_OF_TYPE, SERVER_BOUND_REQUESTS, T, command
+from pulsar_protocol.commands import FIELD_OF_TYPE, SERVER_BOUND_REQUESTS, T, command, refusal
 from pulsar_protocol.connection import Connection
 from pulsar_protocol.errors import RemoteProtocolError
 from pulsar_protocol.extensions import now_us
-from pulsar_protocol.frames import encode_frame
 from pulsar_protocol.state import SERVER
 
 log = logging.getLogger("broker.connection")
@@ -56,33 +55,6 @@ _TEXT_FIELDS: dict[int, tuple[str, ...]] = {
 (PARTITIONED_METADATA, LOOKUP, PRODUCER, SUBSCRIBE, GET_SCHEMA) reaches its handler unchecked."""
 
 
-def refusal(type_: int, request_id: int, error: int, message: str) -> pb.BaseCommand:
-    """The answer refusing a request, in the shape its client waits for: as Pulsar's
-    ServerCnx.validateTopicName, lookups and partition metadata get their own response marked
-    Failed (clients wait for nothing else there), GET_SCHEMA its error_code, the others ERROR."""
-    if type_ == T.LOOKUP:
-        return command(
-            T.LOOKUP_RESPONSE,
-            request_id=request_id,
-            response=pb.CommandLookupTopicResponse.Failed,
-            error=error,
-            message=message,
-        )
-    if type_ == T.PARTITIONED_METADATA:
-        return command(
-            T.PARTITIONED_METADATA_RESPONSE,
-            request_id=request_id,
-            response=pb.CommandPartitionedTopicMetadataResponse.Failed,
-            error=error,
-            message=message,
-        )
-    if type_ == T.GET_SCHEMA:
-        return command(
-            T.GET_SCHEMA_RESPONSE, request_id=request_id, error_code=error, error_message=message
-        )
-    return command(T.ERROR, request_id=request_id, error=error, message=message)
-
-
 class ConnectionHost(Protocol):
     """What a connection needs of the broker service (broker.server.service.BrokerService),
     declared here so that the service imports its connections and not the reverse."""
@@ -105,6 +77,7 @@ class ServerConnection(asyncio.Protocol):
         self.conn = Connection(
             SERVER,
             max_frame_size=max_size + 10 * 1024,
+            handshake_max_frame_size=PRE_HANDSHAKE_MAX_FRAME,
             server_version=SERVER_VERSION,
             max_message_size=max_size,
         )
@@ -115,8 +88,6 @@ class ServerConnection(asyncio.Protocol):
         self.sends_broker_entry_metadata = False
         """The client asked for the stage stamps ahead of each payload (CONNECT's flags)."""
         self.address = ""
-        self._connect_prefix: bytes | None = b""
-        """The first bytes received, until the first frame's 4-byte size is known (then None)."""
         self._handshake_timer: asyncio.TimerHandle | None = None
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
@@ -180,8 +151,6 @@ class ServerConnection(asyncio.Protocol):
                 consumer.subscription.wake(consumer)
 
     def data_received(self, data: bytes) -> None:
-        if self._connect_prefix is not None and self._oversized_before_handshake(data):
-            return
         # One clock read per read from the socket: the wire timestamp of everything in it.
         received_us = now_us()
         conn, handlers = self.conn, self._handlers
@@ -203,33 +172,6 @@ class ServerConnection(asyncio.Protocol):
         return None  # close the transport
 
     # -- before the handshake --------------------------------------------------------------
-    def _oversized_before_handshake(self, data: bytes) -> bool:
-        """Whether the first frame, which can only be CONNECT, announces more than
-        PRE_HANDSHAKE_MAX_FRAME; then the peer is answered ERROR and the connection closed.
-
-        The codec holds one limit for the whole connection, so this reads the first frame's
-        size prefix itself, as its bytes arrive (possibly one at a time)."""
-        assert self._connect_prefix is not None
-        prefix = self._connect_prefix + data[: 4 - len(self._connect_prefix)]
-        if len(prefix) < 4:
-            self._connect_prefix = prefix
-            return False
-        self._connect_prefix = None
-        size = int.from_bytes(prefix, "big")
-        if size <= PRE_HANDSHAKE_MAX_FRAME:
-            return False
-        message = (
-            f"frame of {size} bytes before the handshake exceeds the limit of "
-            f"{PRE_HANDSHAKE_MAX_FRAME}"
-        )
-        log.warning("closing %s: %s", self.address, message)
-        if self._open():
-            assert self.transport is not None
-            error = command(T.ERROR, request_id=0, error=pb.NotAllowedError, message=message)
-            self.transport.write(encode_frame(error))
-        self.close()
-        return True
-
     def _handshake_expired(self) -> None:
         """Pulsar's rule: no CONNECT within keepAliveIntervalSeconds closes the connection (a
         silent socket otherwise holds a file descriptor and a place in `connections`)."""
