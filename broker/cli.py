@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
             config = BrokerConfig.from_file(args.config, overrides)
         else:
             config = BrokerConfig.from_mapping(overrides, "command line")
+        from broker.server.auth import security_mode
+
+        security_mode(config)  # refuses to listen beyond loopback unauthenticated (unless waived)
     except BrokerConfigError as exc:
         print(f"bench broker: {exc}", file=sys.stderr)
         return 2

@@ -28,11 +28,60 @@ class BrokerConfig:
     managedLedgerCacheSizeMB: int = 256
     managedLedgerCursorPositionPersistIntervalMs: int = 1000
     maxMessageSize: int = 5 * 1024 * 1024
+    # Rate limits per 1 s window, Pulsar's names and defaults (0: none); a topic's publishRate,
+    # dispatchRate and subscriptionDispatchRate policies override them (docs/policies.md).
+    maxPublishRatePerTopicInMessages: int = 0
+    maxPublishRatePerTopicInBytes: int = 0
+    dispatchThrottlingRatePerTopicInMsg: int = 0
+    dispatchThrottlingRatePerTopicInByte: int = 0
+    dispatchThrottlingRatePerSubscriptionInMsg: int = 0
+    dispatchThrottlingRatePerSubscriptionInByte: int = 0
+    # Message TTL (0: none), overridden by a topic's messageTTL policy; the check interval is
+    # Pulsar's name, in minutes, here with fractions allowed (0.05 = every 3 s).
+    ttlDurationDefaultInSeconds: int = 0
+    messageExpiryCheckIntervalInMinutes: float = 5.0
+    # Delayed delivery for Shared and Key_Shared (a topic's delayedDelivery policy overrides).
+    delayedDeliveryEnabled: bool = True
+    delayedDeliveryTickTimeMillis: int = 1000
+    # Backlog quotas (-1: none), overridden by a topic's backlogQuota policy; the check
+    # interval is Pulsar's name, in seconds, here with fractions allowed.
+    backlogQuotaCheckEnabled: bool = True
+    backlogQuotaCheckIntervalInSeconds: float = 60.0
+    backlogQuotaDefaultLimitBytes: int = -1
+    backlogQuotaDefaultLimitSecond: int = -1
+    backlogQuotaDefaultRetentionPolicy: str = "producer_request_hold"
+    # Not Pulsar's (Tencent's compensation, seed 001): every this many seconds (0: never),
+    # messages held by a consumer in an acknowledgement hole, published more than the age ago,
+    # are sent again.
+    ackHoleRedeliveryIntervalSeconds: float = 0.0
+    ackHoleRedeliveryMinAgeSeconds: float = 300.0
     # Pulsar's: a connection without a completed handshake after this long is closed (its
     # PulsarHandler's keep-alive task); the PINGs to idle clients are not done here.
     keepAliveIntervalSeconds: float = 30.0
     # Not Pulsar's: the accept queue matters for connection storms (DESIGN: 4096 vs 128).
     listenBacklog: int = 4096
+    # Token authentication, Pulsar's names (broker.server.auth, docs/security.md); the key as
+    # Pulsar takes it: data:;base64,<key> or file:///path. Off by default on loopback; a
+    # broker listening on any other address refuses to start without it unless
+    # authenticationRequiredOffLoopback (not Pulsar's) is set false.
+    authenticationEnabled: bool = False
+    tokenSecretKey: str = ""
+    authenticationRequiredOffLoopback: bool = True
+    # Count limits, Pulsar's names (broker.core.limits); 0: none, Pulsar's default for the
+    # three per-topic ones, which a 100,000-consumer benchmark needs unlimited. Partitions:
+    # Pulsar's default is 0 too, but each partition is a topic with its own folders and ledger
+    # files here, created when first used; one admin call asking 1,000,000 filled the disk
+    # (issue 14). 1,024 is ten times OMB's largest partitionsPerTopic and still small.
+    maxNumPartitionsPerPartitionedTopic: int = 1024
+    maxSubscriptionsPerTopic: int = 0
+    maxConsumersPerSubscription: int = 0
+    maxProducersPerTopic: int = 0
+    # Not Pulsar's (its subscriptionExpirationTimeMinutes is per subscription): how long a
+    # Broadcast consumer that left keeps its own cursor, and the retention of what it has not
+    # acknowledged, for it to come back to (a reconnect, a broker restart); 0 drops it at once.
+    # Ten minutes covers the clients' reconnect back-off (up to 30 s) and a restart, and
+    # bounds what departed benchmark consumers hold.
+    broadcastCursorExpirationTimeSeconds: float = 600.0
     statsIntervalSeconds: float = 5.0
     statsDir: str = ""
 

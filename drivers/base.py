@@ -125,6 +125,17 @@ class DriverConfig(Protocol):
 ConfigT = TypeVar("ConfigT", bound=DriverConfig)
 
 
+class TopicPolicyDriver(Protocol):
+    """A driver that can set topic policies (the workload's `topicPolicies`) before a run;
+    optional: the coordinator refuses such a workload for a driver without it."""
+
+    def apply_topic_policies(
+        self, topics: list[str], policies: dict[str, object], *, admin_url: str | None
+    ) -> None:
+        """Set `policies` (Pulsar's topic-policy names and bodies, docs/policies.md) on each
+        of `topics`; raises DriverError, with the broker's reason, when one is refused."""
+
+
 class BenchmarkDriver(Protocol[ConfigT]):
     """Loaded by name (`driverClass`) and made with no arguments, on the coordinator and in
     every worker. The coordinator uses the first group of methods on a driver it never

@@ -11,6 +11,7 @@ USAGE = """bench <command> [options]
 
 commands:
   run WORKLOAD.yaml [--driver FILE]   run a workload or sweep, analyse it, write the report
+                                      (--driver again: the same against each broker)
   broker [--port P --data-dir DIR]    run the bundled broker in the foreground
   worker --master HOST:PORT           join a run's coordinator from this host
   analyze RESULTS_DIR                 merge raw results with Spark into summary.json

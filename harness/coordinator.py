@@ -3,6 +3,10 @@
 Phases: connect (consumers subscribe at the workload's spawn rate), warm-up, measure, drain.
 The coordinator decides the phase boundaries once every consumer has answered, and sends
 them to the workers as absolute times; producers then send on their schedule by themselves.
+OMB's closed loops run beside the phases (harness/omb_control.py): with `producerRate: 0` the
+rate search sends a new rate every few seconds; with `consumerBacklogSizeGB` the backlog test
+pauses the consumers at the start of the measure phase, resumes them once the backlog is
+built, times the drain, and moves the end of the measure phase to a test duration after it.
 
 It only sequences the run; the parts are elsewhere: the bundled broker
 (harness/embedded_broker.py), the workers (harness/worker_group.py), the messages
@@ -18,15 +22,19 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import cast
 
 import gevent
 from locust.env import Environment
 
-from drivers.base import DriverError
+from drivers.base import DriverError, TopicPolicyDriver
+from drivers.config import ConfigError
 from harness.driver_config import DriverFile
-from harness.embedded_broker import EmbeddedBroker, free_port
+from harness.embedded_broker import BrokerStartError, EmbeddedBroker, free_port
 from harness.manifest import RunRecord, write_json, write_manifest
-from harness.messages import PhaseTimes, RunConfig
+from harness.messages import PauseConsumers, PhaseTimes, PublishRate, RunConfig
+from harness.omb_control import CONTROL_PERIOD_S, BacklogTarget, RateSearch, owed
+from harness.process_sampler import ProcessSampler
 from harness.progress import Progress
 from harness.run_plan import RunPlan
 from harness.users import user_classes
@@ -34,6 +42,7 @@ from harness.worker_group import RunError, Totals, WorkerGroup
 from results_contract.paths import (
     BROKER_DATA_DIR,
     BROKER_LOG_FILE,
+    BROKER_PROCESS_FILE,
     TOPIC_STATS_FILE,
     broker_dir,
     raw_dir,
@@ -48,6 +57,11 @@ logging.getLogger("locust.runners").setLevel(logging.ERROR)
 SOCKETS_PER_WORKER = 15000
 MAX_EXTRA_DRAIN_S = 120.0
 STALL_S = 10.0
+BACKLOG_CAP_S = 600.0
+"""The longest a backlog test may take to build and drain before the run gives up on it (OMB
+waits for ever; a broker that never drains would hold the run)."""
+MIN_SEARCH_RATE = 1.0
+"""The rate search never asks for less (OMB's controller can return 0 after a stall)."""
 REACHABLE_TIMEOUT_S = 5.0
 
 
@@ -82,7 +96,20 @@ class Coordinator:
         self.progress = progress or Progress()
         self.phases: dict[str, float] = {}
         self.broker: EmbeddedBroker | None = None
+        self.sampler: ProcessSampler | None = None
+        self.broker_info: dict[str, object] = {
+            "name": driver.name,
+            "version": "unknown (not started by the harness)",
+            "started_by_harness": False,
+        }
+        """Which broker ran, for the manifest and the comparison report."""
         self.group: WorkerGroup | None = None
+        self.current: PhaseTimes | None = None
+        """The phase boundaries the workers have; a backlog test moves the end."""
+        self.omb: dict[str, object] = {}
+        """What OMB's loops found: `rate_search`, `backlog`; for the manifest."""
+        self.backlog_phase: str | None = None
+        """'backlog' while the backlog test builds and drains: the progress line says so."""
 
     # -- the whole run -------------------------------------------------------------------------
     def run(self) -> Path:
@@ -92,14 +119,22 @@ class Coordinator:
             if self.driver.uses_bundled_broker:
                 self.broker = self._start_broker()
                 self.plan = self.plan.with_broker(self.broker.service_url, self.broker.admin_url)
+                assert self.broker.pid is not None
+                self.sampler = ProcessSampler(
+                    self.broker.pid, broker_dir(self.run_dir) / BROKER_PROCESS_FILE
+                )
+                self.sampler.start()
             try:
                 self.driver.driver.check_reachable(self.plan.service_url, REACHABLE_TIMEOUT_S)
             except DriverError as exc:
                 raise RunError(str(exc)) from None
+            self._apply_topic_policies()
             self._run_master()
         finally:
             if self.group is not None:
                 self.group.stop()
+            if self.sampler is not None:
+                self.sampler.stop()
             if self.broker is not None:
                 self.broker.stop()
         group = self.group
@@ -116,9 +151,29 @@ class Coordinator:
                 worker_hosts=group.hosts,
                 clocks=group.clocks,
                 partial_reasons=group.partial_reasons,
+                broker=self.broker_info,
+                omb=self.omb,
             ),
         )
         return self.run_dir
+
+    def _apply_topic_policies(self) -> None:
+        """The workload's `topicPolicies`, set on every topic before any worker starts."""
+        policies = self.plan.workload.topic_policy_map
+        if not policies:
+            return
+        driver = self.driver.driver
+        if not hasattr(driver, "apply_topic_policies"):
+            raise RunError(
+                f"driver {self.driver.name!r} cannot set topicPolicies (remove the key, or use "
+                "a Pulsar driver)"
+            )
+        try:
+            cast(TopicPolicyDriver, driver).apply_topic_policies(
+                list(self.plan.topics), policies, admin_url=self.plan.admin_url
+            )
+        except DriverError as exc:
+            raise RunError(f"topicPolicies: {exc}") from None
 
     def _start_broker(self) -> EmbeddedBroker:
         where = broker_dir(self.run_dir)
@@ -128,8 +183,18 @@ class Coordinator:
             log_path=where / BROKER_LOG_FILE,
             settings=self.driver.broker,
             host=self._bundled_broker_host(),
+            command=self.driver.embedded,
         )
-        broker.start()
+        try:
+            broker.start()
+        except (BrokerStartError, ConfigError) as exc:
+            raise RunError(str(exc)) from None
+        self.broker_info = {
+            "name": broker.name,
+            "version": broker.version(),
+            "started_by_harness": True,
+            "pid": broker.pid,
+        }
         return broker
 
     def _bundled_broker_host(self) -> str:
@@ -239,26 +304,121 @@ class Coordinator:
         w = self.plan.workload
         # Leave a second for the phase message to reach every worker before the schedule starts.
         start = time.time() + 1.0
-        phases = PhaseTimes(
+        # A backlog test decides when the measure phase ends: until then, producers go on.
+        test_s = BACKLOG_CAP_S if w.consumer_backlog_size_gb else w.test_seconds
+        phases = self.current = PhaseTimes(
             warmup_start=start,
             measure_start=start + w.warmup_seconds,
-            measure_end=start + w.warmup_seconds + w.test_seconds,
-            drain_end=start + w.warmup_seconds + w.test_seconds + w.drain_seconds,
+            measure_end=start + w.warmup_seconds + test_s,
+            drain_end=start + w.warmup_seconds + test_s + w.drain_seconds,
         )
-        self.phases.update(phases.to_dict())
         group.start_phases(phases)
-        while (now := time.time()) < phases.drain_end:
-            phase = (
-                "warmup"
-                if now < phases.measure_start
-                else "measure"
-                if now < phases.measure_end
-                else "drain"
+        loops = [
+            gevent.spawn(loop, group)
+            for wanted, loop in (
+                (w.finds_rate, self._search_rate),
+                (w.consumer_backlog_size_gb > 0, self._backlog_test),
             )
-            self._show(phase, group.totals(), phases.drain_end - now)
-            group.next_change(phases.drain_end - now)
+            if wanted
+        ]
+        try:
+            while (now := time.time()) < self.current.drain_end:
+                phases = self.current
+                phase = (
+                    "warmup"
+                    if now < phases.measure_start
+                    else self.backlog_phase or "measure"
+                    if now < phases.measure_end
+                    else "drain"
+                )
+                left = None if self.backlog_phase else phases.drain_end - now
+                self._show(phase, group.totals(), left)
+                group.next_change(min(1.0, phases.drain_end - now))
+        finally:
+            gevent.killall(loops)
+        self.phases.update(self.current.to_dict())
         self._drain_backlog(group)
         self.progress.done()
+
+    def _search_rate(self, group: WorkerGroup) -> None:
+        """OMB's findMaximumSustainableRate: every CONTROL_PERIOD_S from the warm-up to the end
+        of the measure phase, the controller's next rate goes to every producer."""
+        w = self.plan.workload
+        assert self.current is not None
+        search = RateSearch(w.initial_rate)
+        self.omb["rate_search"] = search.to_dict(w.initial_rate)
+        gevent.sleep(max(0.0, self.current.warmup_start - time.time()))
+        last = time.time()
+        while True:
+            gevent.sleep(CONTROL_PERIOD_S)
+            now = time.time()
+            if now >= self.current.measure_end:
+                return
+            t = group.totals()
+            received = t.total_received // max(1, w.expected_deliveries_per_message)
+            rate = search.step(now - self.current.warmup_start, now - last, t.total_sent, received)
+            search.rate = rate = max(MIN_SEARCH_RATE, rate)
+            last = now
+            group.tell(PublishRate(rate, now))
+            self.omb["rate_search"] = search.to_dict(w.initial_rate)
+
+    def _backlog_test(self, group: WorkerGroup) -> None:
+        """OMB's buildAndDrainBacklog, from the start of the measure phase."""
+        w = self.plan.workload
+        assert self.current is not None
+        target = BacklogTarget(w.consumer_backlog_size_gb, w.backlog_drain_ratio, w.message_size)
+        copies = w.expected_deliveries_per_message
+        record: dict[str, object] = {
+            "size_gb": w.consumer_backlog_size_gb,
+            "drain_ratio": w.backlog_drain_ratio,
+            "build_messages": target.build_messages,
+            "drained_messages": target.drained_messages,
+            "built": False,
+            "drained": False,
+        }
+        self.omb["backlog"] = record
+        gevent.sleep(max(0.0, self.current.measure_start - time.time()))
+
+        def backlog() -> int:
+            t = group.totals()
+            return owed(t.total_sent, t.total_received, copies)
+
+        group.tell(PauseConsumers(True))
+        self.backlog_phase = "backlog"
+        paused = time.time()
+        record["paused_at"] = paused
+        while (now := time.time()) < self.current.measure_end:
+            if backlog() >= target.build_messages:
+                break
+            group.next_change(min(1.0, self.current.measure_end - now))
+        resumed = time.time()
+        group.tell(PauseConsumers(False))
+        record.update(
+            built=resumed < self.current.measure_end,
+            build_s=round(resumed - paused, 3),
+            backlog_at_resume=backlog(),
+        )
+        while (now := time.time()) < self.current.measure_end:
+            if backlog() <= target.drained_messages:
+                break
+            group.next_change(min(1.0, self.current.measure_end - now))
+        drained = time.time()
+        self.backlog_phase = None
+        if drained >= self.current.measure_end:
+            group.partial_reasons.append(
+                f"the backlog test did not build and drain within {BACKLOG_CAP_S:.0f} s"
+            )
+            return
+        record.update(drained=True, drain_s=round(drained - resumed, 3))
+        # As OMB: the test goes on for its duration after the drain.
+        end = drained + w.test_seconds
+        self.current = PhaseTimes(
+            warmup_start=self.current.warmup_start,
+            measure_start=self.current.measure_start,
+            measure_end=end,
+            drain_end=end + w.drain_seconds,
+        )
+        group.start_phases(self.current)
 
     def _drain_backlog(self, group: WorkerGroup) -> None:
         """Past the drain time, wait while deliveries still arrive, so that "lost" in the

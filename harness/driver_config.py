@@ -3,9 +3,10 @@
 Like OMB's driver YAML: `name` and `driverClass` (loaded by its dotted path through
 drivers/base.py, so the harness never imports a driver) are the harness's, and so is `broker`,
 the settings of the bundled broker the harness starts when the driver names no broker of its
-own. Every other section belongs to the driver: the harness hands them to the driver's
-`parse_config`, which checks its own keys, so a second driver gets keys of its own without a
-change here.
+own, and `embeddedBroker`, another broker program to start in its place
+(harness/broker_command.py). Every other section belongs to the driver: the harness hands them
+to the driver's `parse_config`, which checks its own keys, so a second driver gets keys of its
+own without a change here.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from typing import Any
 
 from drivers.base import BenchmarkDriver, DriverConfig, DriverError, load_driver
 from drivers.config import ConfigError, InvalidValue, describe, parse_value, section, string
+from harness.broker_command import BrokerCommand, parse_broker_command
 from harness.yaml_file import load_yaml_mapping
 
 DEFAULT_DRIVER_CLASS = "drivers.pulsar.driver:PulsarDriver"
-HARNESS_KEYS = ("name", "driverClass", "broker")
+HARNESS_KEYS = ("name", "driverClass", "broker", "embeddedBroker")
 BrokerValue = str | int | float | bool | None
 
 _DRIVER_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
@@ -42,10 +44,19 @@ class DriverFile:
     """Bundled-broker settings, passed through unchecked (the broker owns their meaning)."""
     driver: BenchmarkDriver[Any] = field(compare=False, repr=False)
     """The driver that parsed `config`, for the coordinator's calls (never initialized)."""
+    embedded: BrokerCommand | None = None
+    """The broker program to start instead of the bundled broker (`embeddedBroker`)."""
 
     @property
     def uses_bundled_broker(self) -> bool:
+        """The harness starts the broker: the bundled one, or `embedded`."""
         return self.config.service_url is None
+
+    def mode_problem(self, subscription_type: str) -> str | None:
+        """Why the broker this file runs cannot serve `subscription_type`; None when it can."""
+        if self.embedded is None or not self.uses_bundled_broker:
+            return None
+        return self.embedded.mode_problem(subscription_type)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved file under its YAML keys, for the manifest; loads back equal."""
@@ -54,6 +65,7 @@ class DriverFile:
             "driverClass": self.driver_class,
             **self.config.to_dict(),
             "broker": dict(self.broker),
+            **({"embeddedBroker": self.embedded.to_dict()} if self.embedded else {}),
         }
 
 
@@ -88,12 +100,22 @@ def _resolve(data: Mapping[object, object], where: str) -> DriverFile:
     except DriverError as exc:
         raise ConfigError(f"{where}key 'driverClass': {exc}") from None
     sections = {key: value for key, value in data.items() if key not in HARNESS_KEYS}
+    embedded = parse_broker_command(data.get("embeddedBroker"), where)
+    broker = _broker(data, where)
+    if embedded is not None:
+        if broker:
+            raise ConfigError(
+                f"{where}key 'broker': settings of the bundled broker, but 'embeddedBroker' "
+                f"starts {embedded.name!r} instead (give its settings in embeddedBroker.args)"
+            )
+        embedded.resolve_executable()  # a missing program fails before anything starts
     return DriverFile(
         name=name,
         driver_class=dotted,
         config=driver.parse_config(sections, where),
-        broker=_broker(data, where),
+        broker=broker,
         driver=driver,
+        embedded=embedded,
     )
 
 

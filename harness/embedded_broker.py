@@ -1,4 +1,5 @@
-"""The bundled broker as a child process of the run: started on loopback (or on the address
+"""The run's broker as a child process: the bundled one, or the program a driver file's
+`embeddedBroker` names (harness/broker_command.py); started on loopback (or on the address
 workers on other hosts reach the coordinator at), stopped by PID."""
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from harness.broker_command import BrokerCommand
+
+BUNDLED_NAME = "bundled"
 
 
 class BrokerStartError(RuntimeError):
@@ -46,7 +52,10 @@ class EmbeddedBroker:
         log_path: Path,
         settings: Mapping[str, object] | None = None,
         host: str = "127.0.0.1",
+        command: BrokerCommand | None = None,
     ) -> None:
+        self.command = command
+        """The program to start; None starts the bundled broker."""
         self.host = host
         self.port = free_port(host)
         self.admin_port = free_port(host, low=self.port + 1)
@@ -57,14 +66,48 @@ class EmbeddedBroker:
         self.process: subprocess.Popen | None = None
 
     @property
+    def _placeholders(self) -> dict[str, object]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "adminPort": self.admin_port,
+            "dataDir": self.data_dir,
+        }
+
+    @property
+    def name(self) -> str:
+        return self.command.name if self.command else BUNDLED_NAME
+
+    @property
     def service_url(self) -> str:
+        if self.command:
+            return self.command.service_url.format(**self._placeholders)
         return f"pulsar://{self.host}:{self.port}"
 
     @property
-    def admin_url(self) -> str:
+    def admin_url(self) -> str | None:
+        if self.command:
+            admin = self.command.admin_url
+            return None if admin is None else admin.format(**self._placeholders)
         return f"http://{self.host}:{self.admin_port}"
 
-    def start(self, timeout: float = 20.0) -> None:
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def version(self) -> str:
+        """The broker's version: the program's own, or this project's for the bundled one."""
+        if self.command:
+            return self.command.version()
+        try:
+            return version("fanout-bench")
+        except PackageNotFoundError:
+            return "unknown (fanout-bench is not installed)"
+
+    def _argv(self) -> list[str]:
+        if self.command:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            return self.command.argv(self._placeholders)
         cmd = [
             sys.executable,
             "-m",
@@ -80,8 +123,17 @@ class EmbeddedBroker:
             "--stats-dir",
             str(self.stats_dir),
         ]
-        for key, value in self.settings.items():
+        settings = dict(self.settings)
+        if self.host not in ("127.0.0.1", "localhost", "::1"):
+            # Remote workers reach it: the broker refuses that unauthenticated unless waived,
+            # and the run's own clients do not authenticate (docs/security.md).
+            settings.setdefault("authenticationRequiredOffLoopback", False)
+        for key, value in settings.items():
             cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def start(self, timeout: float = 20.0) -> None:
+        cmd = self._argv()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -89,7 +141,7 @@ class EmbeddedBroker:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise BrokerStartError(
-                    f"bundled broker exited with {self.process.returncode}; see {self.log_path}"
+                    f"{self.name} broker exited with {self.process.returncode}; see {self.log_path}"
                 )
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5):
@@ -98,7 +150,7 @@ class EmbeddedBroker:
                 time.sleep(0.1)
         self.stop()
         raise BrokerStartError(
-            f"bundled broker did not listen within {timeout:.0f} s; see {self.log_path}"
+            f"{self.name} broker did not listen within {timeout:.0f} s; see {self.log_path}"
         )
 
     def stop(self, timeout: float = 10.0) -> None:

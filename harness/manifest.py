@@ -32,6 +32,10 @@ class RunRecord:
     worker_hosts: Mapping[str, str]
     clocks: Mapping[str, ClockOffset]
     partial_reasons: list[str]
+    broker: Mapping[str, object] | None = None
+    """Which broker ran: name, version, whether the harness started it (and its pid)."""
+    omb: Mapping[str, object] | None = None
+    """What OMB's loops found (harness/omb_control.py): `rate_search`, `backlog`."""
 
 
 def manifest(plan: RunPlan, driver: DriverFile, record: RunRecord) -> dict[str, Any]:
@@ -52,11 +56,13 @@ def manifest(plan: RunPlan, driver: DriverFile, record: RunRecord) -> dict[str, 
         "hosts": {"coordinator": socket.gethostname(), "workers": dict(record.worker_hosts)},
         "clocks": {k: c.to_dict(record.worker_hosts[k]) for k, c in record.clocks.items()},
         "versions": versions(),
+        "broker": dict(record.broker or {"name": driver.name, "started_by_harness": False}),
         "git_revision": git_revision(),
         "started": record.started,
         "phases": dict(record.phases),
         "partial": bool(record.partial_reasons),
         "partial_reasons": list(record.partial_reasons),
+        "omb": dict(record.omb or {}),
     }
 
 

@@ -5,7 +5,7 @@ dataclass with its name (`NAME`), `to_dict()` for the wire and `from_dict()` bac
 sides spell a name and its fields once. `send` and `listen` are the only places that touch
 Locust's `send_message` and `register_message`.
 
-Master → worker: ClockPing, RunConfig, PhaseTimes, Finish.
+Master → worker: ClockPing, RunConfig, PhaseTimes, PublishRate, PauseConsumers, Finish.
 Worker → master: WorkerReady, ClockPong, Configured, WorkerError, ProgressReport, RawFile,
 Finished.
 """
@@ -82,6 +82,27 @@ class PhaseTimes(Message):
     measure_start: float
     measure_end: float
     drain_end: float
+
+
+@dataclass(frozen=True, slots=True)
+class PublishRate(Message):
+    """A new total rate (msg/s over all producers) from `at` (realtime s, the coordinator's
+    clock): OMB's adjustPublishRate, sent by the rate search of `producerRate: 0`. Each
+    producer's schedule restarts at `at`, so lateness is still measured from intended times."""
+
+    NAME: ClassVar[str] = "publish_rate"
+    rate: float
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PauseConsumers(Message):
+    """OMB's pauseConsumers (paused) and resumeConsumers (not): the backlog test. A paused
+    consumer's deliveries wait in the driver's reader, so the broker runs out of permits and
+    the backlog builds on the broker, as it does under OMB."""
+
+    NAME: ClassVar[str] = "pause_consumers"
+    paused: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,8 @@
-"""`bench run`: workload (or sweep) → runs → Spark analysis → report; prints the report path."""
+"""`bench run`: workload (or sweep) → runs → Spark analysis → report; prints the report path.
+
+Several driver files (repeated --driver, or the workload's `drivers` list) make a sweep over
+drivers: every case runs against each broker in turn, one broker after the other on this
+machine, and the sweep report puts them side by side."""
 
 from __future__ import annotations
 
@@ -15,10 +19,10 @@ import locust  # noqa: F401, I001 - gevent monkey-patching must come before sock
 
 from drivers.config import ConfigError
 from harness.coordinator import Coordinator, RunError
-from harness.driver_config import load_driver_file
+from harness.driver_config import DriverFile, load_driver_file
 from harness.progress import Progress
 from harness.run_plan import RunPlan
-from harness.workload import load_workload
+from harness.workload import Workload, load_workload
 from results_contract import paths
 
 
@@ -39,7 +43,13 @@ def _analyze(path: Path, spark_master: str) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench run", description=__doc__)
     parser.add_argument("workload", type=Path)
-    parser.add_argument("--driver", type=Path, help="driver YAML (default: the bundled broker)")
+    parser.add_argument(
+        "--driver",
+        type=Path,
+        action="append",
+        help="driver YAML (default: the bundled broker, or the workload's `drivers`); repeat "
+        "it to run the workload against each broker, side by side",
+    )
     parser.add_argument("--results", type=Path, default=Path("results"), help="results folder")
     parser.add_argument("--workers", type=int, default=0, help="local worker processes (0 = auto)")
     parser.add_argument(
@@ -60,29 +70,35 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         spec = load_workload(args.workload)
-        driver = load_driver_file(args.driver)
-        partitioned = max(case.partitions_per_topic for case in spec.cases)
-        problem = driver.config.partitions_problem(partitioned)
-        if problem is not None:
+        driver_paths: list[Path | None] = list(args.driver or spec.drivers) or [None]
+        drivers = [_checked_driver(path, spec.cases, args.workload) for path in driver_paths]
+        names = [d.name for d in drivers]
+        if len(set(names)) < len(names):
             raise ConfigError(
-                f"{args.workload}: partitionsPerTopic: {partitioned} {problem} in {args.driver}"
+                f"{args.workload}: two driver files share a name ({', '.join(names)}): each "
+                "broker's cases are told apart by it (rename one)"
             )
     except ConfigError as exc:
         print(f"bench run: {exc}", file=sys.stderr)
         return 2
+    side_by_side = len(drivers) > 1
+    is_sweep = spec.is_sweep or side_by_side
+    runs = [(driver, case) for driver in drivers for case in spec.cases]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = (
         args.results
-        / f"{stamp}-{_slug(spec.cases[0].name if not spec.is_sweep else args.workload.stem)}"
+        / f"{stamp}-{_slug(spec.cases[0].name if not is_sweep else args.workload.stem)}"
     )
     progress = Progress()
     run_dirs: list[Path] = []
     try:
-        for i, case in enumerate(spec.cases):
-            run_dir = base / f"{i:02d}-{_slug(case.slug)}" if spec.is_sweep else base
-            run_id = f"{stamp}-{i:02d}" if spec.is_sweep else stamp
+        for i, (driver, case) in enumerate(runs):
+            slug = f"{driver.name}_{case.slug}" if side_by_side else case.slug
+            run_dir = base / f"{i:02d}-{_slug(slug)}" if is_sweep else base
+            run_id = f"{stamp}-{i:02d}" if is_sweep else stamp
             plan = RunPlan.make(run_id.replace("-", ""), case, driver)
-            label = f" ({i + 1}/{len(spec.cases)}: {case.label})" if spec.is_sweep else ""
+            shown = f"{driver.name}: {case.label}" if side_by_side else case.label
+            label = f" ({i + 1}/{len(runs)}: {shown})" if is_sweep else ""
             progress.note(
                 f"run {run_dir}{label}: {case.total_consumers} consumers, {case.subscription_type}"
             )
@@ -97,13 +113,14 @@ def main(argv: list[str]) -> int:
                 progress=progress,
             ).run()
             run_dirs.append(run_dir)
-        if spec.is_sweep:
+        if is_sweep:
             (base / paths.SWEEP_FILE).write_text(
                 json.dumps(
                     {
                         "sweep_id": base.name,
                         "workload": str(args.workload),
                         "cases": [d.name for d in run_dirs],
+                        **({"drivers": names} if side_by_side else {}),
                     },
                     indent=2,
                 )
@@ -114,7 +131,7 @@ def main(argv: list[str]) -> int:
         _analyze(base, args.spark_master)
         from reports.render import render_run, render_sweep
 
-        if spec.is_sweep:
+        if is_sweep:
             for d in run_dirs:
                 render_run(d / paths.SUMMARY_FILE)
             report = render_sweep(base / paths.SWEEP_SUMMARY_FILE)
@@ -128,3 +145,17 @@ def main(argv: list[str]) -> int:
         return 130
     print(os.path.abspath(report))
     return 0
+
+
+def _checked_driver(path: Path | None, cases: tuple[Workload, ...], workload: Path) -> DriverFile:
+    """A driver file that can run every case: partitions it can make, modes its broker has."""
+    driver = load_driver_file(path)
+    partitioned = max(case.partitions_per_topic for case in cases)
+    problem = driver.config.partitions_problem(partitioned)
+    if problem is not None:
+        raise ConfigError(f"{workload}: partitionsPerTopic: {partitioned} {problem} in {path}")
+    for case in cases:
+        problem = driver.mode_problem(case.subscription_type)
+        if problem is not None:
+            raise ConfigError(f"{workload}: subscriptionType: {problem} in {path}")
+    return driver

@@ -18,7 +18,7 @@ import random
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from locust.env import Environment
 from drivers.base import (
     BenchmarkDriver,
     BenchmarkProducer,
+    BrokerStamps,
+    ConsumerCallback,
     ConsumerSpec,
     DriverError,
     SubscribeResult,
@@ -44,8 +46,10 @@ from harness.messages import (
     Configured,
     Finish,
     Finished,
+    PauseConsumers,
     PhaseTimes,
     ProgressReport,
+    PublishRate,
     RawFile,
     RunConfig,
     WorkerError,
@@ -67,6 +71,46 @@ collected as usual, full collections wait for the end of the phase."""
 
 ProducerSlot = tuple[BenchmarkProducer, str, int]
 """A producer, its topic and its global index (which seeds its keys and payload choice)."""
+
+
+class PausableCallback:
+    """The recorder behind a gate, for OMB's backlog test: a delivery is recorded, then, while
+    the consumers are paused, the driver's reader waits here (as OMB's messageReceived sleeps
+    while consumersArePaused), so it stops granting permits and the broker keeps the
+    backlog. Only runs with a backlog test get it: the others call the recorder directly."""
+
+    def __init__(self, inner: ConsumerCallback) -> None:
+        self.inner = inner
+        self.open = Event()
+        self.open.set()
+
+    def message_received(
+        self,
+        consumer_index: int,
+        payload: bytes,
+        receive_us: int,
+        stamps: BrokerStamps | None,
+        kernel_us: int,
+    ) -> None:
+        self.inner.message_received(consumer_index, payload, receive_us, stamps, kernel_us)
+        self.open.wait()
+
+    def messages_received(
+        self,
+        consumer_indexes: Sequence[int],
+        payload: bytes,
+        receive_us: int,
+        stamps: BrokerStamps | None,
+        kernel_us: int,
+    ) -> None:
+        self.inner.messages_received(consumer_indexes, payload, receive_us, stamps, kernel_us)
+        self.open.wait()
+
+    def pause(self, paused: bool) -> None:
+        if paused:
+            self.open.clear()
+        else:
+            self.open.set()
 
 
 class WorkerRun:
@@ -102,12 +146,15 @@ class WorkerRun:
             self._names,
             clock_offset_us=self.clock_offset_us,
         )
+        self.gate = PausableCallback(self.recorder) if workload.consumer_backlog_size_gb else None
+        self.rate = (0.0, workload.initial_rate)
+        """(from, total msg/s): the producers' schedule, replaced by PublishRate."""
         self.driver: BenchmarkDriver[Any] = load_driver(self.plan.driver_class)
         self.driver.initialize(
             self.driver.parse_config(
                 self.plan.driver_settings, f"driver {self.plan.driver_class} (from the master): "
             ),
-            self.recorder,
+            self.gate or self.recorder,
             consumers_per_connection=workload.consumers_per_connection,
             service_url=self.plan.service_url,
             admin_url=self.plan.admin_url,
@@ -138,6 +185,13 @@ class WorkerRun:
         gc.collect(1)
         gc.freeze()
         self.phases_known.set()
+
+    def set_rate(self, message: PublishRate) -> None:
+        self.rate = (message.at, message.rate)
+
+    def pause_consumers(self, message: PauseConsumers) -> None:
+        if self.gate is not None:
+            self.gate.pause(message.paused)
 
     # -- consumers -------------------------------------------------------------------------------
     def subscribe_one(self) -> None:
@@ -170,13 +224,14 @@ class WorkerRun:
 
         The k-th message's intended time is start + k / rate whatever happened before it; a
         producer that falls behind sends at once and the lateness shows in `e2e` and
-        `publish_delay` instead of vanishing (coordinated omission).
+        `publish_delay` instead of vanishing (coordinated omission). A new rate (PublishRate)
+        restarts the schedule at its own start time; the end is read each time, because a
+        backlog test moves it.
         """
         producer, _topic, index = slot
         self.phases_known.wait()
         workload = self.plan.workload
-        rate = workload.producer_rate / max(1, workload.total_producers)
-        phases = self.recorder.phases
+        producers = max(1, workload.total_producers)
         pool = body_pool(
             workload.message_size,
             workload.randomized_payload_pool_size,
@@ -184,20 +239,27 @@ class WorkerRun:
             self.config.payload,
         )
         keys = self.plan.key_source(index)
-        start_us = int(phases.warmup_start * 1e6)
-        end_us = int(phases.measure_end * 1e6)
-        interval_us = 1e6 / rate
         rng = random.Random(index)
-        for k in itertools.count():
-            intended = start_us + int(k * interval_us)
-            if intended >= end_us:
+        schedule: tuple[float, float] | None = None
+        start_us, interval_us, k, k0 = 0, 0.0, 0, 0
+        while True:
+            if self.rate is not schedule:  # the first message, or a new rate
+                schedule = self.rate
+                at, rate = schedule
+                start_us = int(max(at, self.recorder.phases.warmup_start) * 1e6)
+                interval_us, k0 = 1e6 * producers / rate, k
+            intended = start_us + int((k - k0) * interval_us)
+            if intended >= int(self.recorder.phases.measure_end * 1e6):
                 break
             delay = (intended - self.coordinator_now_us()) / 1e6
             if delay > 0:
-                gevent.sleep(delay)
+                gevent.sleep(min(delay, 1.0))  # wakes to see a new rate or a moved end
+                if self.coordinator_now_us() < intended:
+                    continue  # not yet: the same message, maybe on a new schedule
             actual = self.coordinator_now_us()
             body = stamp(pool[rng.randrange(len(pool))], intended, actual, k)
             producer.send_async(next(keys), body, self._on_sent(intended, actual))
+            k += 1
 
     def _on_sent(self, intended: int, actual: int) -> Callable[[Exception | None], None]:
         def done(error: Exception | None) -> None:
@@ -282,6 +344,8 @@ class WorkerProcess:
         # Opens connections and creates topics: never in Locust's message loop.
         listen(runner, RunConfig, self.on_run_config, concurrent=True)
         listen(runner, PhaseTimes, self.on_phases, concurrent=False)
+        listen(runner, PublishRate, self.on_publish_rate, concurrent=False)
+        listen(runner, PauseConsumers, self.on_pause_consumers, concurrent=False)
         listen(runner, Finish, self.on_finish, concurrent=True)
         send(runner, WorkerReady(runner.client_id))  # Locust's join came before the lines above
 
@@ -307,6 +371,14 @@ class WorkerProcess:
 
     def on_phases(self, phases: PhaseTimes) -> None:
         self._current().set_phases(phases)  # sent once every worker is configured
+
+    def on_publish_rate(self, message: PublishRate) -> None:
+        if self._run is not None:
+            self._run.set_rate(message)
+
+    def on_pause_consumers(self, message: PauseConsumers) -> None:
+        if self._run is not None:
+            self._run.pause_consumers(message)
 
     def on_finish(self, _finish: Finish) -> None:
         if self._run is not None:

@@ -31,8 +31,10 @@ from harness.messages import (
     Configured,
     Finish,
     Finished,
+    PauseConsumers,
     PhaseTimes,
     ProgressReport,
+    PublishRate,
     RawFile,
     RunConfig,
     WorkerError,
@@ -277,6 +279,11 @@ class WorkerGroup:
 
     def start_phases(self, phases: PhaseTimes) -> None:
         send(self.runner, phases)
+
+    def tell(self, message: PublishRate | PauseConsumers) -> None:
+        """A message for every worker, during the run: OMB's adjustPublishRate, and pause or
+        resume consumers."""
+        send(self.runner, message)
 
     def totals(self) -> Totals:
         live = [s.progress for s in self.workers.values() if s.progress is not None]

@@ -9,6 +9,7 @@ meaning are listed in docs/workloads.md.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -37,34 +38,58 @@ SUBSCRIPTION_LAYOUTS = ("auto", "single", "per-consumer")
 TOPIC_PERSISTENCES = ("persistent", "non-persistent")
 
 
-def _producer_rate(value: object) -> float:
-    rate = number()(value)
-    if rate == 0:
+OMB_SEARCH_START_RATE = 10_000
+"""OMB's first rate when producerRate is 0 (WorkloadGenerator's targetPublishRate)."""
+
+
+TOPIC_POLICIES = (
+    "publishRate",
+    "dispatchRate",
+    "subscriptionDispatchRate",
+    "messageTTL",
+    "backlogQuota",
+    "retention",
+    "delayedDelivery",
+)
+"""The `topicPolicies` a workload may set: Pulsar's topic-policy REST path names. Their fields
+are checked by the broker when the run applies them, before any worker starts."""
+BACKLOG_QUOTA_TYPES = ("destination_storage", "message_age")
+
+
+def _topic_policies(value: object) -> tuple[tuple[str, str], ...]:
+    """`topicPolicies`: a mapping of policy name → its JSON body (messageTTL: seconds;
+    backlogQuota: quota type → body), kept as sorted (name, JSON) pairs so a Workload stays
+    hashable."""
+    if not isinstance(value, dict):
         raise InvalidValue(
-            "0 means 'find the maximum rate' in OMB, which fan-out bench does not support yet "
-            "(give the total rate in msg/s, e.g. producerRate: 1)"
+            f"expected a mapping of topic policies (e.g. publishRate: "
+            f"{{publishThrottlingRateInMsg: 100}}), got {show(value)}"
         )
-    return rate
-
-
-# OMB's backlog test (fill a backlog before consumers start, end when backlogDrainRatio of it
-# is drained) is not implemented: its keys are accepted at their defaults only, which mean "no
-# backlog test", so an OMB file that asks for one fails instead of running something else.
-NO_BACKLOG_GB = 0
-FULL_DRAIN_RATIO = 1.0
-
-
-def _not_implemented(parser: Parser, default: float, fix: str) -> Parser:
-    def parse(value: object) -> Any:
-        typed = parser(value)
-        if typed != default:
+    out = []
+    for kind, body in value.items():
+        if kind not in TOPIC_POLICIES:
             raise InvalidValue(
-                f"{show(typed)} asks for OMB's backlog test, which is not implemented yet (it "
-                f"is planned; {fix})"
+                f"unknown topic policy {kind!r} (one of {', '.join(TOPIC_POLICIES)})"
             )
-        return typed
-
-    return parse
+        if kind == "messageTTL":
+            if isinstance(body, bool) or not isinstance(body, int) or body < 0:
+                raise InvalidValue(f"messageTTL: seconds, 0 or more, got {show(body)}")
+        elif kind == "backlogQuota":
+            if not isinstance(body, dict) or not body:
+                raise InvalidValue(
+                    f"backlogQuota: a mapping of quota type ({', '.join(BACKLOG_QUOTA_TYPES)}) "
+                    f"to its limitSize/limitTime/policy, got {show(body)}"
+                )
+            for quota_type, quota in body.items():
+                if quota_type not in BACKLOG_QUOTA_TYPES or not isinstance(quota, dict):
+                    raise InvalidValue(
+                        f"backlogQuota: {quota_type!r} is not one of "
+                        f"{', '.join(BACKLOG_QUOTA_TYPES)} with a mapping of limits"
+                    )
+        elif not isinstance(body, dict) or not all(isinstance(k, str) for k in body):
+            raise InvalidValue(f"{kind}: a mapping of Pulsar's field names, got {show(body)}")
+        out.append((kind, json.dumps(body, sort_keys=True)))
+    return tuple(sorted(out))
 
 
 # Every key a workload file may hold, in the order to_dict() and the docs use. Nullable keys
@@ -83,13 +108,9 @@ _PARSERS: dict[str, Parser] = {
     "subscriptionsPerTopic": integer(minimum=1),
     "producersPerTopic": integer(minimum=1),
     "consumerPerSubscription": integer(minimum=1),
-    "producerRate": _producer_rate,
-    "consumerBacklogSizeGB": _not_implemented(
-        integer(minimum=0), NO_BACKLOG_GB, "remove the key, or set it to 0"
-    ),
-    "backlogDrainRatio": _not_implemented(
-        number(0, 1), FULL_DRAIN_RATIO, "remove the key, or set it to 1.0"
-    ),
+    "producerRate": number(),
+    "consumerBacklogSizeGB": number(),
+    "backlogDrainRatio": number(0, 1),
     "testDurationMinutes": integer(minimum=1),
     "warmupDurationMinutes": integer(minimum=0),
     # fan-out extensions
@@ -106,7 +127,11 @@ _PARSERS: dict[str, Parser] = {
     "topicPersistence": choice(*TOPIC_PERSISTENCES),
     "stageSampleFraction": number(0, 1),
     "workers": integer(minimum=0),
+    "producerRateSearchStart": number(minimum=1),
+    "topicPolicies": nullable(_topic_policies),
 }
+# Not a key of one run: the driver files a sweep runs the same cases against, in order.
+DRIVERS_KEY = "drivers"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,7 +154,14 @@ class Workload:
     producers_per_topic: int = 1
     consumer_per_subscription: int = 1
     producer_rate: float
-    """Total msg/s over all producers, as in OMB."""
+    """Total msg/s over all producers, as in OMB; 0 = find the maximum sustainable rate
+    (OMB's rate controller, harness/omb_control.py), starting at rate_search_start."""
+    consumer_backlog_size_gb: float = 0
+    """OMB's backlog test when > 0: consumers pause until the backlog owed to them holds this
+    many GiB (of messageSize messages), then resume; the drain is timed."""
+    backlog_drain_ratio: float = 1.0
+    """The share of that backlog that must be drained for the drain to count as done."""
+    rate_search_start: float = OMB_SEARCH_START_RATE
     subscription_type: str = "Shared"
     consumers_per_connection: int = 100
     connect_concurrency: int = 500
@@ -142,6 +174,9 @@ class Workload:
     topic_persistence: str = "persistent"
     stage_sample_fraction: float = 0.01
     workers: int = 0
+    topic_policies: tuple[tuple[str, str], ...] = ()
+    """`topicPolicies`: (policy, its value as JSON), set on every topic before the run through
+    the broker's admin API, as `pulsar-admin topics set-…` would (docs/policies.md)."""
     """Worker processes; 0 = decided by the harness."""
     label: str = field(default="", compare=False)
     """How the case is shown: 'subscriptionType=Broadcast, consumersPerTopic=2000', or the
@@ -193,10 +228,8 @@ class Workload:
             "producersPerTopic": self.producers_per_topic,
             "consumerPerSubscription": self.consumer_per_subscription,
             "producerRate": self.producer_rate,
-            # OMB's keys, at the only values supported (no backlog test), so that the
-            # manifest holds every key of OMB's Workload.
-            "consumerBacklogSizeGB": NO_BACKLOG_GB,
-            "backlogDrainRatio": FULL_DRAIN_RATIO,
+            "consumerBacklogSizeGB": self.consumer_backlog_size_gb,
+            "backlogDrainRatio": self.backlog_drain_ratio,
             "subscriptionType": self.subscription_type,
             "consumersPerConnection": self.consumers_per_connection,
             "connectConcurrency": self.connect_concurrency,
@@ -208,7 +241,24 @@ class Workload:
             "topicPersistence": self.topic_persistence,
             "stageSampleFraction": self.stage_sample_fraction,
             "workers": self.workers,
+            "producerRateSearchStart": self.rate_search_start,
+            "topicPolicies": self.topic_policy_map or None,
         }
+
+    @property
+    def topic_policy_map(self) -> dict[str, Any]:
+        """`topicPolicies` as the admin API takes them: policy name → body (or TTL seconds)."""
+        return {kind: json.loads(value) for kind, value in self.topic_policies}
+
+    @property
+    def finds_rate(self) -> bool:
+        """producerRate 0: the rate is searched for, as OMB's rate controller does."""
+        return self.producer_rate == 0
+
+    @property
+    def initial_rate(self) -> float:
+        """The total rate producers start at."""
+        return self.rate_search_start if self.finds_rate else self.producer_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +279,8 @@ class WorkloadSpec:
     axes: tuple[SweepAxis, ...]
     cases: tuple[Workload, ...]
     """In run order: the first axis in the file varies slowest."""
+    drivers: tuple[Path, ...] = ()
+    """The `drivers` key: driver files to run every case against, one after the other."""
 
     @property
     def is_sweep(self) -> bool:
@@ -239,8 +291,9 @@ def load_workload(path: str | os.PathLike[str]) -> WorkloadSpec:
     """Read and check a workload file; raises ConfigError (one line) on any problem."""
     path = Path(path)
     where = f"{path}: "
-    data = load_yaml_mapping(path, str(path))
-    check_keys(data, _PARSERS, where)
+    data = dict(load_yaml_mapping(path, str(path)))
+    check_keys(data, [*_PARSERS, DRIVERS_KEY], where)
+    drivers = _drivers(data.pop(DRIVERS_KEY, None), path, where)
     fixed: dict[str, Any] = {}
     axes: list[SweepAxis] = []
     for key, raw in data.items():
@@ -256,7 +309,30 @@ def load_workload(path: str | os.PathLike[str]) -> WorkloadSpec:
         for combo in itertools.product(*(axis.values for axis in axes))
     )
     name = fixed["name"]
-    return WorkloadSpec(name=name, slug=_slugify(name), path=path, axes=tuple(axes), cases=cases)
+    return WorkloadSpec(
+        name=name, slug=_slugify(name), path=path, axes=tuple(axes), cases=cases, drivers=drivers
+    )
+
+
+def _drivers(raw: object, path: Path, where: str) -> tuple[Path, ...]:
+    """Driver files, relative to the current folder (as --driver) or else to the workload's."""
+    if raw is None:
+        return ()
+    items = raw if isinstance(raw, list) else [raw]
+    found: list[Path] = []
+    for index, item in enumerate(items, start=1):
+        name = parse_value(string, item, where, f"{DRIVERS_KEY}[{index}]")
+        candidates = [Path(name), path.parent / name]
+        match = next((c for c in candidates if c.is_file()), None)
+        if match is None:
+            raise ConfigError(
+                f"{where}key {DRIVERS_KEY!r}: no driver file {name!r} here or beside the "
+                "workload (give a path such as drivers/bundled.yaml)"
+            )
+        if match in found:
+            raise ConfigError(f"{where}key {DRIVERS_KEY!r}: {name} appears twice (remove one)")
+        found.append(match)
+    return tuple(found)
 
 
 def _axis(key: str, raw: list[object], where: str) -> SweepAxis:
@@ -303,8 +379,8 @@ def _resolve(t: dict[str, Any], where: str, base_dir: Path, label: str, slug: st
     """Check the keys of one case together and build it; `t` holds typed, non-null values."""
     if "producerRate" not in t:
         raise ConfigError(
-            f"{where}missing key 'producerRate' (give the total rate in msg/s; fan-out bench "
-            "cannot search for the maximum rate yet)"
+            f"{where}missing key 'producerRate' (give the total rate in msg/s, or 0 to find "
+            "the maximum sustainable rate)"
         )
     subscription_type = t.get("subscriptionType", "Shared")
     subscriptions, per_subscription = _layout(t, subscription_type, where)
@@ -336,6 +412,9 @@ def _resolve(t: dict[str, Any], where: str, base_dir: Path, label: str, slug: st
         producers_per_topic=t.get("producersPerTopic", 1),
         consumer_per_subscription=per_subscription,
         producer_rate=t["producerRate"],
+        consumer_backlog_size_gb=t.get("consumerBacklogSizeGB", 0),
+        backlog_drain_ratio=t.get("backlogDrainRatio", 1.0),
+        rate_search_start=t.get("producerRateSearchStart", OMB_SEARCH_START_RATE),
         subscription_type=subscription_type,
         consumers_per_connection=t.get("consumersPerConnection", 100),
         connect_concurrency=t.get("connectConcurrency", 500),
@@ -347,6 +426,7 @@ def _resolve(t: dict[str, Any], where: str, base_dir: Path, label: str, slug: st
         topic_persistence=t.get("topicPersistence", "persistent"),
         stage_sample_fraction=t.get("stageSampleFraction", 0.01),
         workers=t.get("workers", 0),
+        topic_policies=t.get("topicPolicies", ()),
         label=label,
         slug=slug,
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from google.protobuf.message import Message
+
 from pulsar_protocol import pulsar_api_pb2 as pb
 
 T = pb.BaseCommand
@@ -39,6 +41,8 @@ FIELD_OF_TYPE: dict[int, str] = {
     T.GET_LAST_MESSAGE_ID: "getLastMessageId",
     T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
     T.ACTIVE_CONSUMER_CHANGE: "active_consumer_change",
+    T.GET_TOPICS_OF_NAMESPACE: "getTopicsOfNamespace",
+    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
     T.GET_SCHEMA: "getSchema",
     T.GET_SCHEMA_RESPONSE: "getSchemaResponse",
     T.ACK_RESPONSE: "ackResponse",
@@ -58,6 +62,7 @@ SERVER_BOUND_REQUESTS: dict[int, frozenset[int]] = {
     T.GET_LAST_MESSAGE_ID: frozenset({T.GET_LAST_MESSAGE_ID_RESPONSE}),
     T.SEEK: frozenset({T.SUCCESS}),
     T.GET_SCHEMA: frozenset({T.GET_SCHEMA_RESPONSE}),
+    T.GET_TOPICS_OF_NAMESPACE: frozenset({T.GET_TOPICS_OF_NAMESPACE_RESPONSE}),
 }
 """Client requests → the answers that settle them (ERROR settles any of them)."""
 _FAILED_RESPONSE: dict[int, tuple[int, int]] = {
@@ -95,6 +100,7 @@ CLIENT_BOUND_RESPONSES = frozenset(
         T.GET_LAST_MESSAGE_ID_RESPONSE,
         T.GET_SCHEMA_RESPONSE,
         T.ACK_RESPONSE,
+        T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
     }
 )
 CLIENT_BOUND_NOTICES = frozenset(
@@ -118,7 +124,7 @@ def command(type_: int, **fields) -> pb.BaseCommand:
     for name, value in fields.items():
         if isinstance(value, dict):
             getattr(body, name).CopyFrom(type(getattr(body, name))(**value))
-        elif isinstance(value, pb.MessageIdData | pb.KeySharedMeta | pb.FeatureFlags):
+        elif isinstance(value, Message):  # a nested message (MessageIdData, Schema, ...)
             getattr(body, name).CopyFrom(value)
         elif isinstance(value, list):
             getattr(body, name).extend(value)

@@ -144,7 +144,8 @@ class Connection:
     `max_frame_size` bounds incoming frames (checked from the size prefix alone); a SERVER
     given `handshake_max_frame_size` takes only frames that small until CONNECT (a peer that
     has not said who it is must not make it buffer megabytes). A SERVER needs
-    `server_version` and may announce `max_message_size`; a CLIENT chooses with
+    `server_version` and may announce `max_message_size` and check CONNECT's credentials
+    (`authenticate`); a CLIENT chooses with
     `individual_acks` whether `flush_acks()` acknowledges every id or the latest only, and
     with `message_runs` whether MESSAGEs in their common shape come as `MessageRun` events
     (read from bytes, a run of one entry's deliveries at a time) instead of one `Message` each.
@@ -160,6 +161,7 @@ class Connection:
         max_message_size: int = 0,
         individual_acks: bool = False,
         message_runs: bool = False,
+        authenticate: Callable[[str, bytes], str | None] | None = None,
     ) -> None:
         if role is SERVER and not server_version:
             raise LocalProtocolError("a server must have a server_version (clients require it)")
@@ -174,6 +176,9 @@ class Connection:
         self.peer_supports_broker_entry_metadata = False
         """Server side: the client asked for BrokerEntryMetadata ahead of each payload."""
         self._max_message_size = max_message_size
+        self._authenticate = authenticate
+        """Server side: CONNECT's (auth_method_name, auth_data) → None to accept, or why not
+        (an ERROR AuthenticationError instead of CONNECTED, and the connection ends)."""
         self._individual_acks = individual_acks
         self._message_runs = message_runs
         self._decoder = FrameDecoder(max_frame_size)
@@ -349,6 +354,10 @@ class Connection:
 
     def _read_connect(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
         c = cmd.connect
+        if self._authenticate is not None:
+            problem = self._authenticate(c.auth_method_name, c.auth_data)
+            if problem is not None:
+                raise LocalProtocolError(problem, pb.AuthenticationError)
         self._trigger(Trigger.CONNECT_RECEIVED)
         self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
         self.peer_supports_broker_entry_metadata = c.feature_flags.supports_broker_entry_metadata
@@ -475,11 +484,7 @@ class Connection:
             raise LocalProtocolError(
                 f"{type_name(cmd.type)} answers {type_name(request_type)} {request_id}"
             )
-        if (
-            cmd.type == T.PRODUCER_SUCCESS
-            and cmd.producer_success.HasField("producer_ready")
-            and not cmd.producer_success.producer_ready
-        ):
+        if _queued_producer(cmd):
             return None  # queued for exclusive access: the ready answer follows
         del self._pending[request_id]
         trigger = Trigger.REFUSED if refused else Trigger.ANSWERED
@@ -621,6 +626,10 @@ class Connection:
         request_id = event.request_id
         if self._unanswered[request_id] <= 0:
             raise LocalProtocolError(f"no request {request_id} waits for an answer")
+        if _queued_producer(event.command):
+            # WaitForExclusive: "queued" does not settle the request; the ready answer will.
+            self._queue(event.command)
+            return
         self._unanswered[request_id] -= 1
         if not self._unanswered[request_id]:
             del self._unanswered[request_id]
@@ -808,6 +817,16 @@ class Connection:
         if parts:
             self._out.append(b"".join(parts))
         return count
+
+
+def _queued_producer(cmd: pb.BaseCommand) -> bool:
+    """A PRODUCER_SUCCESS saying the producer waits for exclusive access (WaitForExclusive):
+    an interim answer, the one with producer_ready (true by default) settles the request."""
+    return (
+        cmd.type == T.PRODUCER_SUCCESS
+        and cmd.producer_success.HasField("producer_ready")
+        and not cmd.producer_success.producer_ready
+    )
 
 
 def _ack_id(message_id: bytes) -> bytes:

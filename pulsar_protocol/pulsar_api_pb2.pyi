@@ -70,6 +70,7 @@ class _ServerErrorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ServerErr
     IncompatibleSchema: _ServerError.ValueType  # 18
     ConsumerAssignError: _ServerError.ValueType  # 19
     NotAllowedError: _ServerError.ValueType  # 22
+    ProducerFenced: _ServerError.ValueType  # 25
 
 class ServerError(_ServerError, metaclass=_ServerErrorEnumTypeWrapper): ...
 
@@ -94,6 +95,7 @@ InvalidTopicName: ServerError.ValueType  # 17
 IncompatibleSchema: ServerError.ValueType  # 18
 ConsumerAssignError: ServerError.ValueType  # 19
 NotAllowedError: ServerError.ValueType  # 22
+ProducerFenced: ServerError.ValueType  # 25
 Global___ServerError: _TypeAlias = ServerError  # noqa: Y015
 
 class _KeySharedMode:
@@ -1458,6 +1460,84 @@ class CommandGetSchemaResponse(_message.Message):
 Global___CommandGetSchemaResponse: _TypeAlias = CommandGetSchemaResponse  # noqa: Y015
 
 @_typing.final
+class CommandGetTopicsOfNamespace(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Mode:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[CommandGetTopicsOfNamespace._Mode.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        PERSISTENT: CommandGetTopicsOfNamespace._Mode.ValueType  # 0
+        NON_PERSISTENT: CommandGetTopicsOfNamespace._Mode.ValueType  # 1
+        ALL: CommandGetTopicsOfNamespace._Mode.ValueType  # 2
+
+    class Mode(_Mode, metaclass=_ModeEnumTypeWrapper): ...
+    PERSISTENT: CommandGetTopicsOfNamespace.Mode.ValueType  # 0
+    NON_PERSISTENT: CommandGetTopicsOfNamespace.Mode.ValueType  # 1
+    ALL: CommandGetTopicsOfNamespace.Mode.ValueType  # 2
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    TOPICS_PATTERN_FIELD_NUMBER: _builtins.int
+    TOPICS_HASH_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    namespace: _builtins.str
+    mode: Global___CommandGetTopicsOfNamespace.Mode.ValueType
+    topics_pattern: _builtins.str
+    topics_hash: _builtins.str
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        namespace: _builtins.str | None = ...,
+        mode: Global___CommandGetTopicsOfNamespace.Mode.ValueType | None = ...,
+        topics_pattern: _builtins.str | None = ...,
+        topics_hash: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "namespace", b"namespace", "request_id", b"request_id", "topics_hash", b"topics_hash", "topics_pattern", b"topics_pattern"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "namespace", b"namespace", "request_id", b"request_id", "topics_hash", b"topics_hash", "topics_pattern", b"topics_pattern"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetTopicsOfNamespace: _TypeAlias = CommandGetTopicsOfNamespace  # noqa: Y015
+
+@_typing.final
+class CommandGetTopicsOfNamespaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    FILTERED_FIELD_NUMBER: _builtins.int
+    TOPICS_HASH_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    filtered: _builtins.bool
+    topics_hash: _builtins.str
+    changed: _builtins.bool
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int | None = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        filtered: _builtins.bool | None = ...,
+        topics_hash: _builtins.str | None = ...,
+        changed: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "filtered", b"filtered", "request_id", b"request_id", "topics_hash", b"topics_hash"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "filtered", b"filtered", "request_id", b"request_id", "topics", b"topics", "topics_hash", b"topics_hash"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandGetTopicsOfNamespaceResponse: _TypeAlias = CommandGetTopicsOfNamespaceResponse  # noqa: Y015
+
+@_typing.final
 class BaseCommand(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1495,6 +1575,8 @@ class BaseCommand(_message.Message):
         GET_LAST_MESSAGE_ID: BaseCommand._Type.ValueType  # 29
         GET_LAST_MESSAGE_ID_RESPONSE: BaseCommand._Type.ValueType  # 30
         ACTIVE_CONSUMER_CHANGE: BaseCommand._Type.ValueType  # 31
+        GET_TOPICS_OF_NAMESPACE: BaseCommand._Type.ValueType  # 32
+        GET_TOPICS_OF_NAMESPACE_RESPONSE: BaseCommand._Type.ValueType  # 33
         GET_SCHEMA: BaseCommand._Type.ValueType  # 34
         GET_SCHEMA_RESPONSE: BaseCommand._Type.ValueType  # 35
         ACK_RESPONSE: BaseCommand._Type.ValueType  # 38
@@ -1528,6 +1610,8 @@ class BaseCommand(_message.Message):
     GET_LAST_MESSAGE_ID: BaseCommand.Type.ValueType  # 29
     GET_LAST_MESSAGE_ID_RESPONSE: BaseCommand.Type.ValueType  # 30
     ACTIVE_CONSUMER_CHANGE: BaseCommand.Type.ValueType  # 31
+    GET_TOPICS_OF_NAMESPACE: BaseCommand.Type.ValueType  # 32
+    GET_TOPICS_OF_NAMESPACE_RESPONSE: BaseCommand.Type.ValueType  # 33
     GET_SCHEMA: BaseCommand.Type.ValueType  # 34
     GET_SCHEMA_RESPONSE: BaseCommand.Type.ValueType  # 35
     ACK_RESPONSE: BaseCommand.Type.ValueType  # 38
@@ -1561,6 +1645,8 @@ class BaseCommand(_message.Message):
     GETLASTMESSAGEID_FIELD_NUMBER: _builtins.int
     GETLASTMESSAGEIDRESPONSE_FIELD_NUMBER: _builtins.int
     ACTIVE_CONSUMER_CHANGE_FIELD_NUMBER: _builtins.int
+    GETTOPICSOFNAMESPACE_FIELD_NUMBER: _builtins.int
+    GETTOPICSOFNAMESPACERESPONSE_FIELD_NUMBER: _builtins.int
     GETSCHEMA_FIELD_NUMBER: _builtins.int
     GETSCHEMARESPONSE_FIELD_NUMBER: _builtins.int
     ACKRESPONSE_FIELD_NUMBER: _builtins.int
@@ -1622,6 +1708,10 @@ class BaseCommand(_message.Message):
     @_builtins.property
     def active_consumer_change(self) -> Global___CommandActiveConsumerChange: ...
     @_builtins.property
+    def getTopicsOfNamespace(self) -> Global___CommandGetTopicsOfNamespace: ...
+    @_builtins.property
+    def getTopicsOfNamespaceResponse(self) -> Global___CommandGetTopicsOfNamespaceResponse: ...
+    @_builtins.property
     def getSchema(self) -> Global___CommandGetSchema: ...
     @_builtins.property
     def getSchemaResponse(self) -> Global___CommandGetSchemaResponse: ...
@@ -1659,13 +1749,15 @@ class BaseCommand(_message.Message):
         getLastMessageId: Global___CommandGetLastMessageId | None = ...,
         getLastMessageIdResponse: Global___CommandGetLastMessageIdResponse | None = ...,
         active_consumer_change: Global___CommandActiveConsumerChange | None = ...,
+        getTopicsOfNamespace: Global___CommandGetTopicsOfNamespace | None = ...,
+        getTopicsOfNamespaceResponse: Global___CommandGetTopicsOfNamespaceResponse | None = ...,
         getSchema: Global___CommandGetSchema | None = ...,
         getSchemaResponse: Global___CommandGetSchemaResponse | None = ...,
         ackResponse: Global___CommandAckResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "ackResponse", b"ackResponse", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "getLastMessageId", b"getLastMessageId", "getLastMessageIdResponse", b"getLastMessageIdResponse", "getSchema", b"getSchema", "getSchemaResponse", b"getSchemaResponse", "lookupTopic", b"lookupTopic", "lookupTopicResponse", b"lookupTopicResponse", "message", b"message", "partitionMetadata", b"partitionMetadata", "partitionMetadataResponse", b"partitionMetadataResponse", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "reachedEndOfTopic", b"reachedEndOfTopic", "redeliverUnacknowledgedMessages", b"redeliverUnacknowledgedMessages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "ackResponse", b"ackResponse", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "getLastMessageId", b"getLastMessageId", "getLastMessageIdResponse", b"getLastMessageIdResponse", "getSchema", b"getSchema", "getSchemaResponse", b"getSchemaResponse", "getTopicsOfNamespace", b"getTopicsOfNamespace", "getTopicsOfNamespaceResponse", b"getTopicsOfNamespaceResponse", "lookupTopic", b"lookupTopic", "lookupTopicResponse", b"lookupTopicResponse", "message", b"message", "partitionMetadata", b"partitionMetadata", "partitionMetadataResponse", b"partitionMetadataResponse", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "reachedEndOfTopic", b"reachedEndOfTopic", "redeliverUnacknowledgedMessages", b"redeliverUnacknowledgedMessages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "ackResponse", b"ackResponse", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "getLastMessageId", b"getLastMessageId", "getLastMessageIdResponse", b"getLastMessageIdResponse", "getSchema", b"getSchema", "getSchemaResponse", b"getSchemaResponse", "lookupTopic", b"lookupTopic", "lookupTopicResponse", b"lookupTopicResponse", "message", b"message", "partitionMetadata", b"partitionMetadata", "partitionMetadataResponse", b"partitionMetadataResponse", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "reachedEndOfTopic", b"reachedEndOfTopic", "redeliverUnacknowledgedMessages", b"redeliverUnacknowledgedMessages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "ackResponse", b"ackResponse", "active_consumer_change", b"active_consumer_change", "close_consumer", b"close_consumer", "close_producer", b"close_producer", "connect", b"connect", "connected", b"connected", "error", b"error", "flow", b"flow", "getLastMessageId", b"getLastMessageId", "getLastMessageIdResponse", b"getLastMessageIdResponse", "getSchema", b"getSchema", "getSchemaResponse", b"getSchemaResponse", "getTopicsOfNamespace", b"getTopicsOfNamespace", "getTopicsOfNamespaceResponse", b"getTopicsOfNamespaceResponse", "lookupTopic", b"lookupTopic", "lookupTopicResponse", b"lookupTopicResponse", "message", b"message", "partitionMetadata", b"partitionMetadata", "partitionMetadataResponse", b"partitionMetadataResponse", "ping", b"ping", "pong", b"pong", "producer", b"producer", "producer_success", b"producer_success", "reachedEndOfTopic", b"reachedEndOfTopic", "redeliverUnacknowledgedMessages", b"redeliverUnacknowledgedMessages", "seek", b"seek", "send", b"send", "send_error", b"send_error", "send_receipt", b"send_receipt", "subscribe", b"subscribe", "success", b"success", "type", b"type", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,10 +19,12 @@ Named = tuple[str, Sequence[Mapping[str, Any]], Mapping[str, Any] | None]
 
 
 def series_by_type(cases: list[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Cases grouped by subscription type, in the order the sweep ran them."""
+    """Cases grouped by series (subscription type; driver and type in a sweep over drivers),
+    in the order the sweep ran them."""
     grouped: dict[str, list[Mapping[str, Any]]] = {}
     for case in cases:
-        grouped.setdefault(str(case.get("subscription_type", "?")), []).append(case)
+        key = case.get("series") or case.get("subscription_type", "?")
+        grouped.setdefault(str(key), []).append(case)
     return grouped
 
 

@@ -85,3 +85,12 @@ DELIVERY_COLUMNS = _columns(
     ("received", Kind.NATURAL),
     ("out_of_order", Kind.NATURAL),
 )
+
+# broker/process.csv: the broker process the harness started, once a second, read from
+# /proc/<pid>/stat by the coordinator (any broker program, so any driver's broker has a CPU
+# figure): cumulative CPU seconds (user + system) and resident bytes.
+BROKER_PROCESS_COLUMNS = _columns(
+    ("ts", Kind.NUMBER),
+    ("cpu_seconds", Kind.NUMBER),
+    ("rss", Kind.NATURAL),
+)

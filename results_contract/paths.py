@@ -30,6 +30,7 @@ BROKER_DATA_DIR = "data"
 BROKER_LOG_FILE = "broker.log"
 BROKER_STATS_PATTERN = "stats-*.json"
 TOPIC_STATS_FILE = "topic-stats.json"
+BROKER_PROCESS_FILE = "process.csv"  # the broker process's CPU, sampled by the harness
 
 # results/<sweep-id>/: sweep.json, one folder per case, and the analysis's sweep summary.
 SWEEP_FILE = "sweep.json"

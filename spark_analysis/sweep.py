@@ -1,5 +1,7 @@
 """A sweep's summary: one row per case, and connection time against consumers fitted per
-subscription type and extrapolated to 100K consumers (seed 000, figure 4).
+series and extrapolated to 100K consumers (seed 000, figure 4). A series is a subscription
+type, or, in a sweep over several drivers, a driver and a subscription type ("pulsar-lite
+Shared"): each row then also carries what the side-by-side comparison of brokers shows.
 
 The fit is least squares through the normal equations, solved in exact rational
 arithmetic: a handful of points and degree <= 2 need nothing bigger, and points that lie on
@@ -13,7 +15,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from results_contract.metrics import E2E
+from results_contract.harness_cost import (
+    BROKER_CPU_US_PER_DELIVERY,
+    CLIENT_CPU_US_PER_DELIVERY,
+    HARNESS_COST,
+)
+from results_contract.metrics import CLIENT_DELAY, E2E
 from results_contract.paths import SWEEP_FILE
 from results_contract.schemas import SUMMARY_SCHEMA, SWEEP_SCHEMA
 from spark_analysis.errors import AnalysisError
@@ -50,10 +57,17 @@ def case_row(path: Path, summary: Any) -> dict[str, Any]:
         )
     headline = require(summary, "headline", dict, path)
     where = f"{path}: headline"
-    e2e = require(summary, "latency", dict, path).get(E2E) or {}
+    latency = require(summary, "latency", dict, path)
+    e2e = latency.get(E2E) or {}
     subscription_type = require(headline, "subscription_type", str, where)
     consumers = require(headline, "consumers", int, where)
+    deliveries = summary.get("deliveries") or {}
+    cost = summary.get(HARNESS_COST) or {}
+    broker = summary.get("broker") or {}
+    omb = summary.get("omb") or {}
     return {
+        "driver": (summary.get("driver") or {}).get("name"),
+        "broker": {"name": broker.get("name"), "version": broker.get("version")},
         "run_id": require(summary, "run_id", str, path),
         "label": f"{subscription_type} {consumers}",
         "subscription_type": subscription_type,
@@ -66,14 +80,31 @@ def case_row(path: Path, summary: Any) -> dict[str, Any]:
         "e2e_max_ms": e2e.get("max"),
         "deliveries_lost": require(headline, "deliveries_lost", int, where),
         "client_bound": require(headline, "client_bound", bool, where),
+        "e2e_kernel_p99_ms": headline.get("e2e_kernel_p99_ms"),
+        "client_delay_p99_ms": (latency.get(CLIENT_DELAY) or {}).get("p99"),
+        "consumers_short": deliveries.get("consumers_short"),
+        "consumers_over": deliveries.get("consumers_over"),
+        "out_of_order": deliveries.get("out_of_order"),
+        "broker_cpu_us_per_delivery": cost.get(BROKER_CPU_US_PER_DELIVERY),
+        "client_cpu_us_per_delivery": cost.get(CLIENT_CPU_US_PER_DELIVERY),
+        "backlog_drain_s": (omb.get("backlog") or {}).get("drain_s"),
+        "rate_found": (omb.get("rate_search") or {}).get("measured_rate"),
     }
 
 
 def sweep_summary(sweep_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The sweep-summary.json document; a case without a connection time is left out of fits."""
+    """The sweep-summary.json document; a case without a connection time is left out of fits.
+    Each row gets its `series`: its subscription type, prefixed by its driver when the sweep
+    ran several."""
+    several = len({row.get("driver") for row in rows}) > 1
+    for row in rows:
+        kind = row["subscription_type"]
+        row["series"] = f"{row.get('driver')} {kind}" if several else kind
+        if several:
+            row["label"] = f"{row.get('driver')} {row['label']}"
     points_by_type: dict[str, list[tuple[int, float]]] = {}
     for row in rows:
-        points = points_by_type.setdefault(row["subscription_type"], [])
+        points = points_by_type.setdefault(row["series"], [])
         if row["connection_time_s"] is not None:
             points.append((row["consumers"], row["connection_time_s"]))
     fits = {}
@@ -89,7 +120,14 @@ def sweep_summary(sweep_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "extrapolated_100k_s": evaluate(coefficients, EXTRAPOLATE_TO),
             "points": [[x, y] for x, y in points],
         }
-    return {"schema": SWEEP_SCHEMA, "sweep_id": sweep_id, "cases": rows, "fits": fits}
+    drivers = list(dict.fromkeys(str(row.get("driver")) for row in rows)) if several else []
+    return {
+        "schema": SWEEP_SCHEMA,
+        "sweep_id": sweep_id,
+        "cases": rows,
+        "fits": fits,
+        "drivers": drivers,
+    }
 
 
 def fit_degree(distinct_points: int) -> int:

@@ -15,7 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from broker.admin.stats import internal_stats, prometheus_text, topic_stats
-from broker.server.service import BrokerService, TopicExists
+from broker.policies import admin_routes
+from broker.server.service import ADMIN_STEP, BrokerService, LimitExceeded, TopicExists
+
+REQUEST_TIMEOUT_S = 10.0
+MAX_BODY_BYTES = 1024 * 1024
 
 _TOPIC_PATH = re.compile(
     r"^/admin/v2/(persistent|non-persistent)/([^/]+)/([^/]+)/([^/]+)/(stats|internalStats|partitions|subscription/[^/]+)$"
@@ -56,6 +60,25 @@ class AdminServer:
         admin = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = REQUEST_TIMEOUT_S
+            """Each read of a request (line, headers, body) gives up after this: a client that
+            sends less than it announced no longer holds a handler thread forever."""
+
+            def parse_request(self) -> bool:
+                """The one gate before every method: with authentication on, each request
+                carries `Authorization: Bearer <token>` (broker.server.auth), else 401."""
+                if not super().parse_request():
+                    return False
+                authenticator = admin.service.authenticator
+                if authenticator is None:
+                    return True
+                problem = authenticator.check_header(self.headers.get("Authorization"))
+                if problem is None:
+                    return True
+                self.close_connection = True
+                self._reply(401, {"reason": problem})
+                return False
+
             def log_message(self, fmt, *args) -> None:  # quiet: the broker logs what matters
                 pass
 
@@ -67,7 +90,30 @@ class AdminServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _policy(self, method: str) -> bool:
+                """Topic policies (broker.policies.admin_routes); False for any other path."""
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length and method == "POST" else b""
+                answer = admin_routes.handle(
+                    method, self.path, body, admin.service.policies, admin._on_loop
+                )
+                if answer is None:
+                    return False
+                status, data = answer
+                self._reply(status, "" if data is None else data)
+                return True
+
+            def do_POST(self) -> None:
+                if not self._policy("POST"):
+                    self._reply(404, {"reason": f"no such path {self.path}"})
+
+            def do_DELETE(self) -> None:
+                if not self._policy("DELETE"):
+                    self._reply(404, {"reason": f"no such path {self.path}"})
+
             def do_GET(self) -> None:
+                if self._policy("GET"):
+                    return
                 if self.path == "/metrics":
                     self._reply(200, admin._on_loop(_prometheus, admin.service), "text/plain")
                     return
@@ -99,6 +145,10 @@ class AdminServer:
                 kind, tenant, ns, topic, what = match.groups()
                 full = f"{kind}://{tenant}/{ns}/{topic}"
                 length = int(self.headers.get("Content-Length") or 0)
+                if length > MAX_BODY_BYTES:
+                    self._reply(413, {"reason": f"body over {MAX_BODY_BYTES} bytes"})
+                    return
+                # A body shorter than its Content-Length times out (`timeout`), not forever.
                 body = self.rfile.read(length).decode() if length else ""
                 try:
                     if what == "partitions":
@@ -107,14 +157,20 @@ class AdminServer:
                         query = self.path.split("?", 1)[1] if "?" in self.path else ""
                         params = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
                         mode = params.get("subscriptionMode") or params.get("mode") or "Shared"
-                        admin._on_loop(
-                            admin.service.create_subscription, full, what.split("/", 1)[1], mode
-                        )
+                        name = what.split("/", 1)[1]
+                        service = admin.service
+                        mode, names = admin._on_loop(service.subscription_targets, full, name, mode)
+                        for start in range(0, len(names), ADMIN_STEP):  # the loop runs between
+                            step = names[start : start + ADMIN_STEP]
+                            admin._on_loop(service.create_subscription_on, step, name, mode)
                     else:
                         self._reply(405, {"reason": "method not allowed"})
                         return
                 except TopicExists as exc:
                     self._reply(409, {"reason": str(exc)})
+                    return
+                except LimitExceeded as exc:
+                    self._reply(406, {"reason": str(exc)})
                     return
                 except ValueError as exc:
                     self._reply(400, {"reason": str(exc)})

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from broker.core.topic import Topic
+from broker.policies import stats as throttling
 from broker.storage.cursors import format_ranges
 from broker.storage.position import Position
 from broker.subscriptions.subscription import Subscription
@@ -24,6 +25,12 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
         "msgRateOut": round(sub.rate_messages, 3),
         "msgBacklog": sub.backlog(),
         "msgOutCounter": sub.messages_out,
+        **throttling.subscription_throttling(sub),
+        # Not Pulsar's: acks of entries the subscription cannot have sent (ignored), and
+        # departed Broadcast consumers' cursors dropped after broadcastCursorExpirationTimeSeconds.
+        "acksRefusedCounter": sub.acks_refused,
+        "expiredConsumerCursorsCounter": sub.expired_cursors,
+        "departedConsumerCursors": sub.departed_cursors,
         "consumers": [
             {
                 "consumerName": c.name,
@@ -46,6 +53,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "msgRateOut": round(sum(s.rate_messages for s in topic.subscriptions.values()), 3),
         "msgInCounter": topic.messages_in,
         "bytesInCounter": topic.bytes_in,
+        **throttling.topic_throttling(topic),
         "publishers": [
             {"producerName": p.name, "msgInCounter": p.messages_in, "address": p.address}
             for p in topic.producers.values()
@@ -66,6 +74,7 @@ def topic_summary(topic: Topic) -> dict[str, Any]:
         "bytesInCounter": topic.bytes_in,
         "msgOutCounter": sum(s.messages_out for s in subs),
         "msgBacklog": sum(s.backlog() for s in subs),
+        **throttling.topic_throttling(topic),
         "publisherCount": len(topic.producers),
         "subscriptionCount": len(topic.subscriptions),
         "consumerCount": sum(len(s.consumers) for s in subs),
@@ -116,6 +125,8 @@ def prometheus_text(topics: Mapping[str, Topic], connections: int) -> str:
         "# TYPE pulsar_in_messages_total counter",
         "# TYPE pulsar_subscription_back_log gauge",
         "# TYPE pulsar_consumers_count gauge",
+        "# TYPE pulsar_subscription_acks_refused_total counter",
+        "# TYPE pulsar_subscription_expired_consumer_cursors_total counter",
     ]
     for name, topic in topics.items():
         lines.append(f"pulsar_in_messages_total{_labels(topic=name)} {topic.messages_in}")
@@ -123,5 +134,13 @@ def prometheus_text(topics: Mapping[str, Topic], connections: int) -> str:
             labels = _labels(topic=name, subscription=sub_name)
             lines.append(f"pulsar_subscription_back_log{labels} {sub.backlog()}")
             lines.append(f"pulsar_consumers_count{labels} {len(sub.consumers)}")
+            lines.append(f"pulsar_subscription_acks_refused_total{labels} {sub.acks_refused}")
+            lines.append(
+                f"pulsar_subscription_expired_consumer_cursors_total{labels} {sub.expired_cursors}"
+            )
+    lines += throttling.METRIC_TYPES
+    for name, topic in topics.items():
+        subs = {s: _labels(topic=name, subscription=s) for s in topic.subscriptions}
+        lines += throttling.metric_lines(topic, _labels(topic=name), subs)
     lines.append(f"pulsar_connections {connections}")
     return "\n".join(lines) + "\n"

@@ -50,6 +50,12 @@ class ConsumerSubscription(Protocol):
     def topic(self) -> SubscriptionTopic: ...
 
     @property
+    def durable(self) -> bool: ...
+
+    @property
+    def mark_delete(self) -> int: ...
+
+    @property
     def consumers(self) -> Sequence[Consumer]: ...
 
     def add_consumer(self, consumer: Consumer) -> None: ...
@@ -83,6 +89,8 @@ class Consumer:
     """index → messages in the entry, for entries sent and not yet acknowledged."""
     messages_out: int = 0
     bytes_out: int = 0
+    hash_ranges: tuple[tuple[int, int], ...] | None = None
+    """Key_Shared STICKY: the key hash ranges it asked for (keySharedMeta); None for AUTO_SPLIT."""
     id_varint: bytes = field(init=False, repr=False)
     """The consumer id as its MESSAGE frames carry it (message_template), encoded once."""
 

@@ -75,6 +75,12 @@ class MemoryEntryLog:
         lo = max(start, self.first_index) - self.first_index
         return list(itertools.islice(self._entries, lo, lo + limit))
 
+    async def publish_time_at(self, index: int) -> int | None:
+        """The producer's publish time (ms) of the entry at `index`; None when it is gone
+        (broker.core.positions: seek by publish time)."""
+        found = self.read(index, 1)
+        return found[0].publish_time_ms if found and found[0].index == index else None
+
     def index_of(self, ledger_id: int, entry_id: int) -> int:
         return entry_id
 

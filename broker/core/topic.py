@@ -7,11 +7,13 @@ topic never imports the storage that persists its cursors.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog, now_us
+from broker.core.producer_access import ProducerAccess
 from broker.subscriptions.cursor import Cursor
 from broker.subscriptions.subscription import Subscription
 
@@ -22,8 +24,10 @@ a subscription per consumer: told all at once, 100,000 dispatches queued ahead o
 else, and the producer's receipt (and every ACK and FLOW read meanwhile) waited behind them,
 up to the client's 30 s send timeout. In slices, each turn also polls the sockets."""
 
-SavedCursors = dict[str, tuple[str, int, set[int]]]
-"""Subscription name → (mode, mark_delete, individually acked indexes), as storage loads them."""
+SavedCursors = dict[str, tuple[str, int, set[int], dict[str, tuple[int, set[int]]]]]
+"""Subscription name → (mode, mark_delete, individually acked indexes, the consumers' own
+cursors by consumer name: Broadcast's virtual ones, (mark_delete, acked)), as storage loads
+them."""
 
 
 class CursorSink(Protocol):
@@ -32,6 +36,25 @@ class CursorSink(Protocol):
     def moved(self, topic: str, subscription: Subscription) -> None: ...
 
     def deleted(self, topic: str, subscription: str) -> None: ...
+
+
+class PublishGate(Protocol):
+    """Publish rate limits and backlog quotas (broker.policies.rate_limit), told of each SEND
+    as it is read, and asked before a producer is admitted."""
+
+    def admit(self, messages: int, size: int, transport: asyncio.Transport) -> None: ...
+
+    def refusal(self) -> tuple[int, str] | None:
+        """(ServerError, message) refusing new producers now; None admits them."""
+        ...
+
+
+def _restored(mark_delete: int, acked: set[int], log_end: int) -> Cursor:
+    """A saved cursor: whatever the log held may have been sent before the restart, so its
+    consumers' acks of it are taken (Cursor.can_ack), not refused as never sent."""
+    cursor = Cursor(mark_delete, acked)
+    cursor.rewound_from = max(cursor.rewound_from, log_end)
+    return cursor
 
 
 @dataclass(eq=False)
@@ -44,6 +67,18 @@ class Producer:
     bytes_in: int = 0
     pending: list[asyncio.Future[Entry]] = field(default_factory=list)
     """Publishes not yet answered, in SEND order (receipts leave in that order)."""
+    access_mode: int = 0
+    """CommandProducer.producer_access_mode (broker.core.producer_access)."""
+    epoch: int = 0
+    """The client's reconnection count for this producer (CommandProducer.epoch)."""
+    owner: object = None
+    """The connection it came on: a producer returns on the same one with a higher epoch."""
+    on_fenced: Callable[[], None] | None = field(default=None, repr=False)
+    """How its connection closes it when another producer takes the topic."""
+
+    def fenced(self) -> None:
+        if self.on_fenced is not None:
+            self.on_fenced()
 
 
 class Topic:
@@ -56,24 +91,45 @@ class Topic:
         loop: asyncio.AbstractEventLoop,
         cursor_sink: CursorSink | None = None,
         cursors: SavedCursors | None = None,
+        consumer_cursor_expiry_s: float = 0.0,
     ) -> None:
         self.name = name
+        self.consumer_cursor_expiry_s = consumer_cursor_expiry_s
+        """How long a departed consumer's own cursor is kept (Broadcast; the broker's
+        broadcastCursorExpirationTimeSeconds)."""
         self.log = log
         self.persistent = persistent
         self.loop = loop
         self.producers: dict[int, Producer] = {}
+        self.producer_access = ProducerAccess(self.producers)
+        """Adds and removes `producers`: unique names, access modes."""
         self.subscriptions: dict[str, Subscription] = {}
         self._cursor_sink = cursor_sink
         self.messages_in = 0
         self.bytes_in = 0
         self.rate_messages = 0.0  # msgRateIn, updated by the service once a second
         self.rate_bytes = 0.0
+        self.publish_gate: PublishGate | None = None
+        """The topic's publish rate limit (topic policies); None when it has none."""
+        self.publish_rate_limited_times = 0
+        """Pulsar's publishRateLimitedTimes: how often a producer's connection was paused."""
+        self.policy_events: dict[str, int] = {}
+        """What other topic policies did to it (backlog quota holds and evictions), by name."""
+        self.on_subscription_added: Callable[[Subscription], None] | None = None
+        """Told of each subscription created after the topic opened (topic policies)."""
+        self.on_delayed_message: Callable[[], None] | None = None
+        """Told of a SEND with a deliver_at_time (topic policies: delayed delivery); once."""
         self._trim_handle: asyncio.TimerHandle | None = None
         if hasattr(log, "on_readable"):
             log.on_readable = self._entries_readable
-        for sub_name, (mode, mark_delete, acked) in (cursors or {}).items():
-            cursor = Cursor(mark_delete, acked)
-            self.subscriptions[sub_name] = Subscription(self, sub_name, mode, cursor)
+        for sub_name, (mode, mark_delete, acked, own) in (cursors or {}).items():
+            end = log.next_index
+            cursor = _restored(mark_delete, acked, end)
+            sub = self.subscriptions[sub_name] = Subscription(self, sub_name, mode, cursor)
+            if own:
+                sub.dispatcher.restore_consumer_cursors(
+                    {name: _restored(mark, ids, end) for name, (mark, ids) in own.items()}
+                )
 
     async def publish(self, payload: bytes, key: bytes, received_us: int, publish_ms: int) -> Entry:
         entry = await self.log.append(payload, key, received_us, publish_ms)
@@ -99,30 +155,44 @@ class Topic:
         for sub in self.subscriptions.values():
             sub.schedule_dispatch()
 
-    def subscription(self, name: str, mode: str, initial_earliest: bool) -> Subscription:
-        """The named subscription, created in `mode` when new.
+    def subscription(
+        self,
+        name: str,
+        mode: str,
+        initial_earliest: bool,
+        *,
+        start: int | None = None,
+        durable: bool = True,
+    ) -> Subscription:
+        """The named subscription, created in `mode` when new, reading from `start` (an index,
+        broker.core.positions) or else the initial position; a non-`durable` one (a Reader's)
+        is never persisted and goes with its last consumer.
 
         A subscription keeps the mode it was created with; a consumer asking for another mode
         is refused by the caller, as Pulsar refuses a mismatched subType.
         """
         sub = self.subscriptions.get(name)
         if sub is None:
-            start = self.log.first_index - 1 if initial_earliest else self.log.next_index - 1
-            sub = Subscription(self, name, mode, Cursor(start))
+            if start is None:
+                start = self.log.first_index if initial_earliest else self.log.next_index
+            sub = Subscription(self, name, mode, Cursor(start - 1))
+            sub.durable = durable
             self.subscriptions[name] = sub
             self.cursor_moved(sub)
+            if self.on_subscription_added is not None:
+                self.on_subscription_added(sub)
         return sub
 
     def remove_subscription(self, name: str) -> None:
         sub = self.subscriptions.pop(name, None)
         if sub is not None:
             sub.close()
-            if self._cursor_sink is not None:
+            if self._cursor_sink is not None and sub.durable:
                 self._cursor_sink.deleted(self.name, name)
             self._trim()
 
     def cursor_moved(self, subscription: Subscription) -> None:
-        if self._cursor_sink is not None and self.persistent:
+        if self._cursor_sink is not None and self.persistent and subscription.durable:
             self._cursor_sink.moved(self.name, subscription)
         # Trimming looks at every subscription: do it at most a few times a second, not per ack.
         if self._trim_handle is None:

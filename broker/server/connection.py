@@ -10,6 +10,7 @@ record state and schedule; dispatch stays off the read path.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections.abc import Callable
@@ -17,8 +18,18 @@ from typing import Any, Protocol
 
 from broker.config import BrokerConfig
 from broker.core.consumer import Consumer, ConsumerSubscription
+from broker.core.limits import consumer_refusal, producer_refusal, subscription_refusal
+from broker.core.namespace import topics_hash, topics_of_namespace
+from broker.core.positions import (
+    index_at_publish_time,
+    index_of_message,
+    start_of_subscription,
+)
+from broker.core.producer_access import ProducerRefused
+from broker.core.schemas import IncompatibleSchema, SchemaRegistry, schema_topic
 from broker.core.topic import Producer, Topic
 from broker.core.topic_name import InvalidTopicName, parse_topic
+from broker.server.auth import TokenAuthenticator
 from broker.subscriptions.base import SubscriptionError
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -32,6 +43,10 @@ log = logging.getLogger("broker.connection")
 
 SERVER_VERSION = "fanout-bench-broker 0.1"
 _producer_names = itertools.count()
+
+SEEK_RETURN_S = 60.0
+"""How long a non-durable subscription (a Reader's) waits for the consumers a seek disconnected
+to subscribe again (the official client comes back within its reconnection back-off)."""
 
 PRE_HANDSHAKE_MAX_FRAME = 64 * 1024
 """The largest frame taken before the handshake. A CONNECT is a few hundred bytes (a few KB
@@ -62,6 +77,10 @@ class ConnectionHost(Protocol):
     config: BrokerConfig
     instance_id: str
     connections: set[ServerConnection]
+    authenticator: TokenAuthenticator | None
+    topics: dict[str, Topic]
+    partitioned: dict[str, int]
+    schemas: SchemaRegistry
 
     def topic(self, name: str) -> Topic: ...
 
@@ -80,6 +99,7 @@ class ServerConnection(asyncio.Protocol):
             handshake_max_frame_size=PRE_HANDSHAKE_MAX_FRAME,
             server_version=SERVER_VERSION,
             max_message_size=max_size,
+            authenticate=auth.check_connect if (auth := service.authenticator) else None,
         )
         self.transport: asyncio.Transport | None = None
         self._flush_due = False
@@ -90,6 +110,8 @@ class ServerConnection(asyncio.Protocol):
         self.address = ""
         self._handshake_timer: asyncio.TimerHandle | None = None
         self.producers: dict[int, Producer] = {}
+        self._waiting_producers: dict[int, Producer] = {}
+        """WaitForExclusive producers told "not ready yet", by producer id."""
         self.consumers: dict[int, Consumer] = {}
         self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
             ev.Connect: self._on_connect,
@@ -111,6 +133,7 @@ class ServerConnection(asyncio.Protocol):
             T.GET_LAST_MESSAGE_ID: self._on_get_last_message_id,
             T.SEEK: self._on_seek,
             T.GET_SCHEMA: self._on_get_schema,
+            T.GET_TOPICS_OF_NAMESPACE: self._on_get_topics_of_namespace,
         }
         self._notices: dict[int, Callable[[Any], None]] = {
             T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._on_redeliver,
@@ -136,9 +159,10 @@ class ServerConnection(asyncio.Protocol):
         self.service.connections.discard(self)
         for consumer in list(self.consumers.values()):
             self._detach_consumer(consumer)
-        for producer in self.producers.values():
-            producer.topic.producers.pop(id(producer), None)
+        for producer in [*self.producers.values(), *self._waiting_producers.values()]:
+            producer.topic.producer_access.remove(producer)
         self.producers.clear()
+        self._waiting_producers.clear()
         self.transport = None
 
     def pause_writing(self) -> None:
@@ -303,14 +327,101 @@ class ServerConnection(asyncio.Protocol):
             return None
 
     def _on_producer(self, req: pb.CommandProducer) -> None:
+        """Schema first, then the topic's access rules (broker.core.producer_access), as
+        Pulsar's ServerCnx.handleProducer; the same producer id again is answered again."""
+        known = self.producers.get(req.producer_id)
+        if known is not None:
+            self._answer(T.PRODUCER_SUCCESS, request_id=req.request_id, producer_name=known.name)
+            return
+        if req.producer_id in self._waiting_producers:
+            self._error(
+                req.request_id, pb.ServiceNotReady, "Producer is already present on the connection"
+            )
+            return
         topic = self._topic_for(req)
         if topic is None:
             return
+        refused = producer_refusal(self.service.config, len(topic.producers))
+        if refused is not None:
+            self._error(req.request_id, refused.server_error, refused.message)
+            return
+        gate = topic.publish_gate
+        if gate is not None and (quota := gate.refusal()) is not None:
+            self._error(req.request_id, *quota)  # a backlog quota's producer_exception
+            return
+        schema = req.schema if req.HasField("schema") else None
+        try:
+            version = self.service.schemas.for_producer(schema_topic(topic.name), schema)
+        except IncompatibleSchema as exc:
+            self._error(req.request_id, pb.IncompatibleSchema, str(exc))
+            return
         name = req.producer_name or f"fanout-{self.service.instance_id}-{next(_producer_names)}"
-        producer = Producer(req.producer_id, name, topic, self.address)
+        producer = Producer(
+            req.producer_id,
+            name,
+            topic,
+            self.address,
+            access_mode=req.producer_access_mode,
+            epoch=req.epoch,
+            owner=self,
+        )
+        producer.on_fenced = functools.partial(self._producer_fenced, producer)
+        topic_epoch = req.topic_epoch if req.HasField("topic_epoch") else None
+        ready = functools.partial(self._producer_ready, producer, req.request_id, version)
+        try:
+            admitted, epoch = topic.producer_access.admit(producer, topic_epoch, ready)
+        except ProducerRefused as exc:
+            self._error(req.request_id, exc.server_error, str(exc))
+            return
+        if not admitted:
+            self._waiting_producers[req.producer_id] = producer
+            self._answer(
+                T.PRODUCER_SUCCESS,
+                request_id=req.request_id,
+                producer_name=name,
+                producer_ready=False,
+            )
+            return
         self.producers[req.producer_id] = producer
-        topic.producers[id(producer)] = producer
-        self._answer(T.PRODUCER_SUCCESS, request_id=req.request_id, producer_name=name)
+        self._producer_success(producer, req.request_id, version, epoch)
+
+    def _producer_success(
+        self, producer: Producer, request_id: int, version: bytes | None, epoch: int | None
+    ) -> None:
+        fields: dict[str, Any] = {}
+        if version is not None:
+            fields["schema_version"] = version
+        if epoch is not None:
+            fields["topic_epoch"] = epoch
+        self._answer(
+            T.PRODUCER_SUCCESS, request_id=request_id, producer_name=producer.name, **fields
+        )
+
+    def _producer_ready(
+        self,
+        producer: Producer,
+        request_id: int,
+        version: bytes | None,
+        epoch: int | None,
+        refused: ProducerRefused | None,
+    ) -> None:
+        """A waiting (WaitForExclusive) producer got the topic, or was refused meanwhile."""
+        if self._waiting_producers.pop(producer.producer_id, None) is None:
+            return
+        if refused is not None:
+            self._error(request_id, refused.server_error, str(refused))
+            return
+        self.producers[producer.producer_id] = producer
+        self._producer_success(producer, request_id, version, epoch)
+
+    def _producer_fenced(self, producer: Producer) -> None:
+        """Another producer took the topic (ExclusiveWithFencing): the client is told its
+        producer is closed; when it comes back, access control refuses it."""
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+            self._send(
+                ev.Notice(command(T.CLOSE_PRODUCER, producer_id=producer.producer_id, request_id=0))
+            )
 
     def _on_send(self, send: ev.Send, received_us: int) -> None:
         """A SEND the codec checked (checksum, metadata): publish, and receipt in order."""
@@ -323,6 +434,12 @@ class ServerConnection(asyncio.Protocol):
         key = meta.ordering_key or meta.partition_key.encode()
         producer.messages_in += 1
         producer.bytes_in += len(send.payload)
+        gate = producer.topic.publish_gate
+        if gate is not None and self.transport is not None:
+            # A publish rate limit: this SEND completes; the next ones wait to be read.
+            gate.admit(send.num_messages, len(send.payload), self.transport)
+        if meta.deliver_at_time and (on_delayed := producer.topic.on_delayed_message) is not None:
+            on_delayed()  # the topic's Shared subscriptions start tracking delayed entries
         task = asyncio.ensure_future(
             producer.topic.publish(send.payload, key, received_us, meta.publish_time)
         )
@@ -364,8 +481,24 @@ class ServerConnection(asyncio.Protocol):
             # The client re-subscribes after a timeout with the same id: answer success again.
             self._answer(T.SUCCESS, request_id=req.request_id)
             return
+        if req.HasField("schema"):
+            try:
+                self.service.schemas.for_consumer(
+                    schema_topic(topic.name), req.schema, _in_use(topic)
+                )
+            except IncompatibleSchema as exc:
+                self._error(req.request_id, pb.IncompatibleSchema, str(exc))
+                return
         requested = self.service.subscription_mode(req)
         sub = topic.subscriptions.get(req.subscription)
+        if sub is not None and sub.durable != req.durable:
+            self._error(
+                req.request_id,
+                pb.NotAllowedError,
+                f"a {'durable' if sub.durable else 'non-durable'} subscription "
+                f"{req.subscription!r} exists already",
+            )
+            return
         if (
             sub is not None
             and sub.mode != requested
@@ -377,19 +510,36 @@ class ServerConnection(asyncio.Protocol):
                 f"subscription {req.subscription!r} is {sub.mode}, not {requested}",
             )
             return
+        refused = (
+            subscription_refusal(self.service.config, len(topic.subscriptions))
+            if sub is None
+            else consumer_refusal(self.service.config, len(sub.consumers))
+        )
+        if refused is not None:
+            self._error(req.request_id, refused.server_error, refused.message)
+            return
         if sub is None:
             earliest = req.initialPosition == pb.CommandSubscribe.Earliest
-            sub = topic.subscription(req.subscription, requested, earliest)
+            # Pulsar honours a start id for non-durable subscriptions only (Readers).
+            with_id = not req.durable and req.HasField("start_message_id")
+            start_id = req.start_message_id if with_id else None
+            start = start_of_subscription(topic.log, start_id, earliest)
+            sub = topic.subscription(
+                req.subscription, requested, earliest, start=start, durable=req.durable
+            )
         consumer = Consumer(
             consumer_id=req.consumer_id,
             name=req.consumer_name or f"{req.subscription}-{req.consumer_id}",
             wire=self,
             priority=req.priority_level,
             address=self.address,
+            hash_ranges=_sticky_ranges(req),
         )
         try:
             sub.add_consumer(consumer)
         except SubscriptionError as exc:
+            if not sub.durable and not sub.consumers:
+                topic.remove_subscription(sub.name)
             self._error(req.request_id, exc.server_error, str(exc))
             return
         self.consumers[req.consumer_id] = consumer
@@ -447,10 +597,24 @@ class ServerConnection(asyncio.Protocol):
         ids = [log_.index_of(m.ledgerId, m.entryId) for m in req.message_ids] or None
         consumer.subscription.on_redeliver(consumer, ids)
 
-    def _detach_consumer(self, consumer: Consumer) -> None:
+    def _detach_consumer(self, consumer: Consumer, seeking: bool = False) -> None:
+        """A non-durable subscription goes with its last consumer, unless the consumer was
+        disconnected by a seek (it subscribes again to the position sought)."""
         self.consumers.pop(consumer.consumer_id, None)
-        if consumer.subscription is not None:
-            consumer.subscription.remove_consumer(consumer)
+        sub = consumer.subscription
+        if sub is not None:
+            sub.remove_consumer(consumer)
+            if not sub.durable and not sub.consumers and not seeking:
+                sub.topic.remove_subscription(sub.name)
+
+    def disconnect_consumer(self, consumer: Consumer) -> None:
+        """Close `consumer` from the broker's side (CLOSE_CONSUMER): its client subscribes
+        again, with fresh permits."""
+        if self.consumers.get(consumer.consumer_id) is consumer:
+            self._detach_consumer(consumer, seeking=True)
+            self._send(
+                ev.Notice(command(T.CLOSE_CONSUMER, consumer_id=consumer.consumer_id, request_id=0))
+            )
 
     def _on_unsubscribe(self, req: pb.CommandUnsubscribe) -> None:
         consumer = self._consumer(req.consumer_id)
@@ -466,9 +630,11 @@ class ServerConnection(asyncio.Protocol):
         self._answer(T.SUCCESS, request_id=req.request_id)
 
     def _on_close_producer(self, req: pb.CommandCloseProducer) -> None:
-        producer = self.producers.pop(req.producer_id, None)
+        producer = self.producers.pop(req.producer_id, None) or self._waiting_producers.pop(
+            req.producer_id, None
+        )
         if producer is not None:
-            producer.topic.producers.pop(id(producer), None)
+            producer.topic.producer_access.remove(producer)
         self._answer(T.SUCCESS, request_id=req.request_id)
 
     def _on_close_consumer(self, req: pb.CommandCloseConsumer) -> None:
@@ -483,16 +649,19 @@ class ServerConnection(asyncio.Protocol):
             self._error(req.request_id, pb.ConsumerNotFound, "no such consumer")
             return
         sub = consumer.subscription
-        last = sub.topic.log.read(sub.topic.log.next_index - 1, 1)
+        log_ = sub.topic.log
         # An empty topic answers (-1, -1) as Pulsar does, which is 2**64 - 1 on the wire.
-        none = (1 << 64) - 1
-        msg_id = (
-            pb.MessageIdData(ledgerId=last[0].ledger_id, entryId=last[0].entry_id)
-            if last
-            else pb.MessageIdData(ledgerId=none, entryId=none)
-        )
+        last = log_.next_index - 1
+        last_id = _message_id(*log_.position_of(last)) if last >= log_.first_index else _NO_ID
+        # The cursor's mark-delete position: the official client compares it with the last id
+        # to tell a Reader started at `latest` (or sought by time) whether a message is there.
+        mark = sub.mark_delete
+        mark_id = _message_id(*log_.position_of(mark)) if mark >= log_.first_index else _NO_ID
         self._answer(
-            T.GET_LAST_MESSAGE_ID_RESPONSE, request_id=req.request_id, last_message_id=msg_id
+            T.GET_LAST_MESSAGE_ID_RESPONSE,
+            request_id=req.request_id,
+            last_message_id=last_id,
+            consumer_mark_delete_position=mark_id,
         )
 
     def _on_seek(self, req: pb.CommandSeek) -> None:
@@ -502,16 +671,101 @@ class ServerConnection(asyncio.Protocol):
             return
         sub = consumer.subscription
         if req.HasField("message_id"):
-            index = sub.topic.log.index_of(req.message_id.ledgerId, req.message_id.entryId)
+            self._reset(sub, req.request_id, index_of_message(sub.topic.log, req.message_id))
+        elif req.HasField("message_publish_time"):
+            asyncio.ensure_future(self._seek_to_time(sub, req.request_id, req.message_publish_time))
         else:
-            index = sub.topic.log.first_index
+            self._error(
+                req.request_id, pb.MetadataError, "Message id and timestamp were not present"
+            )
+
+    async def _seek_to_time(self, sub: ConsumerSubscription, request_id: int, ms: int) -> None:
+        try:
+            index = await index_at_publish_time(sub.topic.log, ms)
+        except Exception as exc:  # a read back from disk failed: the client must hear it
+            log.exception("seeking by publish time failed")
+            self._error(request_id, pb.UnknownError, f"seek failed: {exc}")
+            return
+        self._reset(sub, request_id, index)
+
+    def _reset(self, sub: ConsumerSubscription, request_id: int, index: int) -> None:
+        """As Pulsar's resetCursor: the subscription's consumers are disconnected, the cursor
+        moves, then the seek is answered. The clients subscribe again with fresh permits (each
+        drops what it had queued from before the seek); the official client expects the
+        CLOSE_CONSUMER before the answer (it completes the seek on reconnecting)."""
+        for consumer in list(sub.consumers):
+            if isinstance(consumer.wire, ServerConnection):
+                consumer.wire.disconnect_consumer(consumer)
         sub.seek(index)
-        self._answer(T.SUCCESS, request_id=req.request_id)
+        self._answer(T.SUCCESS, request_id=request_id)
+        if not sub.durable:  # kept for its consumers to come back; not forever
+            asyncio.get_running_loop().call_later(SEEK_RETURN_S, _drop_if_abandoned, sub)
 
     def _on_get_schema(self, req: pb.CommandGetSchema) -> None:
+        version = req.schema_version if req.HasField("schema_version") else None
+        found = self.service.schemas.get(schema_topic(parse_topic(req.topic)[1]), version)
+        if found is None:
+            self._answer(
+                T.GET_SCHEMA_RESPONSE,
+                request_id=req.request_id,
+                error_code=pb.TopicNotFound,
+                error_message="Topic not found or no-schema",
+            )
+            return
+        schema, version = found
         self._answer(
             T.GET_SCHEMA_RESPONSE,
             request_id=req.request_id,
-            error_code=pb.TopicNotFound,
-            error_message="no schema",
+            schema=schema.to_pb(),
+            schema_version=version,
         )
+
+    def _on_get_topics_of_namespace(self, req: pb.CommandGetTopicsOfNamespace) -> None:
+        """The namespace's topic list for pattern subscriptions (broker.core.namespace)."""
+        topics = topics_of_namespace(
+            req.namespace, req.mode, self.service.topics, self.service.partitioned
+        )
+        self._answer(
+            T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
+            request_id=req.request_id,
+            topics=topics,
+            filtered=False,
+            topics_hash=topics_hash(topics),
+            changed=True,
+        )
+
+
+def _drop_if_abandoned(sub: ConsumerSubscription) -> None:
+    """A non-durable subscription whose consumers a seek disconnected and that none came
+    back to goes, as it would have with its last consumer."""
+    if not sub.consumers:
+        sub.topic.remove_subscription(sub.name)
+
+
+_NO_ID = pb.MessageIdData(ledgerId=(1 << 64) - 1, entryId=(1 << 64) - 1)
+"""Pulsar's (-1, -1) as uint64 on the wire: no entry."""
+
+
+def _message_id(ledger_id: int, entry_id: int) -> pb.MessageIdData:
+    """A position as a MessageIdData (entry id -1, "before the ledger's first", wraps as
+    Pulsar's int64 does on the uint64 wire)."""
+    return pb.MessageIdData(ledgerId=ledger_id % (1 << 64), entryId=entry_id % (1 << 64))
+
+
+def _sticky_ranges(req: pb.CommandSubscribe) -> tuple[tuple[int, int], ...] | None:
+    """A Key_Shared consumer's own key hash ranges (keySharedMeta STICKY); None otherwise."""
+    if req.subType != pb.CommandSubscribe.Key_Shared or not req.HasField("keySharedMeta"):
+        return None
+    if req.keySharedMeta.keySharedMode != pb.STICKY:
+        return None
+    return tuple((r.start, r.end) for r in req.keySharedMeta.hashRanges)
+
+
+def _in_use(topic: Topic) -> bool:
+    """Pulsar's test before a consumer's schema may become the topic's: a producer, a
+    consumer or an entry."""
+    return (
+        bool(topic.producers)
+        or topic.log.next_index > topic.log.first_index
+        or any(sub.consumers for sub in topic.subscriptions.values())
+    )

@@ -17,8 +17,12 @@ import psutil
 
 from broker.config import BrokerConfig
 from broker.core.entry_log import MemoryEntryLog
+from broker.core.limits import subscription_refusal
+from broker.core.schemas import SchemaRegistry
 from broker.core.topic import Topic
 from broker.core.topic_name import parse_topic
+from broker.policies.manager import PolicyManager
+from broker.server.auth import security_mode
 from broker.server.connection import ServerConnection
 from broker.server.gc_policy import FreezeAfterStorms
 from broker.server.loop_lag import LoopLag
@@ -36,18 +40,34 @@ class TopicExists(ValueError):
     """A topic to create is there already (the admin API answers 409, as Pulsar's does)."""
 
 
+class LimitExceeded(ValueError):
+    """An admin call past a configured limit (the admin API answers 406, as Pulsar does for
+    maxNumPartitionsPerPartitionedTopic)."""
+
+
+ADMIN_STEP = 32
+"""Topics an admin call opens per turn of the event loop: opening one reads its ledgers, so a
+subscription created on 1,024 partitions must not hold the loop (and every client) for all."""
+
+
 _MODES_BY_LOWER = {m.lower(): m for m in DISPATCHERS}
 
 
 class BrokerService:
     def __init__(self, config: BrokerConfig, storage=None) -> None:
         self.config = config
+        self.authenticator, self.security_note = security_mode(config)
+        """Token authentication, or None when off (broker.server.auth decides at startup)."""
         self.instance_id = uuid.uuid4().hex[:6]
         self.topics: dict[str, Topic] = {}
         self.partitioned: dict[str, int] = {}
         self.preset_modes: dict[tuple[str, str], str] = {}
+        self.schemas = SchemaRegistry()
+        """Topic schemas (broker.core.schemas), by partitioned topic name."""
         self.connections: set[ServerConnection] = set()
         self.storage = storage
+        # Topic policies are kept in the data directory when topics are (a restart keeps them).
+        self.policies = PolicyManager(config, Path(config.dataDir) if storage is not None else None)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._stats_task: asyncio.Task | None = None
@@ -73,13 +93,19 @@ class BrokerService:
                     loop=self.loop,
                     cursor_sink=self.storage,
                     cursors=cursors,
+                    consumer_cursor_expiry_s=self.config.broadcastCursorExpirationTimeSeconds,
                 )
             else:
                 cap = self.config.managedLedgerCacheSizeMB * 1024 * 1024
                 topic = Topic(
-                    full, MemoryEntryLog(max_bytes=cap), persistent=persistent, loop=self.loop
+                    full,
+                    MemoryEntryLog(max_bytes=cap),
+                    persistent=persistent,
+                    loop=self.loop,
+                    consumer_cursor_expiry_s=self.config.broadcastCursorExpirationTimeSeconds,
                 )
             self.topics[full] = topic
+            self.policies.attach(topic)
         return topic
 
     def partitions_of(self, name: str) -> int:
@@ -91,6 +117,12 @@ class BrokerService:
         _, full = parse_topic(name)
         if partitions < 1:
             raise ValueError(f"the number of partitions must be at least 1, got {partitions}")
+        limit = self.config.maxNumPartitionsPerPartitionedTopic
+        if 0 < limit < partitions:
+            raise LimitExceeded(
+                f"Number of partitions should be less than or equal to {limit} "
+                f"(maxNumPartitionsPerPartitionedTopic)"
+            )
         if full in self.partitioned or full in self.topics:
             raise TopicExists(f"topic {full} already exists")
         parse_topic(partition_names(full, partitions)[-1])  # the longest partition name fits
@@ -110,17 +142,31 @@ class BrokerService:
         return preset or NAME_BY_SUBTYPE[req.subType]
 
     def create_subscription(self, topic_name: str, subscription: str, mode: str) -> None:
+        """All at once: for callers on the loop with few partitions (the admin API goes in
+        steps: `subscription_targets`, then `create_subscription_on` ADMIN_STEP at a time)."""
+        canonical, names = self.subscription_targets(topic_name, subscription, mode)
+        self.create_subscription_on(names, subscription, canonical)
+
+    def subscription_targets(
+        self, topic_name: str, subscription: str, mode: str
+    ) -> tuple[str, list[str]]:
+        """(canonical mode, the topics to create the subscription on: each partition)."""
         canonical = _MODES_BY_LOWER.get(mode.lower())
         if canonical is None:
             raise ValueError(f"unknown subscription mode {mode!r}; one of {sorted(DISPATCHERS)}")
         _, full = parse_topic(topic_name)
         self.preset_modes[(full, subscription)] = canonical
         partitions = self.partitioned.get(full, 0)
-        names = partition_names(full, partitions) or [full]
+        return canonical, partition_names(full, partitions) or [full]
+
+    def create_subscription_on(self, names: list[str], subscription: str, mode: str) -> None:
         for name in names:
             topic = self.topic(name)
             if subscription not in topic.subscriptions:
-                topic.subscription(subscription, canonical, initial_earliest=False)
+                refused = subscription_refusal(self.config, len(topic.subscriptions))
+                if refused is not None:
+                    raise LimitExceeded(f"{name}: {refused.message}")
+                topic.subscription(subscription, mode, initial_earliest=False)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -141,6 +187,8 @@ class BrokerService:
             self._stats_task = asyncio.ensure_future(self._write_stats())
         self._rates_task = asyncio.ensure_future(self._measure_rates())
         log.info("broker listening on %s", self.config.advertised_url)
+        note_level = logging.WARNING if "OFF" in self.security_note else logging.INFO
+        log.log(note_level, "%s", self.security_note)
 
     async def stop(self) -> None:
         if self._stats_task is not None:
@@ -154,6 +202,7 @@ class BrokerService:
         if self._stats_task is not None:
             self._stats_task.cancel()
         self._rates_task.cancel()
+        self.policies.close()
         for topic in self.topics.values():
             topic.close()
         if self.storage is not None:

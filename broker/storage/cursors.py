@@ -18,7 +18,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -33,6 +33,9 @@ Range = tuple[Position, Position]
 """(start, end]: every entry after start up to and including end."""
 
 LOG_NAME = "cursors.log"
+PREVIOUS_NAME = "cursors.log.prev"
+"""The log as it was before the last compaction: the generation to fall back on for the
+subscriptions whose records a damaged log lost."""
 MAX_UNACKED_RANGES_TO_PERSIST = 10_000
 """Pulsar's managedLedgerMaxUnackedRangesToPersist: a cursor's record keeps at most this many
 acked ranges, the lowest ones. Entries acked in the ranges above are known in memory only and
@@ -45,7 +48,12 @@ _HEADER = struct.Struct(">II")  # body length, crc32c of the body
 _NAME = struct.Struct(">BI")  # kind, name length in bytes; then the UTF-8 name
 _STATE = struct.Struct(">BBqqI")  # flags, mode length, mark-delete, ranges; then mode, ranges
 _LENGTH = struct.Struct(">I")
-_SAVE, _DELETE = 1, 2
+_GROUP = struct.Struct(">BqqI")  # flags, mark-delete, ranges; then the ranges
+_NAMES = struct.Struct(">BII")  # how the names are encoded, how many, their bytes
+_SAVE, _DELETE, _CONSUMERS = 1, 2, 3
+_JOINED, _PREFIXED = 0, 1
+"""A group's consumer names: joined by NUL (one C-speed join for thousands), or each
+[u32 length][bytes] when a name holds a NUL itself."""
 _HAS_MARK, _HAS_PROPERTIES = 1, 2
 _MODES: dict[str, bytes] = {}
 
@@ -56,17 +64,32 @@ def format_ranges(ranges: Iterable[Range]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerGroup:
+    """Named consumers of a Broadcast subscription whose virtual cursors stand at one place,
+    saved together: each consumer acknowledges each entry, so most stand where the others
+    do, and 10,000 of them save as a few groups, not 10,000 records."""
+
+    mark_delete: Position | None
+    individually_acked: list[Range]
+    names: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class CursorState:
     """What one subscription's cursor keeps across a restart (Pulsar's PositionInfo and more).
 
     mark_delete is None until the subscription has a position; mode is the subscription type
     ("Exclusive", "Shared", "Failover", "Key_Shared", or the project's "Broadcast").
+    `consumers` holds a Broadcast subscription's named virtual cursors, all of them, as one
+    record beside the subscription's own; None when they are not part of this save (they
+    did not change) or were never saved.
     """
 
     mark_delete: Position | None
     individually_acked: list[Range] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
     mode: str = "Exclusive"
+    consumers: list[ConsumerGroup] | None = None
 
 
 class CursorStore:
@@ -106,12 +129,18 @@ class CursorStore:
         self._fsync = fsync
         self._records: dict[str, bytes] | None = None
         """Each live subscription's last whole record, as written; None until loaded."""
+        self._consumer_records: dict[str, bytes] = {}
+        """Each live Broadcast subscription's last record of its consumers' cursors."""
         self._live_bytes = 0
         """Size of a snapshot: the sum of those records."""
         self._log_bytes = 0
         """Size of the log: where the next record goes."""
         self.truncated_bytes = 0
         """Bytes cut from a torn tail at the last load (0 after a clean shutdown)."""
+        self.damaged_records = 0
+        """Damaged records skipped inside the log at the last load."""
+        self.restored_from_previous: list[str] = []
+        """Subscriptions read from the previous generation at the last load."""
         self.compactions = 0
 
     # -- writing -----------------------------------------------------------------------------
@@ -123,20 +152,32 @@ class CursorStore:
         batch counts, and writing it again is safe.
         """
         records = self._loaded()
+        saves = list(saves)
         batch: list[tuple[str, bytes | None]] = [(n, None) for n in deletes]
         batch += [(name, _encode_save(name, state)) for name, state in saves]
+        consumer_batch = [
+            (name, _encode_consumers(name, state.consumers))
+            for name, state in saves
+            if state.consumers is not None
+        ]
         if not batch:
             return
         data = b"".join(_encode_delete(name) if r is None else r for name, r in batch)
+        data += b"".join(record for _, record in consumer_batch)
         self._append(data)
         live = self._live_bytes
         for name, record in batch:
             old = records.pop(name, None) if record is None else records.get(name)
             if old is not None:
                 live -= len(old)
-            if record is not None:
+            if record is None:
+                live -= len(self._consumer_records.pop(name, b""))
+            else:
                 records[name] = record
                 live += len(record)
+        for name, record in consumer_batch:
+            live += len(record) - len(self._consumer_records.get(name, b""))
+            self._consumer_records[name] = record
         self._live_bytes = live
         if self._log_bytes > max(COMPACT_FLOOR_BYTES, COMPACT_FACTOR * live):
             try:
@@ -153,10 +194,12 @@ class CursorStore:
         """Forget a subscription's state; deleting one that was never saved is not an error."""
         self.write((), [subscription])
 
-    def compact(self) -> None:
-        """Rewrite the log as one snapshot of the live states: temporary file, rename."""
+    def compact(self, keep_previous: bool = True) -> None:
+        """Rewrite the log as one snapshot of the live states: temporary file, rename; the log
+        it replaces becomes the previous generation (unless `keep_previous` is False: after a
+        damaged load, the generation to keep is the one already there)."""
         records = self._loaded()
-        data = b"".join(records.values())
+        data = b"".join(records.values()) + b"".join(self._consumer_records.values())
         temporary = self.path.with_name(LOG_NAME + ".tmp")
         try:
             with temporary.open("wb") as file:
@@ -164,6 +207,8 @@ class CursorStore:
                 file.flush()
                 if self._sync_data:
                     self._fsync(file.fileno())
+            if keep_previous and self.path.exists():
+                os.replace(self.path, self.path.with_name(PREVIOUS_NAME))
             os.replace(temporary, self.path)
         except BaseException:
             temporary.unlink(missing_ok=True)
@@ -200,11 +245,19 @@ class CursorStore:
     def load_all(self) -> dict[str, CursorState]:
         """Every saved subscription's state, read from the disk (replaying the log).
 
-        A torn tail is cut (see `truncated_bytes`); leftover temporary files of a crash are
-        ignored; subscriptions of the old one-file-each layout are moved into the log.
+        A torn tail is cut (see `truncated_bytes`); a damaged record inside the log is skipped
+        (the records after it kept) and, for the subscriptions it may have held, the previous
+        generation (PREVIOUS_NAME) is read instead, then the log is compacted clean; leftover
+        temporary files of a crash are ignored; subscriptions of the old one-file-each layout
+        are moved into the log.
         """
         legacy = _load_legacy(self.directory)
-        states, records, whole, size = self._replay()
+        previous = self.path.with_name(PREVIOUS_NAME)
+        if not self.path.exists() and previous.exists():
+            # A crash between a compaction's two renames: the previous generation is the log.
+            log.warning("%s: missing, reading the previous generation %s", self.path, previous)
+            os.replace(previous, self.path)
+        states, records, consumer_records, whole, size, damaged = _replay(self.path)
         if whole < size:
             self.truncated_bytes = size - whole
             log.warning(
@@ -218,17 +271,46 @@ class CursorStore:
             os.truncate(self.path, whole)
             if self._sync_data:
                 fsync_path(self.path, self._fsync)
+        if damaged:
+            self.damaged_records = len(damaged)
+            log.warning(
+                "%s: skipped %d damaged records (at byte offsets %s), kept every whole record "
+                "after them",
+                self.path,
+                len(damaged),
+                ", ".join(map(str, damaged[:20])),
+            )
+        if (damaged or whole < size) and previous.exists():
+            old_states, old_records, old_consumers, *_ = _replay(previous)
+            restored = sorted(set(old_states) - set(states))
+            for name in restored:
+                states[name] = old_states[name]
+                records[name] = old_records[name]
+                if name in old_consumers:
+                    consumer_records[name] = old_consumers[name]
+            if restored:
+                self.restored_from_previous = restored
+                log.warning(
+                    "%s: %d subscriptions read from the previous generation (their newer "
+                    "acks are redelivered): %s",
+                    self.path,
+                    len(restored),
+                    ", ".join(map(repr, restored[:20])),
+                )
         self._records = records
-        self._live_bytes = sum(len(r) for r in records.values())
+        self._consumer_records = consumer_records
+        self._live_bytes = self._snapshot_bytes()
         self._log_bytes = whole
         self.path.with_name(LOG_NAME + ".tmp").unlink(missing_ok=True)
+        if damaged:
+            self.compact(keep_previous=False)  # the damage is not read again at the next load
         if legacy:
             # The log is newer than any old file left over (a crash while they were removed).
             for name, state in legacy.items():
                 if name not in states:
                     states[name] = state
                     records[name] = _encode_save(name, state)
-            self._live_bytes = sum(len(r) for r in records.values())
+            self._live_bytes = self._snapshot_bytes()
             self.compact()
             for path in self.directory.glob("*.json*"):
                 path.unlink()
@@ -236,49 +318,109 @@ class CursorStore:
             log.info("%s: moved %d cursor files into %s", self.directory, len(legacy), LOG_NAME)
         return states
 
+    def _snapshot_bytes(self) -> int:
+        assert self._records is not None
+        return sum(map(len, self._records.values())) + sum(
+            map(len, self._consumer_records.values())
+        )
+
     def _loaded(self) -> dict[str, bytes]:
         if self._records is None:
             self.load_all()
         assert self._records is not None
         return self._records
 
-    def _replay(self) -> tuple[dict[str, CursorState], dict[str, bytes], int, int]:
-        """(states, records, end of the last whole record, file size)."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return {}, {}, 0, 0
-        states: dict[str, CursorState] = {}
-        records: dict[str, bytes] = {}
-        offset, size = 0, len(data)
-        while offset + _HEADER.size <= size:
-            length, crc = _HEADER.unpack_from(data, offset)
-            end = offset + _HEADER.size + length
-            if (
-                length < _NAME.size  # zeros, as a file system may leave after a crash
-                or end > size
-                or crc32c.crc32c(data[offset + _HEADER.size : end]) != crc
-            ):
-                break
-            try:
-                name, state = _decode(data, offset + _HEADER.size, end)
-            except (ValueError, struct.error, UnicodeDecodeError) as error:
-                # A whole record, checksum right, and unreadable: not a crash but a bug.
-                raise ValueError(
-                    f"unreadable cursor record in {self.path} at {offset}: {error}"
-                ) from error
-            if state is None:
-                states.pop(name, None)
-                records.pop(name, None)
-            else:
-                states[name] = state
-                records[name] = data[offset:end]
-            offset = end
-        return states, records, offset, size
-
     def _sync_directory(self) -> None:
         if self._sync_data:
             fsync_path(self.directory, self._fsync)
+
+
+# -- replaying ------------------------------------------------------------------------------------
+
+_Replayed = tuple[dict[str, CursorState], dict[str, bytes], dict[str, bytes], int, int, list[int]]
+
+
+def _replay(path: Path) -> _Replayed:
+    """(states, records, consumer records, end of the last whole record, file size, offsets
+    of damaged records skipped). A record that fails its checksum or does not decode is
+    skipped when whole records follow it (found as the ledgers find them), else it starts
+    the torn tail."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}, {}, {}, 0, 0, []
+    states: dict[str, CursorState] = {}
+    records: dict[str, bytes] = {}
+    consumers: dict[str, list[ConsumerGroup]] = {}
+    consumer_records: dict[str, bytes] = {}
+    damaged: list[int] = []
+    offset, size = 0, len(data)
+    while offset < size:
+        decoded = _record_at(data, offset, size)
+        if decoded is None:
+            resume = _resync(data, offset, size)
+            if resume is None:
+                break
+            damaged.append(offset)
+            offset = resume
+            continue
+        end, (name, state) = decoded
+        if isinstance(state, list):
+            consumers[name] = state
+            consumer_records[name] = data[offset:end]
+        elif state is None:
+            states.pop(name, None)
+            records.pop(name, None)
+            consumers.pop(name, None)
+            consumer_records.pop(name, None)
+        else:
+            assert isinstance(state, CursorState)
+            states[name] = state
+            records[name] = data[offset:end]
+        offset = end
+    for name in list(consumer_records):
+        if name not in states:  # consumers of a subscription that is gone
+            del consumer_records[name]
+    for name, groups in consumers.items():
+        if name in states:
+            states[name] = replace(states[name], consumers=groups)
+    return states, records, consumer_records, offset, size, damaged
+
+
+_Decoded = tuple[str, CursorState | list[ConsumerGroup] | None]
+
+
+def _record_at(data: bytes, offset: int, size: int) -> tuple[int, _Decoded] | None:
+    """(end, decoded record) of a whole, readable record at offset, else None."""
+    if offset + _HEADER.size > size:
+        return None
+    length, crc = _HEADER.unpack_from(data, offset)
+    end = offset + _HEADER.size + length
+    if (
+        length < _NAME.size  # zeros, as a file system may leave after a crash
+        or end > size
+        or crc32c.crc32c(data[offset + _HEADER.size : end]) != crc
+    ):
+        return None
+    try:
+        return end, _decode(data, offset + _HEADER.size, end)
+    except (ValueError, struct.error, UnicodeDecodeError) as error:
+        log.error("cursor record at %d: checksum right and unreadable: %s", offset, error)
+        return None
+
+
+def _resync(data: bytes, offset: int, size: int) -> int | None:
+    """Where readable records start again after a bad one at offset; None: a torn tail."""
+    if offset + _HEADER.size <= size:
+        (length,) = _LENGTH.unpack_from(data, offset)
+        candidate = offset + _HEADER.size + length
+        if candidate < size and _record_at(data, candidate, size) is not None:
+            return candidate
+    for candidate in range(offset + 1, size - _HEADER.size - _NAME.size + 1):
+        found = _record_at(data, candidate, size)
+        if found is not None and (found[0] == size or _record_at(data, found[0], size)):
+            return candidate
+    return None
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -319,18 +461,45 @@ def _encode_save(name: str, state: CursorState) -> bytes:
     return _frame(b"".join(parts))
 
 
+def _encode_consumers(name: str, groups: list[ConsumerGroup]) -> bytes:
+    """A subscription's consumer cursors: ``[u8 3][u32 n][name][u32 g]`` then per group
+    ``[u8 flags][i64 ledger][i64 entry][u32 r][r × 4 i64][u8 encoding][u32 count][u32 b][b
+    bytes of names]``, the ranges capped at MAX_UNACKED_RANGES_TO_PERSIST."""
+    name_bytes = name.encode()
+    parts = [_NAME.pack(_CONSUMERS, len(name_bytes)), name_bytes, _LENGTH.pack(len(groups))]
+    for group in groups:
+        mark = group.mark_delete
+        ranges = group.individually_acked[:MAX_UNACKED_RANGES_TO_PERSIST]
+        parts.append(_GROUP.pack(0 if mark is None else _HAS_MARK, *(mark or (0, 0)), len(ranges)))
+        if ranges:
+            flat = [n for start, end in ranges for n in (*start, *end)]
+            parts.append(struct.pack(f">{len(flat)}q", *flat))
+        joined = "\x00".join(group.names)
+        if joined.count("\x00") == len(group.names) - 1:
+            encoding, blob = _JOINED, joined.encode()
+        else:
+            encoding = _PREFIXED
+            blob = b"".join(_LENGTH.pack(len(b)) + b for b in (n.encode() for n in group.names))
+        parts += (_NAMES.pack(encoding, len(group.names), len(blob)), blob)
+    return _frame(b"".join(parts))
+
+
 def _encode_delete(name: str) -> bytes:
     name_bytes = name.encode()
     return _frame(_NAME.pack(_DELETE, len(name_bytes)) + name_bytes)
 
 
-def _decode(data: bytes, offset: int, end: int) -> tuple[str, CursorState | None]:
-    """(name, state) of the record body data[offset:end]; state None for a delete."""
+def _decode(data: bytes, offset: int, end: int) -> _Decoded:
+    """(name, state) of the record body data[offset:end]: the state None for a delete, a list
+    of groups for a record of consumer cursors."""
     kind, length = _NAME.unpack_from(data, offset)
     offset += _NAME.size
     name = data[offset : offset + length].decode()
     offset += length
-    if kind == _DELETE:
+    state: CursorState | list[ConsumerGroup] | None
+    if kind == _CONSUMERS:
+        state, offset = _decode_groups(data, offset)
+    elif kind == _DELETE:
         state = None
     elif kind == _SAVE:
         flags, mode_length, ledger_id, entry_id, count = _STATE.unpack_from(data, offset)
@@ -361,6 +530,44 @@ def _decode(data: bytes, offset: int, end: int) -> tuple[str, CursorState | None
     return name, state
 
 
+def _decode_groups(data: bytes, offset: int) -> tuple[list[ConsumerGroup], int]:
+    (count,) = _LENGTH.unpack_from(data, offset)
+    offset += _LENGTH.size
+    groups = []
+    for _ in range(count):
+        flags, ledger_id, entry_id, ranges = _GROUP.unpack_from(data, offset)
+        offset += _GROUP.size
+        flat = struct.unpack_from(f">{4 * ranges}q", data, offset)
+        offset += 32 * ranges
+        encoding, n, size = _NAMES.unpack_from(data, offset)
+        offset += _NAMES.size
+        blob = data[offset : offset + size]
+        offset += size
+        if encoding == _JOINED:
+            names = blob.decode().split("\x00") if n else []
+        elif encoding == _PREFIXED:
+            names, at = [], 0
+            for _ in range(n):
+                (length,) = _LENGTH.unpack_from(blob, at)
+                names.append(blob[at + _LENGTH.size : at + _LENGTH.size + length].decode())
+                at += _LENGTH.size + length
+        else:
+            raise ValueError(f"unknown name encoding {encoding}")
+        if len(names) != n:
+            raise ValueError(f"a group of {n} consumers holds {len(names)} names")
+        groups.append(
+            ConsumerGroup(
+                Position(ledger_id, entry_id) if flags & _HAS_MARK else None,
+                [
+                    (Position(flat[i], flat[i + 1]), Position(flat[i + 2], flat[i + 3]))
+                    for i in range(0, len(flat), 4)
+                ],
+                names,
+            )
+        )
+    return groups, offset
+
+
 # -- the previous layout: one JSON file per subscription -------------------------------------
 
 
@@ -371,7 +578,9 @@ def _load_legacy(directory: Path) -> dict[str, CursorState]:
         try:
             states[unquote(path.name.removesuffix(".json"))] = _decode_json(path.read_bytes())
         except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"unreadable cursor state {path}: {error}") from error
+            # One unreadable file must not make the topic unusable: that subscription starts
+            # again as new (its consumers' initial position), the others keep theirs.
+            log.error("skipped an unreadable cursor file %s: %s", path, error)
     return states
 
 
@@ -454,8 +663,14 @@ class ThrottledCursorWriter:
     def retry(self, writes: CursorWrites) -> None:
         """`writes` failed: keep what it held pending, unless changed or deleted since."""
         for name, state in writes.saves:
-            if name not in self._deletes:
-                self._dirty.setdefault(name, _constant(state))
+            if name in self._deletes:
+                continue
+            newer = self._dirty.get(name)
+            if newer is None:
+                self._dirty[name] = _constant(state)
+            elif state.consumers is not None:
+                # The newer state may leave the consumers out (unchanged since): keep these.
+                self._dirty[name] = _with_consumers_of(state, newer)
         self._deletes.update(writes.deletes)
 
     def tick(self) -> int:
@@ -477,3 +692,17 @@ class ThrottledCursorWriter:
 
 def _constant(state: CursorState) -> Callable[[], CursorState]:
     return lambda: state
+
+
+def _with_consumers_of(
+    older: CursorState, newer: Callable[[], CursorState]
+) -> Callable[[], CursorState]:
+    """The newer state, with the older one's consumer cursors if it has none of its own."""
+
+    def state() -> CursorState:
+        latest = newer()
+        return (
+            latest if latest.consumers is not None else replace(latest, consumers=older.consumers)
+        )
+
+    return state

@@ -4,9 +4,16 @@ Layout: ``<directory>/ledger-<id>.log``, each a run of records
 ``[u32 length][u32 crc32c(body)][body]`` with ``body = [u64 received_us][entry bytes]``
 (big-endian, like the Pulsar wire). An entry's id is its index in its file, so nothing but the
 files is stored: the offset index is rebuilt by scanning them at open. A crash can only tear
-what was written after the last sync, so recovery cuts each file at its first short or corrupt
-record. New writes after a restart always go to a new, higher ledger id (as Pulsar's managed
-ledger does), so message ids keep growing and never name two different entries.
+what was written after the last sync, so recovery cuts a torn tail. A damaged record inside a
+file (a flipped bit, a bad sector) is not a tear: recovery finds the next whole record (the
+damaged one's own length when that is intact, else a byte-by-byte search for a record whose
+checksum holds, followed by another or the end), keeps everything from there, and counts the
+damaged record as one lost entry, so every later entry keeps its id and no cursor lands on
+another entry. (Records carry no id of their own: damage running over several records, which
+no single flipped bit or sector inside one record makes, would count as one lost entry and
+shift the ids after it.) What was lost and cut is in `recovery`, by entry id. New writes after
+a restart always go to a new, higher ledger id (as Pulsar's managed ledger does), so message
+ids keep growing and never name two different entries.
 
 Threading: one writer at a time (the journal's worker thread) calls ``write``, ``sync``,
 ``confirm``, ``discard_unconfirmed`` and ``close``; readers (``read``, the position queries,
@@ -17,6 +24,7 @@ fsync. Readers see confirmed entries only, so nothing is dispatched before it is
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import struct
@@ -38,6 +46,7 @@ from broker.storage.position import Position
 MiB = 1024 * 1024
 
 _HEADER = struct.Struct(">II")  # body length, crc32c of the body
+_LENGTH = struct.Struct(">I")
 _RECEIVED_US = struct.Struct(">Q")
 _FILE_NAME = re.compile(r"ledger-(\d+)\.log")
 _FIRST_LEDGER_ID = 1
@@ -62,6 +71,31 @@ class _Segment:
     offsets: array[int] = field(default_factory=lambda: array("Q"))
     size: int = 0
     """End of the last whole record."""
+    lost: list[int] = field(default_factory=list)
+    """Entry ids of damaged records found at open (ascending): they keep their id, unread."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What opening a ledger file found: entries kept, lost (damaged), bytes cut at the end."""
+
+    ledger_id: int
+    entries: int
+    lost: list[tuple[int, int]]
+    """(entry id, byte offset) of each damaged record skipped."""
+    truncated_bytes: int
+
+    def describe(self) -> str:
+        parts = [f"ledger {self.ledger_id}: {self.entries - len(self.lost)} entries recovered"]
+        if self.lost:
+            lost = ", ".join(f"{self.ledger_id}:{e} (byte {o})" for e, o in self.lost)
+            parts.append(f"lost {len(self.lost)} damaged: {lost}")
+        if self.truncated_bytes:
+            parts.append(
+                f"cut a torn tail of {self.truncated_bytes} bytes after entry "
+                f"{self.ledger_id}:{self.entries - 1}"
+            )
+        return "; ".join(parts)
 
 
 class ManagedLedger:
@@ -76,12 +110,15 @@ class ManagedLedger:
         cache_bytes: int,
         truncated_bytes: int,
         unsynced_dirs: set[Path],
+        recovery: list[Recovery] | None = None,
     ) -> None:
         if max_entries_per_ledger < 1:
             raise ValueError(f"max_entries_per_ledger must be >= 1, not {max_entries_per_ledger}")
         self.directory = directory
         self.truncated_bytes = truncated_bytes
         """Bytes cut from torn tails when the ledger was opened (0 after a clean shutdown)."""
+        self.recovery = recovery or []
+        """Ledgers that had damaged records or a torn tail at open: what was kept and lost."""
         self._max_entries = max_entries_per_ledger
         self._cache_limit = cache_bytes
         self._lock = threading.Lock()
@@ -117,11 +154,21 @@ class ManagedLedger:
         path.mkdir(parents=True, exist_ok=True)
         segments: list[_Segment] = []
         truncated = 0
+        recovery = []
         for ledger_id, file in sorted(_ledger_files(path)):
-            segment, file_size = _scan(ledger_id, file)
+            segment, file_size, lost_at = _scan(ledger_id, file)
             if segment.size < file_size:
                 os.truncate(file, segment.size)
                 truncated += file_size - segment.size
+            if lost_at or segment.size < file_size:
+                recovery.append(
+                    Recovery(
+                        ledger_id,
+                        len(segment.offsets),
+                        list(zip(segment.lost, lost_at, strict=True)),
+                        file_size - segment.size,
+                    )
+                )
             segments.append(segment)
         return cls(
             path,
@@ -130,6 +177,7 @@ class ManagedLedger:
             cache_bytes=cache_bytes,
             truncated_bytes=truncated,
             unsynced_dirs={path.parent} if created else set(),
+            recovery=recovery,
         )
 
     # -- writer side ------------------------------------------------------------------------
@@ -252,6 +300,11 @@ class ManagedLedger:
         with self._lock:
             return self._locate(_EARLIEST)
 
+    def lost_entries(self) -> dict[int, list[int]]:
+        """Ledger id → entry ids of the damaged records skipped at open (ascending)."""
+        with self._lock:
+            return {s.ledger_id: list(s.lost) for s in self._segments if s.lost}
+
     def ledger_sizes(self) -> list[tuple[int, int]]:
         """(ledger id, confirmed entries) of every stored ledger, oldest first.
 
@@ -281,8 +334,15 @@ class ManagedLedger:
                     # Opened under the lock, so retention cannot delete it before we read it.
                     fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
                     stack.callback(os.close, fd)
-                    spans.append((fd, segment.ledger_id, entry_id, begin, end))
-            return [entry for span in spans for entry in _read_span(*span)]
+                    lost = frozenset(segment.lost) if segment.lost else frozenset()
+                    spans.append((fd, segment.ledger_id, entry_id, begin, end, lost, segment))
+            return [
+                entry
+                for fd, ledger_id, entry_id, begin, end, lost, segment in spans
+                for entry in _read_span(
+                    fd, ledger_id, entry_id, begin, end, lost, segment.offsets if lost else None
+                )
+            ]
 
     def next_position_after(self, position: Position) -> Position:
         """The entry that follows position: the next stored one, else the next write's.
@@ -302,7 +362,8 @@ class ManagedLedger:
         return max(upcoming, following)
 
     def entries_between(self, start: Position, end: Position) -> int:
-        """How many confirmed entries lie in (start, end]: a backlog counted from markDelete."""
+        """How many confirmed entries lie in (start, end]: a backlog counted from markDelete
+        (damaged ones lost at open included)."""
         total = 0
         with self._lock:
             first = bisect_left(self._segments, start.ledger_id, key=_ledger_id)
@@ -393,8 +454,17 @@ class ManagedLedger:
             entry_id = 0
 
 
-def _read_span(fd: int, ledger_id: int, entry_id: int, start: int, end: int) -> list[Entry]:
-    """Parse the whole records in [start, end) of one ledger file (CRCs were checked at open)."""
+def _read_span(
+    fd: int,
+    ledger_id: int,
+    entry_id: int,
+    start: int,
+    end: int,
+    lost: frozenset[int] = frozenset(),
+    offsets: array[int] | None = None,
+) -> list[Entry]:
+    """Parse the whole records in [start, end) of one ledger file (CRCs were checked at open),
+    stepping over the damaged ones (`lost`, found through `offsets`)."""
     buffer = os.pread(fd, end - start, start)
     if len(buffer) != end - start:
         raise OSError(f"ledger-{ledger_id}.log is shorter than its index: changed by hand?")
@@ -402,6 +472,11 @@ def _read_span(fd: int, ledger_id: int, entry_id: int, start: int, end: int) -> 
     entries = []
     offset = 0
     while offset < len(buffer):
+        if entry_id in lost:
+            assert offsets is not None
+            entry_id += 1
+            offset = (offsets[entry_id] if entry_id < len(offsets) else end) - start
+            continue
         length, _crc = _HEADER.unpack_from(buffer, offset)
         body = offset + _HEADER.size
         (received_us,) = _RECEIVED_US.unpack_from(buffer, body)
@@ -412,21 +487,63 @@ def _read_span(fd: int, ledger_id: int, entry_id: int, start: int, end: int) -> 
     return entries
 
 
-def _scan(ledger_id: int, path: Path) -> tuple[_Segment, int]:
-    """Index a ledger file up to its first short or corrupt record; returns it and the file size."""
+def _scan(ledger_id: int, path: Path) -> tuple[_Segment, int, list[int]]:
+    """Index a ledger file: (segment, file size, byte offset of each damaged record).
+
+    Whole records are indexed; a damaged one followed by whole records is indexed as lost
+    (its id kept); the first bad record with nothing whole after it starts the torn tail."""
     segment = _Segment(ledger_id, path)
+    lost_at: list[int] = []
     with path.open("rb") as file:
         file_size = os.fstat(file.fileno()).st_size
-        while len(header := file.read(_HEADER.size)) == _HEADER.size:
-            length, crc = _HEADER.unpack(header)
-            end = segment.size + _HEADER.size + length
-            if length < _RECEIVED_US.size or end > file_size:
-                break
-            if crc32c.crc32c(file.read(length)) != crc:
-                break
-            segment.offsets.append(segment.size)
-            segment.size = end
-    return segment, file_size
+        if file_size == 0:
+            return segment, 0, lost_at
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            offset = 0
+            while offset < file_size:
+                end = _whole_record(data, offset, file_size)
+                if end is None:
+                    resume = _resync(data, offset, file_size)
+                    if resume is None:
+                        break  # a torn tail: cut here
+                    segment.lost.append(len(segment.offsets))
+                    lost_at.append(offset)
+                    end = resume
+                segment.offsets.append(offset)
+                offset = end
+            segment.size = offset
+    return segment, file_size, lost_at
+
+
+def _whole_record(data: mmap.mmap, offset: int, size: int) -> int | None:
+    """The end of the record at offset if it is whole and its checksum holds, else None."""
+    if offset + _HEADER.size > size:
+        return None
+    length, crc = _HEADER.unpack_from(data, offset)
+    end = offset + _HEADER.size + length
+    if length < _RECEIVED_US.size or end > size:
+        return None
+    if crc32c.crc32c(data[offset + _HEADER.size : end]) != crc:
+        return None
+    return end
+
+
+def _resync(data: mmap.mmap, offset: int, size: int) -> int | None:
+    """Where whole records start again after a damaged one at offset, or None (a torn tail).
+
+    First where the damaged record's own length says it ends; failing that (the length is
+    what was damaged), the first later offset holding a whole record followed by another
+    whole record or by the end of the file."""
+    if offset + _HEADER.size <= size:
+        (length,) = _LENGTH.unpack_from(data, offset)
+        candidate = offset + _HEADER.size + length
+        if candidate < size and _whole_record(data, candidate, size) is not None:
+            return candidate
+    for candidate in range(offset + 1, size - _HEADER.size - _RECEIVED_US.size + 1):
+        end = _whole_record(data, candidate, size)
+        if end is not None and (end == size or _whole_record(data, end, size) is not None):
+            return candidate
+    return None
 
 
 def _ledger_files(directory: Path) -> Iterator[tuple[int, Path]]:

@@ -19,8 +19,10 @@ from urllib.parse import quote
 
 from broker.config import BrokerConfig
 from broker.core.entry import Entry
+from broker.core.topic import SavedCursors
 from broker.storage.cursors import (
     MAX_UNACKED_RANGES_TO_PERSIST,
+    ConsumerGroup,
     CursorState,
     CursorStore,
     CursorWrites,
@@ -65,8 +67,13 @@ class LedgerEntryLog:
         # Rows of (ledger_id, first index, entries) in ledger order.
         self._ids: list[int] = []
         self._rows: list[list[int]] = []
+        self._lost = ledger.lost_entries()
+        """Ledger id → entry ids of damaged records skipped at open. They have no index: the
+        indexes step over them, so cursors (saved as positions) never land on other entries
+        and never wait for an entry that cannot be read."""
         index = 0
         for ledger_id, count in ledger.ledger_sizes():
+            count -= len(self._lost.get(ledger_id, ()))
             self._ids.append(ledger_id)
             self._rows.append([ledger_id, index, count])
             index += count
@@ -120,18 +127,42 @@ class LedgerEntryLog:
         if not self._rows:
             return Position(0, index)
         ledger_id, first, _ = self._rows[-1]
-        if index >= first:  # the current ledger: most cursors are in it
+        if index >= first and ledger_id not in self._lost:  # the current ledger: most cursors
             return Position(ledger_id, index - first)
         i = max(0, bisect.bisect_right([r[1] for r in self._rows], index) - 1)
         ledger_id, first, _ = self._rows[i]
-        return Position(ledger_id, index - first)
+        entry_id = index - first
+        for lost in self._lost.get(ledger_id, ()):  # ascending: step over each one passed
+            if lost > entry_id:
+                break
+            entry_id += 1
+        return Position(ledger_id, entry_id)
 
     def index_of(self, ledger_id: int, entry_id: int) -> int:
         i = bisect.bisect_left(self._ids, ledger_id)
         if i < len(self._ids) and self._ids[i] == ledger_id:
+            lost = self._lost.get(ledger_id) if self._lost else None
+            if lost:
+                # A lost entry's position names the last entry before it (a mark-delete there
+                # acknowledges everything up to it, and no entry after).
+                below = bisect.bisect_left(lost, entry_id)
+                on_lost = below < len(lost) and lost[below] == entry_id
+                return self._rows[i][1] + entry_id - below - on_lost
             return self._rows[i][1] + entry_id
         # An id we no longer (or never) had: before everything or after everything.
         return self.first_index - 1 if i == 0 else self.next_index
+
+    async def publish_time_at(self, index: int) -> int | None:
+        """The producer's publish time (ms) of the entry at `index`, from the cache or read
+        back on a thread; None when it is gone (broker.core.positions: seek by time)."""
+        if not self.first_index <= index < self.next_index:
+            return None
+        cached = self._cache.get(index) or self._behind.get(index)
+        if cached is not None:
+            return cached.publish_time_ms
+        loop = asyncio.get_running_loop()
+        stored = await loop.run_in_executor(None, self.ledger.read, self.position_of(index), 1)
+        return _entry_facts(stored[0].data)[2] if stored else None
 
     def read(self, start: int, limit: int) -> list[Entry]:
         start = max(start, self.first_index)
@@ -213,6 +244,17 @@ class LedgerEntryLog:
         self.ledger.close()
 
 
+def _indexes(
+    entry_log: LedgerEntryLog, mark_delete: Position | None, ranges: list[Range]
+) -> tuple[int, set[int]]:
+    """A saved cursor's (mark-delete, individually acked) in the log's entry indexes."""
+    mark = entry_log.first_index - 1 if mark_delete is None else entry_log.index_of(*mark_delete)
+    acked: set[int] = set()
+    for start, end in ranges:
+        acked.update(range(entry_log.index_of(*start) + 1, entry_log.index_of(*end) + 1))
+    return mark, acked
+
+
 class LedgerStorage:
     """All persistent topics of one broker: one journal, a ledger and cursor writer per topic.
 
@@ -242,7 +284,7 @@ class LedgerStorage:
         self._loop = loop
         self._task = loop.create_task(self._persist_loop())
 
-    def open_topic(self, name: str) -> tuple[LedgerEntryLog, dict[str, tuple[str, int, set[int]]]]:
+    def open_topic(self, name: str) -> tuple[LedgerEntryLog, SavedCursors]:
         """The topic's log and saved cursors. ValueError (InvalidTopicName to the client) for
         a name whose folder name would pass the file system's limit: refused, not failed."""
         folder = quote(name, safe="")
@@ -257,23 +299,20 @@ class LedgerStorage:
             max_entries_per_ledger=self.config.managedLedgerMaxEntriesPerLedger,
             cache_bytes=8 * MiB,
         )
-        if ledger.truncated_bytes:
-            log.warning("%s: cut %d bytes of a torn write", name, ledger.truncated_bytes)
+        for found in ledger.recovery:
+            log.warning("%s: recovery: %s", name, found.describe())
         entry_log = LedgerEntryLog(ledger, self.journal, self.config.managedLedgerCacheSizeMB * MiB)
         self._logs[name] = entry_log
         store = CursorStore(directory / "cursors", sync_data=self.config.journalSyncData)
         self._writers[name] = ThrottledCursorWriter(store, self._interval_s)
-        cursors = {}
+        cursors: SavedCursors = {}
         for sub_name, state in store.load_all().items():
-            mark = (
-                entry_log.first_index - 1
-                if state.mark_delete is None
-                else entry_log.index_of(*state.mark_delete)
-            )
-            acked: set[int] = set()
-            for start, end in state.individually_acked:
-                acked.update(range(entry_log.index_of(*start) + 1, entry_log.index_of(*end) + 1))
-            cursors[sub_name] = (state.mode, mark, acked)
+            mark, acked = _indexes(entry_log, state.mark_delete, state.individually_acked)
+            own = {}
+            for group in state.consumers or ():
+                at = _indexes(entry_log, group.mark_delete, group.individually_acked)
+                own.update(dict.fromkeys(group.names, at))
+            cursors[sub_name] = (state.mode, mark, acked, own)
         return entry_log, cursors
 
     # -- CursorSink (called on the event loop) ---------------------------------------------------
@@ -292,14 +331,32 @@ class LedgerStorage:
         mark = sub.mark_delete  # first: for Broadcast, brings the main cursor up to date
         cursor = sub.cursor
         ranges = _NO_RANGES
+        position_of = entry_log.position_of
         if cursor.acked:
-            position_of = entry_log.position_of
             ranges = [
                 (position_of(start) if start >= first else EARLIEST, position_of(end))
                 for start, end in cursor.acked_ranges()[:MAX_UNACKED_RANGES_TO_PERSIST]
             ]
+        groups = sub.dispatcher.consumer_cursors()
+        consumers = None
+        if groups is not None:
+            consumers = [
+                ConsumerGroup(
+                    position_of(own_mark) if own_mark >= first else None,
+                    [
+                        (position_of(start) if start >= first else EARLIEST, position_of(end))
+                        for start, end in own_ranges[:MAX_UNACKED_RANGES_TO_PERSIST]
+                    ],
+                    names,
+                )
+                for own_mark, own_ranges, names in groups
+            ]
         return CursorState(
-            entry_log.position_of(mark) if mark >= first else None, ranges, {}, sub.mode
+            entry_log.position_of(mark) if mark >= first else None,
+            ranges,
+            {},
+            sub.mode,
+            consumers,
         )
 
     async def _persist_loop(self) -> None:

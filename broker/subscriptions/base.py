@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from broker.core.consumer import Consumer
 from broker.core.entry import Entry
@@ -29,6 +29,13 @@ class SubscriptionError(Exception):
     def __init__(self, message: str, server_error: int) -> None:
         super().__init__(message)
         self.server_error = server_error
+
+
+class DispatchPolicy(Protocol):
+    """Topic policies on dispatch (broker.policies.dispatch: rate limits, delayed delivery):
+    runs the dispatcher within them."""
+
+    def run(self, dispatcher: Dispatcher) -> None: ...
 
 
 class Dispatcher(ABC):
@@ -46,8 +53,15 @@ class Dispatcher(ABC):
         log: EntryLog,
         loop: asyncio.AbstractEventLoop,
         cursor_moved: Callable[[], None],
+        *,
+        departed_expiry_s: float = 0.0,
     ) -> None:
         self.cursor = cursor
+        self.departed_expiry_s = departed_expiry_s
+        """How long a departed consumer's own cursor is kept (modes that keep one: Broadcast)."""
+        self.acks_refused = 0
+        """Acks of entries this subscription cannot have sent (past the log's end, or not yet
+        dispatched): ignored, as Pulsar ignores them, and counted (stats, /metrics)."""
         self.log = log
         self.loop = loop
         self._cursor_moved = cursor_moved
@@ -55,6 +69,10 @@ class Dispatcher(ABC):
         self.messages_out = 0
         self._dispatch_handle: asyncio.Handle | None = None
         self.closed = False
+        self.policy: DispatchPolicy | None = None
+        """Rate limits and delayed delivery; None, the common case, costs one check a slice."""
+        self.policy_events: dict[str, int] = {}
+        """What topic policies did here, by Pulsar's stat names (dispatchThrottled…)."""
 
     # -- consumers ------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -89,6 +107,9 @@ class Dispatcher(ABC):
         """
         cursor = self.cursor
         for index in indexes:
+            if not cursor.can_ack(index):
+                self.acks_refused += 1
+                continue
             if cumulative:
                 if cursor.ack_cumulative(index):
                     for c in self.consumers:
@@ -115,6 +136,15 @@ class Dispatcher(ABC):
         self.cursor.hand_back(returned)
         self.schedule_dispatch()
 
+    def consumer_cursors(self) -> list[tuple[int, list[tuple[int, int]], list[str]]] | None:
+        """Consumers' own cursors as (mark-delete, acked ranges, consumer names) groups, or
+        None when unchanged since the last call; only modes with a cursor per consumer
+        (Broadcast) have any."""
+        return None
+
+    def restore_consumer_cursors(self, cursors: dict[str, Cursor]) -> None:  # noqa: B027
+        """Consumers' own cursors as storage saved them (modes that keep one: Broadcast)."""
+
     def seek(self, index: int) -> None:
         """Reset the cursor so that `index` is the next entry delivered."""
         self.cursor.seek(index)
@@ -138,7 +168,17 @@ class Dispatcher(ABC):
     def _run_dispatch(self) -> None:
         self._dispatch_handle = None
         if not self.closed:
-            self.dispatch()
+            if self.policy is None:
+                self.dispatch()
+            else:
+                self.policy.run(self)
+
+    def resume(self) -> None:
+        """A throttled dispatcher's next window began, or a delayed entry's time came: carry
+        on, in a round's middle too."""
+        self.schedule_dispatch()
+        if self._dispatch_handle is None and not self.closed:
+            self._dispatch_handle = self.loop.call_soon(self._run_dispatch)
 
     @abstractmethod
     def dispatch(self) -> None:

@@ -6,10 +6,17 @@ persisted and the one retention sees, is the slowest virtual cursor. Each entry 
 per dispatch round and written to every consumer that has permits; a consumer without permits
 simply falls behind, it never holds up the others, and the entries it still needs stay
 readable from the log.
+
+A virtual cursor belongs to the consumer's name (the client's consumer name, kept across its
+reconnects): a consumer that leaves keeps its cursor, and with it the retention of what it has
+not acknowledged, for `departed_expiry_s` (broadcastConsumerCursorExpirationSeconds), then the
+cursor expires (counted). A consumer coming back under that name resumes where it stood, after
+a blip or a restart: storage saves the named cursors with the subscription's.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from broker.core.consumer import Consumer, ConsumerWire
@@ -43,11 +50,31 @@ class BroadcastDispatcher(Dispatcher):
         self._everyone = False
         self._targets: set[Consumer] = set()
         self._slowest_stale = False
+        self._owners: dict[str, Consumer] = {}
+        """The connected consumer that owns each name's cursor (a second consumer under a name
+        in use gets a cursor of its own, neither saved nor kept when it leaves)."""
+        self._departed: dict[str, tuple[Cursor, float]] = {}
+        """Cursors of named consumers that left, with when (loop time); oldest first."""
+        self._unsaved = False
+        """Some named cursor moved (or one came or went) since storage's last snapshot; the
+        topic has been told, once."""
+        self._expiry_handle: asyncio.TimerHandle | None = None
+        self.expired_cursors = 0
+        """Departed consumers' cursors dropped after departed_expiry_s."""
 
     # -- consumers and their virtual cursors -------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
-        # A newcomer starts where the subscription's (slowest) cursor stands.
-        self._cursors[consumer] = Cursor(self.mark_delete)
+        # A newcomer starts where the subscription's (slowest) cursor stands; a consumer that
+        # comes back takes its own cursor again, and is sent what it had not acknowledged.
+        cursor = None
+        if consumer.name not in self._owners:
+            self._owners[consumer.name] = consumer
+            self._unsaved = True  # saved at the next snapshot, whenever that comes
+            held = self._departed.pop(consumer.name, None)
+            if held is not None:
+                cursor = held[0]
+                cursor.rewind()
+        self._cursors[consumer] = cursor if cursor is not None else Cursor(self.mark_delete)
         self._positions[consumer] = len(self.consumers)
         self.consumers.append(consumer)
 
@@ -62,9 +89,82 @@ class BroadcastDispatcher(Dispatcher):
             self.consumers[position] = last
             self._positions[last] = position
         self._targets.discard(consumer)
+        if self._owners.get(consumer.name) is consumer:
+            del self._owners[consumer.name]
+            if self.departed_expiry_s > 0:
+                # Kept, and still counted in the main cursor: nothing moved. Also when the
+                # broker is stopping (closed): the final save must keep it too.
+                self._departed[consumer.name] = (cursor, self.loop.time())
+                self._schedule_expiry()
+                return
+            self._unsaved = True
         if cursor.mark_delete <= self.cursor.mark_delete:
             self._slowest_stale = True
         self._cursor_moved()
+
+    def _schedule_expiry(self) -> None:
+        if self._expiry_handle is None and self._departed and not self.closed:
+            _, since = next(iter(self._departed.values()))
+            self._expiry_handle = self.loop.call_at(since + self.departed_expiry_s, self._expire)
+
+    def _expire(self) -> None:
+        """Drop the cursors of consumers gone longer than departed_expiry_s (oldest first)."""
+        self._expiry_handle = None
+        deadline = self.loop.time() - self.departed_expiry_s
+        departed = self._departed
+        expired = 0
+        while departed:
+            name, (_, since) = next(iter(departed.items()))
+            if since > deadline:
+                break
+            del departed[name]
+            expired += 1
+        if expired:
+            self.expired_cursors += expired
+            self._slowest_stale = self._unsaved = True
+            self._cursor_moved()
+        self._schedule_expiry()
+
+    def restore_consumer_cursors(self, cursors: dict[str, Cursor]) -> None:
+        """Named cursors read back from storage: departed until their consumers come back, and
+        expiring as if they had left now."""
+        if self.departed_expiry_s <= 0:
+            self._unsaved = True  # not kept: the next save leaves them out
+            return
+        now = self.loop.time()
+        for name, cursor in cursors.items():
+            self._departed[name] = (cursor, now)
+        self._slowest_stale = True
+        self._schedule_expiry()
+
+    def consumer_cursors(self) -> list[tuple[int, list[tuple[int, int]], list[str]]] | None:
+        """Every named cursor as (mark-delete, acked ranges, names) groups, consumers at one
+        place in one group; None when none moved since the last call. Storage calls this once
+        per persist interval: one pass over the named cursors then (0.2 µs each), nothing
+        per ack."""
+        if not self._unsaved:
+            return None
+        self._unsaved = False
+        plain: dict[int, list[str]] = {}
+        groups: list[tuple[int, list[tuple[int, int]], list[str]]] = []
+        cursors = self._cursors
+        named = [(name, cursors[consumer]) for name, consumer in self._owners.items()]
+        named += [(name, cursor) for name, (cursor, _) in self._departed.items()]
+        for name, cursor in named:
+            if cursor.acked:
+                groups.append((cursor.mark_delete, cursor.acked_ranges(), [name]))
+            elif (names := plain.get(cursor.mark_delete)) is not None:
+                names.append(name)
+            else:
+                plain[cursor.mark_delete] = [name]
+        groups += [(mark, [], names) for mark, names in plain.items()]
+        return groups
+
+    def close(self) -> None:
+        super().close()
+        if self._expiry_handle is not None:
+            self._expiry_handle.cancel()
+            self._expiry_handle = None
 
     def on_flow(self, consumer: Consumer, permits: int) -> None:
         consumer.permits += permits
@@ -79,21 +179,30 @@ class BroadcastDispatcher(Dispatcher):
         if cursor is None:
             return
         before = cursor.mark_delete
-        if cumulative:
-            for index in indexes:
+        acked_before = len(cursor.acked)
+        for index in indexes:
+            if not cursor.can_ack(index):
+                self.acks_refused += 1
+            elif cumulative:
                 cursor.ack_cumulative(index)
-        else:
-            for index in indexes:
+            else:
                 cursor.ack(index)
         # Only a consumer that was the slowest can move the main cursor. The topic is told
         # once until the main cursor is next read (storage and trimming read it, and that
-        # clears the flag): 10,000 consumers at one position each ack every entry.
+        # clears the flag): 10,000 consumers at one position each ack every entry. Storage
+        # is told once until its next snapshot that some consumer's own cursor moved.
+        tell = False
         if (
             cursor.mark_delete != before
             and before <= self.cursor.mark_delete
             and not self._slowest_stale
         ):
-            self._slowest_stale = True
+            self._slowest_stale = tell = True
+        if not self._unsaved and (
+            cursor.mark_delete != before or len(cursor.acked) != acked_before
+        ):
+            self._unsaved = tell = True
+        if tell:
             self._cursor_moved()
 
     def on_ack_run(self, consumers: list[Consumer], cumulative: bool, index: int) -> None:
@@ -106,7 +215,8 @@ class BroadcastDispatcher(Dispatcher):
             return
         cursors = self._cursors
         slowest = self.cursor.mark_delete
-        moved_slowest = False
+        moved_slowest = moved = False
+        refused = 0
         for consumer in consumers:
             cursor = cursors.get(consumer)
             if cursor is None:
@@ -114,14 +224,24 @@ class BroadcastDispatcher(Dispatcher):
             before = cursor.mark_delete
             if index <= before:
                 continue
+            if index >= cursor.read_index and index >= cursor.rewound_from:  # not can_ack
+                refused += 1
+                continue
             if cursor.acked or cursor.redeliver or cursor.redelivery_counts:
                 cursor.ack_cumulative(index)
             else:
                 cursor.mark_delete = index  # what ack_cumulative does with nothing above it
+            moved = True
             if before <= slowest:
                 moved_slowest = True
+        if refused:
+            self.acks_refused += refused
         if moved_slowest and not self._slowest_stale:
             self._slowest_stale = True
+            self._unsaved = True
+            self._cursor_moved()
+        elif moved and not self._unsaved:
+            self._unsaved = True  # storage saves the consumers' own cursors too
             self._cursor_moved()
 
     def on_redeliver(self, consumer: Consumer, indexes: list[int] | None) -> None:
@@ -145,6 +265,8 @@ class BroadcastDispatcher(Dispatcher):
     def seek(self, index: int) -> None:
         for cursor in self._cursors.values():
             cursor.seek(index)
+        for cursor, _ in self._departed.values():
+            cursor.seek(index)
         self._slowest_stale = True
         super().seek(index)
 
@@ -153,8 +275,10 @@ class BroadcastDispatcher(Dispatcher):
         """The main cursor: the slowest virtual cursor, recomputed only when it may have moved."""
         if self._slowest_stale:
             self._slowest_stale = False
-            if self._cursors:
-                self.cursor.mark_delete = min(c.mark_delete for c in self._cursors.values())
+            marks = [c.mark_delete for c in self._cursors.values()]
+            marks += [c.mark_delete for c, _ in self._departed.values()]
+            if marks:
+                self.cursor.mark_delete = min(marks)
         return self.cursor.mark_delete
 
     # -- dispatch ------------------------------------------------------------------------------

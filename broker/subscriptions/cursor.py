@@ -16,7 +16,14 @@ from broker.core.entry_log import EntryLog
 
 
 class Cursor:
-    __slots__ = ("mark_delete", "acked", "read_index", "redeliver", "redelivery_counts")
+    __slots__ = (
+        "mark_delete",
+        "acked",
+        "read_index",
+        "redeliver",
+        "redelivery_counts",
+        "rewound_from",
+    )
 
     def __init__(self, mark_delete: int = -1, acked: Iterable[int] = ()) -> None:
         self.mark_delete = mark_delete
@@ -30,6 +37,17 @@ class Cursor:
         """How often each unacknowledged index was handed back: the MESSAGE redelivery_count."""
         self._advance()
         self.read_index = self.mark_delete + 1
+        self.rewound_from = max(self.acked, default=self.mark_delete) + 1
+        """Where read_index stood before the last rewind: what was sent may reach up to here.
+        A rewind or seek is rare; keeping this there, not per dispatch, keeps `can_ack` O(1)
+        and off the dispatch path."""
+
+    def can_ack(self, index: int) -> bool:
+        """Whether `index` can have been sent from this cursor: below what was read (before
+        or since the last rewind). An ack beyond it (past the log's end, or of an entry never
+        dispatched) is refused, as Pulsar ignores it: one consumer must not move a shared
+        cursor over entries nobody received."""
+        return index < self.read_index or index < self.rewound_from
 
     # -- acknowledgement --------------------------------------------------------------------
     def ack(self, index: int) -> bool:
@@ -82,6 +100,7 @@ class Cursor:
     # -- positioning and redelivery -------------------------------------------------------------
     def seek(self, index: int) -> None:
         """Reset so that `index` is the next entry read and everything before it is acked."""
+        self.rewound_from = max(self.rewound_from, self.read_index)
         self.mark_delete = index - 1
         self.read_index = index
         self.acked.clear()
@@ -91,6 +110,7 @@ class Cursor:
         """Read again from `to` (default: the first unacknowledged entry), never below
         mark_delete; pending redeliveries are dropped, the rewind reads them anyway."""
         first = self.mark_delete + 1
+        self.rewound_from = max(self.rewound_from, self.read_index)
         self.read_index = first if to is None else max(first, to)
         self.redeliver = None
 

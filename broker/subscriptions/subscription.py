@@ -28,12 +28,19 @@ class TopicPort(Protocol):
     @property
     def log(self) -> EntryLog: ...
 
+    @property
+    def consumer_cursor_expiry_s(self) -> float: ...
+
     def cursor_moved(self, subscription: Subscription) -> None: ...
 
     def remove_subscription(self, name: str) -> None: ...
 
 
 class Subscription:
+    durable = True
+    """False for a non-durable one (CommandSubscribe.durable, a Reader's): its cursor is never
+    persisted, and it goes when its last consumer does (as Pulsar's non-durable cursors)."""
+
     def __init__(self, topic: TopicPort, name: str, mode: str, cursor: Cursor) -> None:
         self.topic = topic
         self.name = name
@@ -41,7 +48,9 @@ class Subscription:
         """For Broadcast the main cursor: read its position through `mark_delete`."""
         # partial, not a method: a Broadcast ack may move the cursor once per delivery.
         moved = functools.partial(topic.cursor_moved, self)
-        self.dispatcher: Dispatcher = DISPATCHERS[mode](cursor, topic.log, topic.loop, moved)
+        self.dispatcher: Dispatcher = DISPATCHERS[mode](
+            cursor, topic.log, topic.loop, moved, departed_expiry_s=topic.consumer_cursor_expiry_s
+        )
         self.rate_messages = 0.0  # msgRateOut, updated by the service once a second
         self.rate_bytes = 0.0
 
@@ -56,6 +65,20 @@ class Subscription:
     @property
     def messages_out(self) -> int:
         return self.dispatcher.messages_out
+
+    @property
+    def acks_refused(self) -> int:
+        return self.dispatcher.acks_refused
+
+    @property
+    def expired_cursors(self) -> int:
+        """Departed consumers' own cursors dropped after their expiry (Broadcast)."""
+        return getattr(self.dispatcher, "expired_cursors", 0)
+
+    @property
+    def departed_cursors(self) -> int:
+        """Departed consumers' own cursors kept for them to come back to (Broadcast)."""
+        return len(getattr(self.dispatcher, "_departed", ()))
 
     @property
     def mark_delete(self) -> int:

@@ -93,3 +93,27 @@ def topic_stats(admin_url: str, names: list[str]) -> dict[str, object]:
             log.warning("topic stats of %s: %s", name, getattr(exc, "reason", exc))
             stats[name] = None
     return stats
+
+
+def set_topic_policies(admin_url: str, topic: str, policies: dict[str, object]) -> None:
+    """POST each topic policy as `pulsar-admin topics set-…` does (Pulsar's topic-policy REST
+    paths; docs/policies.md): `messageTTL` in the query, `backlogQuota` once per quota type,
+    the others as JSON bodies. DriverError with the broker's reason when one is refused."""
+    base = f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}"
+    calls: list[tuple[str, object]] = []
+    for kind, value in policies.items():
+        if kind == "messageTTL":
+            calls.append((f"{base}/messageTTL?messageTTL={value}", None))
+        elif kind == "backlogQuota":
+            assert isinstance(value, dict)
+            calls += [
+                (f"{base}/backlogQuota?backlogQuotaType={quota_type}", quota)
+                for quota_type, quota in value.items()
+            ]
+        else:
+            calls.append((f"{base}/{kind}", value))
+    for url, body in calls:
+        data = None if body is None else json.dumps(body).encode()
+        status, reply = _call("POST", url, data)
+        if status not in (200, 204):
+            raise DriverError(f"POST {url} answered {status}: {reply[:300]!r}")

@@ -19,7 +19,7 @@ from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
 from drivers.pulsar import backoff
-from drivers.pulsar.admin import create_partitioned_topic, topic_stats
+from drivers.pulsar.admin import create_partitioned_topic, set_topic_policies, topic_stats
 from drivers.pulsar.connection import Connection, RequestFailed, now_us
 from drivers.pulsar.consumer import ConsumerState
 from drivers.pulsar.lookup import Route, find_owner
@@ -80,6 +80,16 @@ class PulsarDriver:
         if partitions > 1:
             topics = [name for topic in topics for name in partition_names(topic, partitions)]
         return topic_stats(admin_url, topics)
+
+    def apply_topic_policies(
+        self, topics: list[str], policies: dict[str, object], *, admin_url: str | None
+    ) -> None:
+        """The workload's `topicPolicies`, set on each topic through the admin API before the
+        run (a partitioned topic's apply to its partitions)."""
+        if admin_url is None:
+            raise DriverError("topicPolicies need the broker's admin API: give adminUrl")
+        for topic in topics:
+            set_topic_policies(admin_url, topic, policies)
 
     # -- a worker's side ---------------------------------------------------------------------
     def initialize(

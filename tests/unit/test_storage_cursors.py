@@ -78,10 +78,17 @@ def test_ignores_a_temporary_file_left_by_a_crash(tmp_path: Path) -> None:
     assert store.load_all() == {"sub": sample_state()}
 
 
-def test_an_unreadable_state_names_its_file(tmp_path: Path) -> None:
+def test_an_unreadable_state_file_is_skipped_and_named(tmp_path: Path, caplog) -> None:
+    """Issue 14: one unreadable cursor file must not make the topic unusable."""
     (tmp_path / "sub.json").write_bytes(b"{")
-    with pytest.raises(ValueError, match="sub.json"):
-        CursorStore(tmp_path).load_all()
+    (tmp_path / "ok.json").write_text(
+        '{"mark_delete": "1:1", "individually_acked": [], "properties": {}, "mode": "Shared"}'
+    )
+    with caplog.at_level("ERROR", logger="broker.storage"):
+        assert CursorStore(tmp_path).load_all() == {
+            "ok": CursorState(Position(1, 1), mode="Shared")
+        }
+    assert "sub.json" in caplog.text
 
 
 def test_fsyncs_the_file_and_the_directory_when_a_subscription_appears(tmp_path: Path) -> None:
@@ -298,19 +305,45 @@ def test_a_torn_tail_is_cut_keeping_every_whole_record_before_it(tmp_path: Path,
     assert CursorStore(tmp_path).load_all() == {"a": sample_state("1:2"), "b": sample_state("1:3")}
 
 
-def test_a_corrupt_record_cuts_the_log_there(tmp_path: Path, caplog) -> None:
-    store = CursorStore(tmp_path)
-    store.write([("a", sample_state("1:1"))])
-    first = (tmp_path / "cursors.log").stat().st_size
-    store.write([("a", sample_state("1:2")), ("b", sample_state("1:2"))])
-    data = bytearray((tmp_path / "cursors.log").read_bytes())
-    data[first + 20] ^= 0xFF  # inside the second batch's first record: its checksum fails
-    (tmp_path / "cursors.log").write_bytes(bytes(data))
+def test_a_corrupt_record_is_skipped_and_the_records_after_it_kept(tmp_path: Path, caplog) -> None:
+    """Issue 14: one damaged record loses that record only (its subscription keeps its
+    earlier record), never the whole records after it; the log is then compacted clean."""
+    for where in (20, 1):  # inside the record's body, then its length field
+        directory = tmp_path / str(where)
+        store = CursorStore(directory)
+        store.write([("a", sample_state("1:1"))])
+        first = (directory / "cursors.log").stat().st_size
+        store.write([("a", sample_state("1:2")), ("b", sample_state("1:2"))])
+        data = bytearray((directory / "cursors.log").read_bytes())
+        data[first + where] ^= 0xFF  # the second batch's first record
+        (directory / "cursors.log").write_bytes(bytes(data))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="broker.storage"):
+            reopened = CursorStore(directory)
+            states = reopened.load_all()
+        assert states == {"a": sample_state("1:1"), "b": sample_state("1:2")}
+        assert reopened.damaged_records == 1
+        assert "skipped 1 damaged records" in caplog.text
+        assert CursorStore(directory).load_all() == states  # compacted: no damage left
+        assert CursorStore(directory).damaged_records == 0
 
-    with caplog.at_level("WARNING", logger="broker.storage"):
-        assert CursorStore(tmp_path).load_all() == {"a": sample_state("1:1")}
-    assert (tmp_path / "cursors.log").stat().st_size == first
-    assert "cut a torn tail" in caplog.text
+
+def test_a_truncated_log_falls_back_to_the_previous_generation(tmp_path: Path) -> None:
+    """Issue 14: a compacted log cut short still opens; subscriptions whose records were cut
+    come from the generation before the compaction."""
+    store = CursorStore(tmp_path)
+    store.write([("a", sample_state("1:1")), ("b", sample_state("1:1"))])
+    store.compact()
+    store.write([("c", sample_state("1:3"))])
+    store.compact()  # cursors.log.prev: a, b, then c; the log: the snapshot of a, b, c
+    (tmp_path / "cursors.log").write_bytes((tmp_path / "cursors.log").read_bytes()[:10])
+    reopened = CursorStore(tmp_path)
+    assert reopened.load_all() == {
+        "a": sample_state("1:1"),
+        "b": sample_state("1:1"),
+        "c": sample_state("1:3"),
+    }
+    assert reopened.restored_from_previous == ["a", "b", "c"]
 
 
 def test_a_tail_of_zeros_is_cut(tmp_path: Path) -> None:
@@ -345,7 +378,7 @@ def test_compaction_bounds_the_log_and_keeps_the_states(tmp_path: Path, monkeypa
     assert store.compactions >= 3
     assert largest <= max(64 * 1024, cursors.COMPACT_FACTOR * snapshot) + batch
     assert CursorStore(tmp_path).load_all() == states
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cursors.log"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cursors.log", "cursors.log.prev"]
 
 
 def test_a_compaction_left_unfinished_by_a_crash_is_ignored(tmp_path: Path) -> None:

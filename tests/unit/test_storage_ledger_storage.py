@@ -31,13 +31,15 @@ class QuietWire:
         pass
 
 
-async def _run_once(config: BrokerConfig, acks: dict[str, list[int]]) -> SavedCursors:
+async def _run_once(
+    config: BrokerConfig, acks: dict[str, list[int]]
+) -> dict[str, tuple[str, int, set[int]]]:
     """Open the topic, publish 6 entries when new, ack individually; return what was loaded."""
     storage = LedgerStorage(config)
     sink: CursorSink = storage  # the Protocol the topic consumes
     storage.attach(asyncio.get_running_loop())
     log, saved = storage.open_topic(TOPIC)
-    loaded = {name: (mode, mark, set(acked)) for name, (mode, mark, acked) in saved.items()}
+    loaded = {name: (mode, mark, set(acked)) for name, (mode, mark, acked, _) in saved.items()}
     topic = Topic(
         TOPIC,
         log,
@@ -53,6 +55,9 @@ async def _run_once(config: BrokerConfig, acks: dict[str, list[int]]) -> SavedCu
         sub = topic.subscription(name, "Shared" if name == "shared" else "Broadcast", True)
         consumer = Consumer(consumer_id=1, name="c", wire=QuietWire())
         sub.add_consumer(consumer)
+        sub.on_flow(consumer, 100)
+        for _ in range(3):  # dispatch runs on the loop; acks of what was not sent are refused
+            await asyncio.sleep(0)
         sub.on_ack(consumer, False, indexes)
     await storage.close()
     return loaded
@@ -113,6 +118,9 @@ def test_a_flush_cancelled_mid_write_and_the_final_flush_never_write_at_once(
         first.cancel()
         for sub in subs:
             sub.add_consumer(consumer)
+            sub.on_flow(consumer, 1)
+        await asyncio.sleep(0)  # dispatched: acks of what was not sent are refused
+        for sub in subs:
             sub.on_ack(consumer, False, [0])
         await storage.close()
         _, saved = LedgerStorage(BrokerConfig(dataDir=str(tmp_path))).open_topic(TOPIC)
@@ -121,7 +129,9 @@ def test_a_flush_cancelled_mid_write_and_the_final_flush_never_write_at_once(
     saved = asyncio.run(scenario())
     assert overlaps == []
     assert writes == [50, 50]  # one batch per flush: the cancelled one and the final one
-    assert {name: mark for name, (_, mark, _) in saved.items()} == {f"s{i}": 0 for i in range(50)}
+    assert {name: mark for name, (_, mark, _, _) in saved.items()} == {
+        f"s{i}": 0 for i in range(50)
+    }
 
 
 def test_a_topic_folder_of_the_one_file_per_subscription_layout_keeps_its_cursors(
@@ -181,9 +191,11 @@ def test_long_names_a_topic_folder_cannot_hold_are_refused_and_long_subscription
             sub = topic.subscription(long_sub, "Shared", True)
             consumer = Consumer(consumer_id=1, name="c", wire=QuietWire())
             sub.add_consumer(consumer)
+            sub.on_flow(consumer, 1)
+            await asyncio.sleep(0)  # dispatched: acks of what was not sent are refused
             sub.on_ack(consumer, False, [0])
         await storage.close()
         return saved
 
     assert asyncio.run(run_once()) == {}
-    assert asyncio.run(run_once()) == {long_sub: ("Shared", 0, set())}
+    assert asyncio.run(run_once()) == {long_sub: ("Shared", 0, set(), {})}

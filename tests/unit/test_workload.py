@@ -114,16 +114,11 @@ def test_omb_workloads_load_unchanged(name):
     assert w.subscription_type == "Shared"
 
 
-def test_omb_backlog_workload_is_refused_until_the_backlog_test_exists():
-    """OMB's backlog test is not implemented: a file asking for one must fail, not run a
-    different test."""
-    path = OMB / "1-topic-100-partitions-1kb-4p-4c-200k-backlog.yaml"
-    with pytest.raises(ConfigError) as exc:
-        load_workload(path)
-    assert str(exc.value) == (
-        f"{path}: key 'consumerBacklogSizeGB': 512 asks for OMB's backlog test, which is not "
-        "implemented yet (it is planned; remove the key, or set it to 0)"
-    )
+def test_omb_backlog_workload_asks_for_the_backlog_test():
+    w = load_one(OMB / "1-topic-100-partitions-1kb-4p-4c-200k-backlog.yaml")
+    assert w.consumer_backlog_size_gb == 512
+    assert w.backlog_drain_ratio == 1.0  # OMB's default
+    assert w.to_dict()["consumerBacklogSizeGB"] == 512
 
 
 def test_omb_backlog_workload_counts_without_its_backlog(tmp_path):
@@ -136,14 +131,20 @@ def test_omb_backlog_workload_counts_without_its_backlog(tmp_path):
     assert (w.to_dict()["consumerBacklogSizeGB"], w.to_dict()["backlogDrainRatio"]) == (0, 1.0)
 
 
-def test_omb_max_rate_search_is_refused():
-    path = OMB / "1-topic-3-partition-100b-3producers.yaml"
-    with pytest.raises(ConfigError) as exc:
-        load_workload(path)
-    assert str(exc.value) == (
-        f"{path}: key 'producerRate': 0 means 'find the maximum rate' in OMB, which fan-out "
-        "bench does not support yet (give the total rate in msg/s, e.g. producerRate: 1)"
-    )
+def test_omb_max_rate_search_starts_where_omb_starts():
+    w = load_one(OMB / "1-topic-3-partition-100b-3producers.yaml")
+    assert w.finds_rate and w.producer_rate == 0
+    assert w.initial_rate == 10_000  # OMB's first targetPublishRate
+
+
+def test_drivers_are_found_here_or_beside_the_workload(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "mine.yaml").write_text("name: mine\n")
+    path = tmp_path / "w.yaml"
+    path.write_text(BASE + "drivers: [drivers/bundled.yaml, mine.yaml]\n")
+    spec = load_workload(path)
+    assert spec.drivers == (Path("drivers/bundled.yaml"), tmp_path / "mine.yaml")
+    assert len(spec.cases) == 1 and not spec.is_sweep  # drivers are not a workload key
 
 
 # defaults and resolution
@@ -307,17 +308,20 @@ ERRORS = [
     ("messageSize: 1\nproducerRate: 1\n", "missing key 'name' (every workload needs a name)"),
     (
         "name: t\nmessageSize: 1\n",
-        "missing key 'producerRate' (give the total rate in msg/s; fan-out bench cannot search "
-        "for the maximum rate yet)",
+        "missing key 'producerRate' (give the total rate in msg/s, or 0 to find the maximum "
+        "sustainable rate)",
     ),
     (
         "name: t\nproducerRate: 1\n",
         "missing key 'messageSize' (give the message size in bytes, or a payloadFile)",
     ),
     (
-        BASE.replace("producerRate: 1", "producerRate: 0"),
-        "key 'producerRate': 0 means 'find the maximum rate' in OMB, which fan-out bench does "
-        "not support yet (give the total rate in msg/s, e.g. producerRate: 1)",
+        BASE.replace("producerRate: 1", "producerRate: -1"),
+        "key 'producerRate': must not be negative, got -1",
+    ),
+    (
+        BASE.replace("producerRate: 1", "producerRate: 0") + "producerRateSearchStart: 0\n",
+        "key 'producerRateSearchStart': must be at least 1, got 0",
     ),
     (
         BASE + "consumersPerTopic: 10\nsubscriptionsPerTopic: 2\n",
@@ -370,19 +374,13 @@ ERRORS = [
     ),
     (BASE + "1: 2\n", "key 1 is not a string (keys are names; see docs/workloads.md)"),
     (
-        BASE + "consumerBacklogSizeGB: 1\n",
-        "key 'consumerBacklogSizeGB': 1 asks for OMB's backlog test, which is not implemented "
-        "yet (it is planned; remove the key, or set it to 0)",
+        BASE + "consumerBacklogSizeGB: -1\n",
+        "key 'consumerBacklogSizeGB': must not be negative, got -1",
     ),
     (
-        BASE + "backlogDrainRatio: 0.5\n",
-        "key 'backlogDrainRatio': 0.5 asks for OMB's backlog test, which is not implemented "
-        "yet (it is planned; remove the key, or set it to 1.0)",
-    ),
-    (
-        BASE + "consumerBacklogSizeGB: [0, 10]\n",
-        "key 'consumerBacklogSizeGB', item 2: 10 asks for OMB's backlog test, which is not "
-        "implemented yet (it is planned; remove the key, or set it to 0)",
+        BASE + "drivers: [no/such/driver.yaml]\n",
+        "key 'drivers': no driver file 'no/such/driver.yaml' here or beside the workload (give "
+        "a path such as drivers/bundled.yaml)",
     ),
     (
         BASE + "backlogDrainRatio: 2\n",

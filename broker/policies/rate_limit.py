@@ -1,0 +1,226 @@
+"""Publish and dispatch rate limits in 1-second windows, as seed 004 describes Pulsar's.
+
+Windows are aligned on the wall clock (window k is [k·p, (k+1)·p) seconds since the epoch), so
+that a report or a test can attribute what it saw to the broker's windows. Both limits are
+soft, as Pulsar's: a request already read still completes, and what it takes beyond the quota
+is carried into the next windows, which stay closed until it is paid off: a producer that
+pipelines many SENDs into one read gets bursts, but never more than the rate over time.
+
+- Publish: each SEND is counted on arrival (Pulsar's precise publish limiter). When the window's
+  quota is used, the producer's connection stops being read until the next window starts; the
+  SENDs of the bytes already read are still published.
+- Dispatch: while a throttled dispatcher runs, its entry log is seen through `QuotaLog`, which
+  hands out no more entries than the windows allow; once they are used, delivery pauses until the
+  next window (broker.policies.dispatch). A dispatcher without a limit has `policy = None` and
+  runs as before: the check is once per dispatch slice, never per consumer or per delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from broker.core.entry import Entry
+from broker.core.entry_log import EntryLog
+from broker.core.topic import Topic
+from broker.policies.topic_policies import Rate
+from pulsar_protocol import pulsar_api_pb2 as pb
+
+WAKE_MARGIN_S = 0.001
+"""A resume is scheduled this much after the window's end: the loop's timers may fire a little
+early, and a resume still inside the old window would be throttled again at once."""
+_UNLIMITED = 1 << 62
+
+
+class RateWindow:
+    """Messages and bytes taken in the current window of one rate."""
+
+    __slots__ = ("rate", "window", "messages", "size")
+
+    def __init__(self, rate: Rate) -> None:
+        self.rate = rate
+        self.window = -1
+        self.messages = 0
+        self.size = 0
+
+    def _roll(self, now: float) -> None:
+        window = int(now // self.rate.period_s)
+        if window == self.window:
+            return
+        rate = self.rate
+        if window == self.window + 1:  # what the last window took beyond its quota
+            self.messages = max(0, self.messages - rate.messages) if rate.messages > 0 else 0
+            self.size = max(0, self.size - rate.size) if rate.size > 0 else 0
+        else:
+            self.messages = self.size = 0
+        self.window = window
+
+    def charge(self, messages: int, size: int, now: float) -> None:
+        self._roll(now)
+        self.messages += messages
+        self.size += size
+
+    def exhausted(self, now: float) -> str | None:
+        """ "Msg" or "Bytes" when that quota of the current window is used, else None."""
+        self._roll(now)
+        rate = self.rate
+        if 0 < rate.messages <= self.messages:
+            return "Msg"
+        if 0 < rate.size <= self.size:
+            return "Bytes"
+        return None
+
+    def messages_left(self, now: float) -> int:
+        self._roll(now)
+        return self.rate.messages - self.messages if self.rate.messages > 0 else _UNLIMITED
+
+    def window_end(self) -> float:
+        return (self.window + 1) * self.rate.period_s
+
+
+HOLD_TIMES = "backlogQuotaHoldTimes"
+"""Topic counter: connections paused by a `producer_request_hold` backlog quota."""
+EXCEPTIONS = "backlogQuotaExceptions"
+"""Topic counter: producers closed or refused by a `producer_exception` backlog quota."""
+
+
+class PublishLimiter:
+    """A topic's publish rate (`publishRate` policy, `maxPublishRatePerTopicIn*` default), and
+    the hold of a `producer_request_hold` backlog quota (broker.policies.backlog).
+
+    Implements broker.core.topic.PublishGate; counts `publishRateLimitedTimes` on the topic.
+    A held topic's producers' connections are paused at their next SEND (which completes)
+    until the backlog check finds the backlog under its quota again."""
+
+    def __init__(self, topic: Topic, rate: Rate | None) -> None:
+        self.topic = topic
+        self.window = RateWindow(rate) if rate is not None and rate.limited else None
+        self._paused: dict[asyncio.Transport, asyncio.TimerHandle] = {}
+        self.held = False
+        self._held: set[asyncio.Transport] = set()
+        self.refusing = False
+        """A `producer_exception` backlog quota is exceeded: new producers are refused."""
+
+    def admit(self, messages: int, size: int, transport: asyncio.Transport) -> None:
+        if self.held:
+            if transport not in self._held:
+                self._held.add(transport)
+                events = self.topic.policy_events
+                events[HOLD_TIMES] = events.get(HOLD_TIMES, 0) + 1
+                transport.pause_reading()
+            return
+        window = self.window
+        if window is None:
+            return
+        now = time.time()
+        window.charge(messages, size, now)
+        if window.exhausted(now) is None or transport in self._paused:
+            return
+        self.topic.publish_rate_limited_times += 1
+        transport.pause_reading()
+        delay = window.window_end() - now + WAKE_MARGIN_S
+        self._paused[transport] = self.topic.loop.call_later(delay, self._resume, transport)
+
+    def refusal(self) -> tuple[int, str] | None:
+        if not self.refusing:
+            return None
+        events = self.topic.policy_events
+        events[EXCEPTIONS] = events.get(EXCEPTIONS, 0) + 1
+        return (
+            pb.ProducerBlockedQuotaExceededException,
+            f"Cannot create producer on topic with backlog quota exceeded: {self.topic.name}",
+        )
+
+    def refuse(self, refusing: bool) -> None:
+        """The backlog check's verdict for `producer_exception`: when it starts, the topic's
+        producers are closed (CLOSE_PRODUCER); coming back, they are refused, and their
+        clients fail what they had pending with ProducerBlockedQuotaExceededException."""
+        starting = refusing and not self.refusing
+        self.refusing = refusing
+        if starting:
+            for producer in list(self.topic.producers.values()):
+                self.topic.producer_access.remove(producer)
+                producer.fenced()
+
+    def hold(self, held: bool) -> None:
+        """The backlog check's verdict; released connections are read again now."""
+        self.held = held
+        if not held:
+            for transport in self._held:
+                if transport not in self._paused and not transport.is_closing():
+                    transport.resume_reading()
+            self._held.clear()
+
+    def _resume(self, transport: asyncio.Transport) -> None:
+        self._paused.pop(transport, None)
+        window = self.window
+        now = time.time()
+        if window is not None and window.exhausted(now) is not None:
+            # What the last reads took beyond the quota is still owed (a pipelining producer
+            # has many SENDs in one read): stay paused until a window has room again.
+            delay = window.window_end() - now + WAKE_MARGIN_S
+            self._paused[transport] = self.topic.loop.call_later(delay, self._resume, transport)
+            return
+        if transport not in self._held and not transport.is_closing():
+            transport.resume_reading()
+
+    def close(self) -> None:
+        """The limit was removed or replaced: connections it paused are read again now."""
+        self.hold(False)
+        self.refusing = False
+        self.window = None
+        for transport, handle in list(self._paused.items()):
+            handle.cancel()
+            self._resume(transport)
+
+
+Limits = list[tuple[RateWindow, str]]
+"""The windows a dispatcher is held to, each with its scope ("Topic" or "Subscription")."""
+
+
+class QuotaLog:
+    """A dispatcher's entry log while it runs throttled: reads stop at the windows' quota.
+
+    Only `read` differs; a dispatch runs synchronously on the loop, so the indexes copied at
+    creation stay true while the dispatcher holds this view."""
+
+    def __init__(self, log: EntryLog, limits: Limits, now: float) -> None:
+        self.log = log
+        self.first_index = log.first_index
+        self.next_index = log.next_index
+        self._limits = limits
+        self._now = now
+        self.stopped_by: tuple[RateWindow, str, str] | None = None
+
+    def read(self, start: int, limit: int) -> list[Entry]:
+        now = self._now
+        left = limit
+        for window, scope in self._limits:
+            unit = window.exhausted(now)
+            if unit is not None:
+                if start < self.next_index:  # there was something to send
+                    self.stopped_by = (window, scope, unit)
+                return []
+            left = min(left, window.messages_left(now))
+        entries = self.log.read(start, max(1, left))
+        if entries:
+            messages = sum(e.num_messages for e in entries)
+            size = sum(len(e.payload) for e in entries)
+            for window, _ in self._limits:
+                window.charge(messages, size, now)
+        return entries
+
+    async def append(self, payload: bytes, key: bytes, received_us: int, publish_ms: int) -> Entry:
+        return await self.log.append(payload, key, received_us, publish_ms)
+
+    def index_of(self, ledger_id: int, entry_id: int) -> int:
+        return self.log.index_of(ledger_id, entry_id)
+
+    def position_of(self, index: int) -> tuple[int, int]:
+        return self.log.position_of(index)
+
+    def trim_before(self, index: int) -> None:
+        self.log.trim_before(index)
+
+    def close(self) -> None:
+        self.log.close()

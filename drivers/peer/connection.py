@@ -1,0 +1,249 @@
+"""One TCP connection to a peer broker under gevent: the socket half that every peer driver's
+connection shares, measured at the wire as the native Pulsar driver's is.
+
+The reader reads whole buffers (up to RECV_SIZE at once), takes one clock read per recv and,
+on Linux, the kernel's receive time of those bytes (SO_TIMESTAMPING, drivers.pulsar
+.rx_timestamps), and hands the bytes with both times to the subclass's sans-IO codec
+(`_on_data`), inline: with thousands of consumers a greenlet per message would cost seconds.
+Writes from many greenlets (subscribers, a producer, the reader's acknowledgements and pongs)
+are queued and leave under one lock, in the order they were queued: `write_soon` coalesces
+what a connect storm queues in one loop turn into one send.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import gevent
+from gevent import socket
+from gevent.event import AsyncResult, Event
+from gevent.lock import Semaphore
+from gevent.pool import Group
+
+from drivers.base import DriverError
+from drivers.peer.settings import check_service_url
+from drivers.pulsar import rx_timestamps
+from drivers.pulsar.connection import connect_socket
+from results_contract.clock import now_us
+
+__all__ = ["PeerConnection", "RequestFailed", "now_us", "reach"]
+
+log = logging.getLogger("drivers.peer")
+
+RECV_SIZE = 256 * 1024
+
+
+class RequestFailed(DriverError):
+    """A request was refused, never answered, or its connection failed. str() is what the
+    harness records for a failed subscribe, so it names no consumer."""
+
+
+def reach(service_url: str, scheme: str, default_port: int, timeout: float) -> None:
+    """A peer driver's check_reachable: the URL's scheme, then a TCP connect."""
+    host, port = check_service_url(service_url, scheme, default_port)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise DriverError(
+            f"broker at {service_url} is unreachable ({exc.strerror or exc}); start it, or drop "
+            "client.serviceUrl from the driver file to have the harness start embeddedBroker"
+        ) from None
+
+
+class PeerConnection:
+    """Subclasses implement `_hello` (what to send once connected), `_on_data` (bytes read,
+    with their read and kernel times) and call `_set_ready` when the handshake is done."""
+
+    def __init__(
+        self,
+        conn_id: int,
+        host: str,
+        port: int,
+        group: Group,
+        *,
+        connect_timeout: float,
+        on_closed: Callable[[PeerConnection], None] = lambda conn: None,
+    ) -> None:
+        self.id = conn_id
+        self.host, self.port = host, port
+        self.address = f"{host}:{port}"
+        self.error: str | None = None
+        """Why the connection is closed; None while it is open (or opening)."""
+        self.kernel_timestamps = False
+        """Whether the socket has kernel receive times and its latest read carried one."""
+        self._group = group
+        self._connect_timeout = connect_timeout
+        self._on_closed = on_closed
+        self._sock: socket.socket | None = None
+        self._ready: AsyncResult[None] = AsyncResult()
+        self._out = bytearray()
+        self._write_lock = Semaphore()
+        self._write_wanted = Event()
+        self._writer: gevent.Greenlet | None = None
+        self._reader: gevent.Greenlet | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.error is not None
+
+    # -- opening -------------------------------------------------------------------------------
+    def open(self, source: str | None = None) -> None:
+        """Connect and handshake within connectTimeoutSeconds; the outcome is for
+        wait_ready(), so everyone waiting on this connection hears it."""
+        deadline = time.monotonic() + self._connect_timeout
+        via = f" from {source}" if source else ""
+        try:
+            try:
+                sock = connect_socket(self.host, self.port, source, self._connect_timeout)
+            except OSError as exc:
+                self._fail(f"cannot connect to {self.address}{via}: {exc.strerror or exc}")
+                return
+            if self.error is not None:
+                sock.close()
+                return
+            self.start(sock)
+            self._ready.wait(max(0.0, deadline - time.monotonic()))
+            if not self._ready.ready():
+                self._fail(
+                    f"cannot connect to {self.address}: no handshake in {self._connect_timeout:g} s"
+                )
+        finally:
+            if not self._ready.ready():
+                self._fail(f"opening the connection to {self.address} was interrupted")
+
+    def start(self, sock: socket.socket) -> None:
+        """Start the reader on a connected socket and say hello (tests pass a socketpair)."""
+        self._sock = sock
+        self.kernel_timestamps = rx_timestamps.enable(sock)
+        self._reader = self._group.spawn(self._read_loop)
+        self._hello()
+
+    def wait_ready(self) -> None:
+        """Block until the handshake is done (open() settles it in time); raises
+        RequestFailed if it failed."""
+        self._ready.wait(2 * self._connect_timeout)
+        if not self._ready.ready():
+            raise RequestFailed(f"no handshake with {self.address}")
+        self._ready.get()
+
+    def _set_ready(self) -> None:
+        if not self._ready.ready():
+            self._ready.set(None)
+
+    # -- writing -------------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        """Queue `data` behind what is queued and write it all now; RequestFailed when the
+        connection is closed or the write fails."""
+        self._queue(data)
+        self._flush()
+
+    def write_soon(self, data: bytes) -> None:
+        """Queue `data`; the writer sends everything queued at its next turn, in one send."""
+        self._queue(data)
+        if self._writer is None:
+            self._writer = self._group.spawn(self._write_loop)
+        self._write_wanted.set()
+
+    def _queue(self, data: bytes) -> None:
+        if self.error is not None:
+            raise RequestFailed(self.error)
+        self._out += data
+
+    def _write_loop(self) -> None:
+        while True:
+            self._write_wanted.wait()
+            self._write_wanted.clear()
+            try:
+                self._flush()
+            except RequestFailed:
+                return
+
+    def _flush(self) -> None:
+        if not self._out:
+            return
+        with self._write_lock:
+            self._before_flush()
+            data, self._out = self._out, bytearray()
+            sock = self._sock
+            if not data or sock is None:
+                return
+            try:
+                sent = sock.send(data)
+                if sent < len(data):
+                    sock.sendall(memoryview(data)[sent:])
+            except OSError as exc:
+                self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
+                raise RequestFailed(f"connection to {self.address} lost") from None
+
+    # -- reading -------------------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        room = bytearray(RECV_SIZE)
+        view = memoryview(room)
+        stamped = self.kernel_timestamps
+        kernel_time_us = rx_timestamps.kernel_time_us
+        ancillary_size = rx_timestamps.ANCILLARY_SIZE
+        kernel_us = 0
+        try:
+            while True:
+                if stamped:
+                    nbytes, ancillary, _, _ = sock.recvmsg_into([view], ancillary_size)
+                    receive_us = now_us()  # one clock read for everything this recv returned
+                    kernel_us = kernel_time_us(ancillary)
+                    self.kernel_timestamps = kernel_us != 0
+                else:
+                    nbytes = sock.recv_into(view)
+                    receive_us = now_us()
+                if not nbytes:
+                    self._fail(f"connection closed by the broker at {self.address}")
+                    return
+                self._on_data(view[:nbytes], receive_us, kernel_us)
+                self._flush()
+                # A recv that finds data never yields: one busy connection would starve the rest.
+                gevent.sleep(0)
+        except RequestFailed:
+            return
+        except OSError as exc:
+            self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
+        except Exception as exc:
+            log.exception("connection %d: reader failed", self.id)
+            self._fail(f"reader failed: {exc!r}")
+
+    # -- the protocol's part ---------------------------------------------------------------------
+    def _hello(self) -> None:
+        """Queue what the protocol sends first (CONNECT); nothing by default."""
+
+    def _on_data(self, data: memoryview, receive_us: int, kernel_us: int) -> None:
+        raise NotImplementedError
+
+    def _before_flush(self) -> None:
+        """Add to what is queued just before it leaves (NATS: one PING behind a turn's SUBs)."""
+
+    def _on_failed(self, error: RequestFailed) -> None:
+        """Settle everything waiting on this connection with `error`."""
+
+    # -- closing -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._fail("closed by the driver", lost=False)
+
+    def _fail(self, reason: str, lost: bool = True) -> None:
+        if self.error is not None:
+            return
+        self.error = reason
+        error = RequestFailed(reason)
+        if lost:
+            log.warning("connection %d to %s: %s", self.id, self.address, reason)
+        if not self._ready.ready():
+            self._ready.set_exception(error)
+        self._on_failed(error)
+        current = gevent.getcurrent()
+        for greenlet in (self._reader, self._writer):
+            if greenlet is not None and greenlet is not current:
+                greenlet.kill(block=False)
+        if self._sock is not None:
+            self._sock.close()
+        self._on_closed(self)

@@ -1,0 +1,775 @@
+"""Topic policies set through Pulsar's REST paths, and rate limits observed with pulsar-client.
+
+Windows are the broker's 1 s windows, aligned on the wall clock (broker.policies.rate_limit),
+so what a client saw is counted per `int(time.time())`; the broker and the clients share the
+clock here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+
+from tests.conftest import ROOT, start_broker
+
+pytestmark = pytest.mark.integration
+
+TOPIC_PATH = "/admin/v2/persistent/public/default"
+
+
+def _call(broker, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{broker.admin}{path}", data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as reply:
+            text = reply.read().decode()
+            return reply.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read().decode() or "null")
+
+
+def _admin_ready(broker):
+    """The broker's port opens before its admin API does: wait for the latter."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            urllib.request.urlopen(f"{broker.admin}/admin/v2/brokers/health", timeout=1).close()
+            return broker
+        except OSError:
+            assert time.monotonic() < deadline, "admin API did not start"
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def ready(broker):
+    """The conftest's broker, its admin API up."""
+    return _admin_ready(broker)
+
+
+def _stats(broker, topic: str) -> dict[str, Any]:
+    status, stats = _call(broker, "GET", f"{TOPIC_PATH}/{topic}/stats")
+    assert status == 200
+    return stats
+
+
+def _metrics(broker) -> str:
+    with urllib.request.urlopen(f"{broker.admin}/metrics", timeout=5) as reply:
+        return reply.read().decode()
+
+
+def _per_window(times: list[float]) -> Counter[int]:
+    return Counter(int(t) for t in times)
+
+
+def _within_rate(times: list[float], limit: int) -> Counter[int]:
+    """Assert that what a client saw fits `limit` per broker window, and return the counts.
+
+    A client sees a delivery a little after the broker made it (its threads share two busy
+    cores with the broker), which can move it into the next window but never into an earlier
+    one: so what was seen up to the end of each window is at most `limit` × the windows so
+    far, the broker's own bound."""
+    windows = _per_window(times)
+    first = min(windows)
+    seen = 0
+    for window in range(first, max(windows) + 1):
+        seen += windows.get(window, 0)
+        assert seen <= limit * (window - first + 1), windows
+    return windows
+
+
+BODIES = {
+    "publishRate": {"publishThrottlingRateInMsg": 100, "publishThrottlingRateInByte": 1_000_000},
+    "dispatchRate": {
+        "dispatchThrottlingRateInMsg": 200,
+        "dispatchThrottlingRateInByte": -1,
+        "relativeToPublishRate": False,
+        "ratePeriodInSecond": 1,
+    },
+    "subscriptionDispatchRate": {
+        "dispatchThrottlingRateInMsg": 50,
+        "dispatchThrottlingRateInByte": 65536,
+        "relativeToPublishRate": False,
+        "ratePeriodInSecond": 1,
+    },
+    "retention": {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100},
+    "delayedDelivery": {"active": True, "tickTime": 500, "maxDeliveryDelayInMillis": 60000},
+}
+
+
+def test_each_policy_is_set_read_and_removed_as_pulsar_admin_does(tmp_path):
+    broker = _admin_ready(start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false")))
+    try:
+        base = f"{TOPIC_PATH}/pol"
+        for kind, body in BODIES.items():
+            assert _call(broker, "GET", f"{base}/{kind}") == (204, None), kind
+            assert _call(broker, "POST", f"{base}/{kind}", body) == (204, None), kind
+            assert _call(broker, "GET", f"{base}/{kind}") == (200, body), kind
+        assert _call(broker, "POST", f"{base}/messageTTL?messageTTL=120") == (204, None)
+        assert _call(broker, "GET", f"{base}/messageTTL") == (200, 120)
+        quota = {"limitSize": 10_000_000, "limitTime": -1, "policy": "producer_exception"}
+        path = f"{base}/backlogQuota?backlogQuotaType=destination_storage"
+        assert _call(broker, "POST", path, quota) == (204, None)
+        assert _call(broker, "GET", f"{base}/backlogQuotaMap") == (
+            200,
+            {"destination_storage": quota},
+        )
+
+        # Refused with the reason, never half-applied.
+        status, reply = _call(broker, "POST", f"{base}/publishRate", {"publishRateInMsg": 5})
+        assert status == 400 and "publishRateInMsg" in reply["reason"]
+        status, reply = _call(broker, "POST", path, {**quota, "policy": "drop_everything"})
+        assert status == 400 and "policy" in reply["reason"]
+        assert _call(broker, "POST", f"{base}/messageTTL?messageTTL=-1")[0] == 400
+        assert _call(broker, "GET", f"{base}/publishRate")[1] == BODIES["publishRate"]
+
+        # A restart keeps them all.
+        broker = _admin_ready(broker.restart())
+        for kind, body in BODIES.items():
+            assert _call(broker, "GET", f"{base}/{kind}") == (200, body), kind
+        assert _call(broker, "GET", f"{base}/messageTTL") == (200, 120)
+        assert _call(broker, "GET", f"{base}/backlogQuotaMap")[1] == {"destination_storage": quota}
+
+        for kind in BODIES:
+            assert _call(broker, "DELETE", f"{base}/{kind}") == (204, None), kind
+            assert _call(broker, "GET", f"{base}/{kind}") == (204, None), kind
+        assert _call(broker, "DELETE", f"{base}/messageTTL") == (204, None)
+        assert _call(broker, "DELETE", path) == (204, None)
+        assert _call(broker, "GET", f"{base}/backlogQuotaMap") == (200, {})
+        broker = _admin_ready(broker.restart())
+        assert _call(broker, "GET", f"{base}/publishRate") == (204, None)
+    finally:
+        broker.stop()
+
+
+def test_broker_defaults_use_pulsars_names_and_show_as_applied(tmp_path):
+    broker = start_broker(
+        tmp_path / "data",
+        extra=(
+            "--set",
+            "journalSyncData=false",
+            "--set",
+            "maxPublishRatePerTopicInMessages=10",
+            "--set",
+            "dispatchThrottlingRatePerSubscriptionInMsg=7",
+        ),
+    )
+    _admin_ready(broker)
+    try:
+        base = f"{TOPIC_PATH}/defaults"
+        assert _call(broker, "GET", f"{base}/publishRate") == (204, None)
+        assert _call(broker, "GET", f"{base}/publishRate?applied=true") == (
+            200,
+            {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 0},
+        )
+        applied = _call(broker, "GET", f"{base}/subscriptionDispatchRate?applied=true")[1]
+        assert applied["dispatchThrottlingRateInMsg"] == 7
+
+        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        try:
+            producer = client.create_producer("defaults", batching_enabled=False)
+            done = []
+            for i in range(25):
+                producer.send(f"m{i}".encode())
+                done.append(time.time())
+            assert len(_within_rate(done, 10)) >= 3  # 25 at 10 a window
+            assert _stats(broker, "defaults")["publishRateLimitedTimes"] >= 2
+        finally:
+            client.close()
+    finally:
+        broker.stop()
+
+
+def test_publish_rate_holds_a_producer_to_n_messages_per_window(ready):
+    broker = ready
+    limit = 20
+    body = {"publishThrottlingRateInMsg": limit, "publishThrottlingRateInByte": -1}
+    assert _call(broker, "POST", f"{TOPIC_PATH}/pub-limited/publishRate", body)[0] == 204
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer("pub-limited", batching_enabled=False)
+        done, took = [], []
+        for i in range(3 * limit + 5):
+            t0 = time.time()
+            producer.send(f"m{i}".encode())
+            done.append(time.time())
+            took.append(done[-1] - t0)
+        windows = _within_rate(done, limit)
+        assert len(windows) >= 4  # 65 at 20 a window
+        # Seed 004: the message after the quota waits for the next window, not a few ms.
+        assert max(took) > 0.2, max(took)
+        stats = _stats(broker, "pub-limited")
+        assert stats["msgInCounter"] == 3 * limit + 5
+        throttled = stats["publishRateLimitedTimes"]
+        assert throttled >= 3
+        labels = '{topic="persistent://public/default/pub-limited"}'
+        assert f"pulsar_publish_rate_limit_times{labels} {throttled}" in _metrics(broker)
+
+        # Removed: the producer runs free again, the counter stops rising.
+        assert _call(broker, "DELETE", f"{TOPIC_PATH}/pub-limited/publishRate")[0] == 204
+        t0 = time.time()
+        for _ in range(3 * limit):
+            producer.send(b"free")
+        assert time.time() - t0 < 1.0
+        assert _stats(broker, "pub-limited")["publishRateLimitedTimes"] == throttled
+    finally:
+        client.close()
+
+
+def test_publish_byte_rate_counts_payload_bytes(ready):
+    broker = ready
+    body = {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": 10 * 1024}
+    assert _call(broker, "POST", f"{TOPIC_PATH}/pub-bytes/publishRate", body)[0] == 204
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer("pub-bytes", batching_enabled=False)
+        done = []
+        for _ in range(30):
+            producer.send(b"x" * 1024)
+            done.append(time.time())
+        # Each SEND is 1 KiB of data plus its metadata: at most 10 fit a window.
+        windows = _within_rate(done, 10)
+        assert len(windows) >= 3
+        assert _stats(broker, "pub-bytes")["publishRateLimitedTimes"] >= 2
+    finally:
+        client.close()
+
+
+class Arrivals:
+    """A message listener: the client calls it as each message arrives, so the time taken is
+    the delivery's, not that of an application loop polling several consumers."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def __call__(self, consumer, msg) -> None:
+        self.times.append(time.time())
+        consumer.acknowledge(msg)
+
+    def wait_for(self, n: int, timeout_s: float = 20) -> list[float]:
+        deadline = time.monotonic() + timeout_s
+        while len(self.times) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(self.times) == n
+        return self.times
+
+
+def test_subscription_dispatch_rate_paces_delivery(ready):
+    broker = ready
+    limit = 15
+    body = {
+        "dispatchThrottlingRateInMsg": limit,
+        "dispatchThrottlingRateInByte": -1,
+        "relativeToPublishRate": False,
+        "ratePeriodInSecond": 1,
+    }
+    assert _call(broker, "POST", f"{TOPIC_PATH}/disp/subscriptionDispatchRate", body)[0] == 204
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        arrivals = Arrivals()
+        client.subscribe(
+            "disp", "s", consumer_type=pulsar.ConsumerType.Shared, message_listener=arrivals
+        )
+        producer = client.create_producer("disp", batching_enabled=False)
+        for i in range(3 * limit + 5):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        times = arrivals.wait_for(3 * limit + 5)
+        windows = _within_rate(times, limit)
+        assert len(windows) >= 4  # 50 at 15 a window
+        sub = _stats(broker, "disp")["subscriptions"]["s"]
+        assert sub["msgOutCounter"] == 3 * limit + 5
+        assert sub["dispatchThrottledMsgEventsBySubscriptionLimit"] >= 3
+        assert sub["dispatchThrottledMsgEventsByTopicLimit"] == 0
+        assert "pulsar_subscription_dispatch_throttled_msg_events{" in _metrics(broker)
+    finally:
+        client.close()
+
+
+def test_topic_dispatch_rate_is_shared_by_its_subscriptions(ready):
+    broker = ready
+    limit = 20
+    body = {
+        "dispatchThrottlingRateInMsg": limit,
+        "dispatchThrottlingRateInByte": -1,
+        "relativeToPublishRate": False,
+        "ratePeriodInSecond": 1,
+    }
+    assert _call(broker, "POST", f"{TOPIC_PATH}/disp-topic/dispatchRate", body)[0] == 204
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        arrived = Arrivals()
+        for name, mode in (("a", pulsar.ConsumerType.Exclusive), ("b", pulsar.ConsumerType.Shared)):
+            client.subscribe("disp-topic", name, consumer_type=mode, message_listener=arrived)
+        producer = client.create_producer("disp-topic", batching_enabled=False)
+        n = 30
+        for i in range(n):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        times = arrived.wait_for(2 * n)
+        windows = _within_rate(times, limit)
+        # 60 deliveries over both subscriptions at 20 a window: the topic's quota is one.
+        assert len(windows) >= 3  # 60 at 20 a window
+        subs = _stats(broker, "disp-topic")["subscriptions"]
+        assert sum(s["dispatchThrottledMsgEventsByTopicLimit"] for s in subs.values()) >= 2
+    finally:
+        client.close()
+
+
+def _wait_for(check, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def _internal(broker, topic: str) -> dict[str, Any]:
+    status, stats = _call(broker, "GET", f"{TOPIC_PATH}/{topic}/internalStats")
+    assert status == 200
+    return stats
+
+
+TTL_BROKER = (
+    "--set",
+    "journalSyncData=false",
+    "--set",
+    "managedLedgerMaxEntriesPerLedger=10",
+    "--set",
+    "messageExpiryCheckIntervalInMinutes=0.01",
+)
+
+
+def test_ttl_moves_the_cursor_and_storage_follows_whole_ledgers(tmp_path):
+    broker = _admin_ready(start_broker(tmp_path / "data", extra=TTL_BROKER))
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        client.subscribe("ttl", "s", consumer_type=pulsar.ConsumerType.Shared).close()
+        assert _call(broker, "POST", f"{TOPIC_PATH}/ttl/messageTTL?messageTTL=2")[0] == 204
+        producer = client.create_producer("ttl", batching_enabled=False)
+        sent = time.time()  # before any publish time
+        for i in range(25):
+            producer.send(f"old{i}".encode())
+        assert _internal(broker, "ttl")["numberOfEntries"] == 25
+
+        def sub() -> dict[str, Any]:
+            return _stats(broker, "ttl")["subscriptions"]["s"]
+
+        _wait_for(lambda: sub()["msgBacklog"] == 0)
+        assert time.time() - sent >= 2.0  # not before the TTL
+        assert sub()["totalMsgExpired"] == 25
+        # Expiry moved the cursor; trimming then deleted the two rolled-over ledgers whole and
+        # kept the current one (a ledger is the unit of deletion, seed 001).
+        _wait_for(lambda: _internal(broker, "ttl")["numberOfEntries"] == 5)
+        assert "pulsar_subscription_total_msg_expired{" in _metrics(broker)
+
+        # What is younger than the TTL stays, and is what a consumer gets.
+        for i in range(3):
+            producer.send(f"new{i}".encode())
+        consumer = client.subscribe("ttl", "s", consumer_type=pulsar.ConsumerType.Shared)
+        got = [consumer.receive(timeout_millis=5000).data() for _ in range(3)]
+        assert got == [b"new0", b"new1", b"new2"]
+    finally:
+        client.close()
+        broker.stop()
+
+
+def test_ttl_does_not_expire_a_delayed_message_before_it_is_deliverable(tmp_path):
+    from datetime import timedelta
+
+    broker = _admin_ready(start_broker(tmp_path / "data", extra=TTL_BROKER))
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        client.subscribe("ttl-delay", "s", consumer_type=pulsar.ConsumerType.Shared).close()
+        assert _call(broker, "POST", f"{TOPIC_PATH}/ttl-delay/messageTTL?messageTTL=1")[0] == 204
+        producer = client.create_producer("ttl-delay", batching_enabled=False)
+        sent = time.time()  # before its publish time
+        producer.send(b"later", deliver_after=timedelta(seconds=4))
+
+        def sub() -> dict[str, Any]:
+            return _stats(broker, "ttl-delay")["subscriptions"]["s"]
+
+        # Published 1 s ago and more, but deliverable only at 4 s: still there at 3 s.
+        time.sleep(3.0)
+        assert sub()["msgBacklog"] == 1
+        assert sub()["totalMsgExpired"] == 0
+        # Expired once deliverable for longer than the TTL (4 s + 1 s).
+        _wait_for(lambda: sub()["totalMsgExpired"] == 1)
+        assert time.time() - sent >= 5.0
+        assert sub()["msgBacklog"] == 0
+    finally:
+        client.close()
+        broker.stop()
+
+
+@pytest.mark.parametrize(
+    "mode", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared], ids=["Shared", "KeyShared"]
+)
+def test_delayed_message_is_delivered_no_earlier_than_asked(ready, mode):
+    from datetime import timedelta
+
+    broker = ready
+    topic = f"delayed-{mode}"
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        got: dict[bytes, float] = {}
+
+        def arrived(consumer, msg) -> None:
+            got[msg.data()] = time.time()
+            consumer.acknowledge(msg)
+
+        client.subscribe(topic, "s", consumer_type=mode, message_listener=arrived)
+        producer = client.create_producer(topic, batching_enabled=False)
+        asked = time.time()
+        producer.send(b"late", partition_key="k", deliver_after=timedelta(seconds=2))
+        for i in range(3):
+            producer.send(f"now{i}".encode(), partition_key="k")
+        _wait_for(lambda: len(got) == 4, timeout_s=10)
+        # The delayed one did not hold back those behind it, and came at its time, not before.
+        assert all(got[f"now{i}".encode()] - asked < 1.0 for i in range(3)), got
+        assert got[b"late"] - asked >= 2.0
+        assert got[b"late"] > max(got[f"now{i}".encode()] for i in range(3))
+    finally:
+        client.close()
+
+
+def test_delayed_delivery_policy_off_and_exclusive_deliver_at_once(ready):
+    from datetime import timedelta
+
+    broker = ready
+    body = {"active": False, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}
+    assert _call(broker, "POST", f"{TOPIC_PATH}/delay-off/delayedDelivery", body)[0] == 204
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        for topic, mode in (
+            ("delay-off", pulsar.ConsumerType.Shared),
+            ("delay-exclusive", pulsar.ConsumerType.Exclusive),
+        ):
+            consumer = client.subscribe(topic, "s", consumer_type=mode)
+            producer = client.create_producer(topic, batching_enabled=False)
+            asked = time.time()
+            producer.send(b"x", deliver_after=timedelta(seconds=5))
+            assert consumer.receive(timeout_millis=3000).data() == b"x"
+            assert time.time() - asked < 3.0
+    finally:
+        client.close()
+
+
+BACKLOG_BROKER = (
+    "--set",
+    "journalSyncData=false",
+    "--set",
+    "backlogQuotaCheckIntervalInSeconds=0.3",
+)
+
+
+def test_backlog_quota_eviction_drops_the_oldest_for_a_subscription_over_it(tmp_path):
+    broker = _admin_ready(start_broker(tmp_path / "data", extra=BACKLOG_BROKER))
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        client.subscribe("evict", "slow", consumer_type=pulsar.ConsumerType.Shared).close()
+        # About ten 1 KB entries (the size is estimated from the newest entries' payloads).
+        quota = {"limitSize": 10 * 1100, "limitTime": -1, "policy": "consumer_backlog_eviction"}
+        path = f"{TOPIC_PATH}/evict/backlogQuota?backlogQuotaType=destination_storage"
+        assert _call(broker, "POST", path, quota)[0] == 204
+        producer = client.create_producer("evict", batching_enabled=False)
+        for i in range(50):
+            producer.send(f"{i:04d}".encode() + b"x" * 1000)
+
+        def sub() -> dict[str, Any]:
+            return _stats(broker, "evict")["subscriptions"]["slow"]
+
+        _wait_for(lambda: sub()["msgBacklog"] <= 10)
+        kept = sub()["msgBacklog"]
+        assert kept >= 5  # evicted down to the quota, not emptied
+        assert sub()["msgBacklogEvicted"] == 50 - kept
+        assert _stats(broker, "evict")["backlogQuotaEvictions"] >= 1
+        assert "pulsar_storage_backlog_quota_exceeded_evictions_total{" in _metrics(broker)
+        # The producer was never held: eviction is the consumer's loss, not the producer's.
+        assert _stats(broker, "evict")["backlogQuotaHoldTimes"] == 0
+        consumer = client.subscribe("evict", "slow", consumer_type=pulsar.ConsumerType.Shared)
+        got = [consumer.receive(timeout_millis=5000).data()[:4] for _ in range(kept)]
+        assert got == [f"{i:04d}".encode() for i in range(50 - kept, 50)]
+    finally:
+        client.close()
+        broker.stop()
+
+
+def test_backlog_quota_hold_stops_reading_the_producer_until_the_backlog_drains(tmp_path):
+    broker = _admin_ready(start_broker(tmp_path / "data", extra=BACKLOG_BROKER))
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        client.subscribe("hold", "s", consumer_type=pulsar.ConsumerType.Shared).close()
+        quota = {"limitSize": 5 * 1100, "limitTime": -1, "policy": "producer_request_hold"}
+        path = f"{TOPIC_PATH}/hold/backlogQuota?backlogQuotaType=destination_storage"
+        assert _call(broker, "POST", path, quota)[0] == 204
+        producer = client.create_producer(
+            "hold", batching_enabled=False, send_timeout_millis=30_000
+        )
+        receipts: list[float] = []
+
+        def receipt(result, msg_id) -> None:
+            assert result == pulsar.Result.Ok
+            receipts.append(time.time())
+
+        # Paced, so that each SEND is a read of its own: the hold falls between two of them.
+        for i in range(40):
+            producer.send_async(f"{i:04d}".encode() + b"x" * 1000, receipt)
+            time.sleep(0.05)
+        time.sleep(1.0)
+        held_at = len(receipts)
+        assert held_at < 40  # held: the rest wait unread
+        assert _stats(broker, "hold")["backlogQuotaHoldTimes"] >= 1
+        time.sleep(1.0)
+        assert len(receipts) == held_at  # still held while nobody consumes
+
+        # The backlog drains: the next check releases the producer, and all are published.
+        # (A client of its own: the hold pauses the producer's whole connection, as Pulsar's
+        # autoread does, so a consumer sharing it would be held too.)
+        reader = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        try:
+            consumer = reader.subscribe("hold", "s", consumer_type=pulsar.ConsumerType.Shared)
+            got: list[bytes] = []
+            while len(got) < 40:
+                msg = consumer.receive(timeout_millis=10_000)
+                got.append(msg.data()[:4])
+                consumer.acknowledge(msg)
+            assert got == [f"{i:04d}".encode() for i in range(40)]
+            _wait_for(lambda: len(receipts) == 40)
+        finally:
+            reader.close()
+    finally:
+        client.close()
+        broker.stop()
+
+
+def test_ack_holes_are_counted_and_redelivered_by_the_compensation_task(tmp_path):
+    broker = _admin_ready(
+        start_broker(
+            tmp_path / "data",
+            extra=(
+                "--set",
+                "journalSyncData=false",
+                "--set",
+                "ackHoleRedeliveryIntervalSeconds=0.5",
+                "--set",
+                "ackHoleRedeliveryMinAgeSeconds=1.5",
+            ),
+        )
+    )
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe("holes", "s", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer("holes", batching_enabled=False)
+        for i in range(20):
+            producer.send(f"m{i}".encode())
+        first_seen = {}
+        for _ in range(20):
+            msg = consumer.receive(timeout_millis=5000)
+            first_seen[msg.data()] = time.time()
+            if msg.data() not in (b"m3", b"m7"):  # the consumer "forgets" two
+                consumer.acknowledge(msg)
+
+        def sub() -> dict[str, Any]:
+            return _stats(broker, "holes")["subscriptions"]["s"]
+
+        _wait_for(lambda: sub()["nonContiguousDeletedMessagesRanges"] == 2, timeout_s=5)
+        cursor = _internal(broker, "holes")["cursors"]["s"]
+        assert cursor["individuallyDeletedMessages"].count("(") == 2, cursor
+        assert sub()["msgBacklog"] == 2
+
+        # Nobody asks for them: the broker sends the two held holes again once old enough.
+        again = [consumer.receive(timeout_millis=10_000) for _ in range(2)]
+        assert sorted(m.data() for m in again) == [b"m3", b"m7"]
+        assert all(m.redelivery_count() == 1 for m in again)
+        assert all(time.time() - first_seen[m.data()] >= 1.0 for m in again)
+        assert sub()["ackHoleRedeliveries"] == 2
+        for m in again:
+            consumer.acknowledge(m)
+        _wait_for(lambda: sub()["nonContiguousDeletedMessagesRanges"] == 0, timeout_s=5)
+        assert sub()["msgBacklog"] == 0
+    finally:
+        client.close()
+        broker.stop()
+
+
+def _bench_run(workload: Path, results: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(workload), "--no-analysis"]
+        + ["--results", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+
+
+RUN = """\
+name: policies
+messageSize: 1024
+producerRate: 60
+subscriptionType: Shared
+warmupDurationSeconds: 1
+testDurationSeconds: 4
+drainSeconds: 1
+topicPolicies:
+  publishRate: {publishThrottlingRateInMsg: 20, publishThrottlingRateInByte: -1}
+"""
+
+
+def test_a_workloads_topic_policies_are_set_before_the_run(tmp_path):
+    workload = tmp_path / "policies.yaml"
+    workload.write_text(RUN)
+    result = _bench_run(workload, tmp_path / "results")
+    assert result.returncode == 0, result.stderr[-2000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["workload"]["topicPolicies"] == {
+        "publishRate": {"publishThrottlingRateInMsg": 20, "publishThrottlingRateInByte": -1}
+    }
+    (stats,) = json.loads((run_dir / "broker" / "topic-stats.json").read_text()).values()
+    # A producer asking 60 msg/s of a topic limited to 20 was held back, window after window.
+    assert stats["publishRateLimitedTimes"] >= 3
+
+
+def test_a_policy_the_broker_refuses_stops_the_run_with_its_reason(tmp_path):
+    workload = tmp_path / "bad.yaml"
+    workload.write_text(RUN.replace("publishThrottlingRateInMsg: 20", "publishRateInMsg: 20"))
+    result = _bench_run(workload, tmp_path / "results")
+    assert result.returncode != 0
+    assert "topicPolicies" in result.stderr and "publishRateInMsg" in result.stderr
+
+
+def test_backlog_quota_exception_fails_the_producer_until_the_backlog_drains(tmp_path):
+    broker = _admin_ready(start_broker(tmp_path / "data", extra=BACKLOG_BROKER))
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        client.subscribe("exc", "s", consumer_type=pulsar.ConsumerType.Shared).close()
+        quota = {"limitSize": 5 * 1100, "limitTime": -1, "policy": "producer_exception"}
+        path = f"{TOPIC_PATH}/exc/backlogQuota?backlogQuotaType=destination_storage"
+        assert _call(broker, "POST", path, quota)[0] == 204
+        producer = client.create_producer("exc", batching_enabled=False, send_timeout_millis=5000)
+        sent = 0
+        failure: Exception | None = None
+        for _ in range(200):
+            try:
+                producer.send(b"x" * 1000)
+            except pulsar.PulsarException as exc:
+                failure = exc
+                break
+            sent += 1
+            time.sleep(0.02)
+        assert isinstance(failure, pulsar.ProducerBlockedQuotaExceededException), failure
+        assert sent >= 5
+        assert _stats(broker, "exc")["backlogQuotaExceptions"] >= 1
+
+        # Drained by a consumer (on a client of its own), the producer is admitted again.
+        reader = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        try:
+            consumer = reader.subscribe("exc", "s", consumer_type=pulsar.ConsumerType.Shared)
+            for _ in range(sent):
+                consumer.acknowledge(consumer.receive(timeout_millis=5000))
+            deadline = time.monotonic() + 40
+            while True:
+                try:
+                    producer.send(b"again")
+                    break
+                except pulsar.PulsarException:
+                    assert time.monotonic() < deadline, "the producer was never admitted again"
+                    time.sleep(0.5)
+            # (What the failed sends left on the topic, if anything, comes first.)
+            for _ in range(200):
+                msg = consumer.receive(timeout_millis=5000)
+                consumer.acknowledge(msg)
+                if msg.data() == b"again":
+                    break
+            else:
+                raise AssertionError("the message sent after the backlog drained never came")
+        finally:
+            reader.close()
+    finally:
+        client.close()
+        broker.stop()
+
+
+def test_subscription_dispatch_rate_paces_a_broadcast_subscriptions_entries(ready):
+    """For Broadcast the rate counts the entries the subscription reads: each of them goes to
+    every consumer, so each consumer gets at most the rate per window."""
+    broker = ready
+    limit = 10
+    body = {
+        "dispatchThrottlingRateInMsg": limit,
+        "dispatchThrottlingRateInByte": -1,
+        "relativeToPublishRate": False,
+        "ratePeriodInSecond": 1,
+    }
+    assert _call(broker, "POST", f"{TOPIC_PATH}/bc-rate/subscriptionDispatchRate", body)[0] == 204
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        arrivals = [Arrivals() for _ in range(3)]
+        for i, listener in enumerate(arrivals):
+            client.subscribe(
+                "bc-rate",
+                "all",
+                consumer_name=f"c{i}",
+                properties={"subscriptionMode": "broadcast"},
+                message_listener=listener,
+            )
+        producer = client.create_producer("bc-rate", batching_enabled=False)
+        n = 3 * limit
+        for i in range(n):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        for listener in arrivals:
+            windows = _within_rate(listener.wait_for(n), limit)
+            assert len(windows) >= 3
+        sub = _stats(broker, "bc-rate")["subscriptions"]["all"]
+        assert sub["type"] == "Broadcast"
+        assert sub["dispatchThrottledMsgEventsBySubscriptionLimit"] >= 2
+    finally:
+        client.close()
+
+
+def test_a_delayed_message_stays_delayed_across_a_restart(tmp_path):
+    from datetime import timedelta
+
+    broker = _admin_ready(start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false")))
+    try:
+        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        client.subscribe("delay-restart", "s", consumer_type=pulsar.ConsumerType.Shared).close()
+        producer = client.create_producer("delay-restart", batching_enabled=False)
+        asked = time.time()
+        producer.send(b"later", deliver_after=timedelta(seconds=5))
+        producer.send(b"now")
+        client.close()
+        broker = _admin_ready(broker.restart())
+        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        try:
+            arrivals: dict[bytes, float] = {}
+
+            def arrived(consumer, msg) -> None:
+                arrivals[msg.data()] = time.time()
+                consumer.acknowledge(msg)
+
+            client.subscribe(
+                "delay-restart",
+                "s",
+                consumer_type=pulsar.ConsumerType.Shared,
+                message_listener=arrived,
+            )
+            _wait_for(lambda: len(arrivals) == 2, timeout_s=15)
+            assert arrivals[b"later"] - asked >= 5.0
+            assert arrivals[b"now"] < arrivals[b"later"]
+        finally:
+            client.close()
+    finally:
+        broker.stop()
