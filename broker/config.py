@@ -55,8 +55,9 @@ class BrokerConfig:
     # are sent again.
     ackHoleRedeliveryIntervalSeconds: float = 0.0
     ackHoleRedeliveryMinAgeSeconds: float = 300.0
-    # Pulsar's: a connection without a completed handshake after this long is closed (its
-    # PulsarHandler's keep-alive task); the PINGs to idle clients are not done here.
+    # Pulsar's: a connection without a completed handshake after this long is closed; a
+    # client silent this long is sent a PING, and closed when the next interval passes
+    # without a frame from it (broker.server.keep_alive).
     keepAliveIntervalSeconds: float = 30.0
     # Not Pulsar's: the accept queue matters for connection storms (DESIGN: 4096 vs 128).
     listenBacklog: int = 4096

@@ -29,6 +29,7 @@ from locust.env import Environment
 
 from drivers.base import DriverError, TopicPolicyDriver
 from drivers.config import ConfigError
+from harness.broker_clock import broker_clock_record
 from harness.driver_config import DriverFile
 from harness.embedded_broker import BrokerStartError, EmbeddedBroker, free_port
 from harness.manifest import RunRecord, write_json, write_manifest
@@ -110,6 +111,8 @@ class Coordinator:
         """What OMB's loops found: `rate_search`, `backlog`; for the manifest."""
         self.backlog_phase: str | None = None
         """'backlog' while the backlog test builds and drains: the progress line says so."""
+        self.broker_clock: dict[str, object] = {}
+        """The broker host's clock offset (harness/broker_clock.py), for the manifest."""
 
     # -- the whole run -------------------------------------------------------------------------
     def run(self) -> Path:
@@ -128,6 +131,7 @@ class Coordinator:
                 self.driver.driver.check_reachable(self.plan.service_url, REACHABLE_TIMEOUT_S)
             except DriverError as exc:
                 raise RunError(str(exc)) from None
+            self._measure_broker_clock()
             self._apply_topic_policies()
             self._run_master()
         finally:
@@ -153,9 +157,23 @@ class Coordinator:
                 partial_reasons=group.partial_reasons,
                 broker=self.broker_info,
                 omb=self.omb,
+                broker_clock=self.broker_clock,
             ),
         )
         return self.run_dir
+
+    def _measure_broker_clock(self) -> None:
+        """The broker's clock offset: 0 for the one started here, measured for one elsewhere."""
+        record = self.broker_clock = broker_clock_record(
+            self.plan.admin_url, same_host=self.broker is not None
+        )
+        applied = record["applied_ms"]
+        if applied:
+            self.progress.note(
+                f"broker at {record['host']}: clock {record['offset_ms']:+.1f} ms from the "
+                f"coordinator's (±{record['uncertainty_ms']:.1f} ms); the analysis corrects "
+                "its stage timestamps by that much"
+            )
 
     def _apply_topic_policies(self) -> None:
         """The workload's `topicPolicies`, set on every topic before any worker starts."""

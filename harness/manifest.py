@@ -36,6 +36,8 @@ class RunRecord:
     """Which broker ran: name, version, whether the harness started it (and its pid)."""
     omb: Mapping[str, object] | None = None
     """What OMB's loops found (harness/omb_control.py): `rate_search`, `backlog`."""
+    broker_clock: Mapping[str, object] | None = None
+    """The broker host's clock offset (harness/broker_clock.py); None: not looked at."""
 
 
 def manifest(plan: RunPlan, driver: DriverFile, record: RunRecord) -> dict[str, Any]:
@@ -55,6 +57,7 @@ def manifest(plan: RunPlan, driver: DriverFile, record: RunRecord) -> dict[str, 
         "worker_totals": dict(record.worker_totals),
         "hosts": {"coordinator": socket.gethostname(), "workers": dict(record.worker_hosts)},
         "clocks": {k: c.to_dict(record.worker_hosts[k]) for k, c in record.clocks.items()},
+        "broker_clock": dict(record.broker_clock or {"how": "not_measured", "applied_ms": 0.0}),
         "versions": versions(),
         "broker": dict(record.broker or {"name": driver.name, "started_by_harness": False}),
         "git_revision": git_revision(),
@@ -90,17 +93,27 @@ def versions() -> dict[str, str]:
     return out
 
 
-def git_revision() -> str:
+REVISION_FILE = "REVISION"
+"""At the root of a tree shipped without .git (`git archive`, deploy/ansible's project role):
+the revision it was archived at."""
+
+
+def git_revision(root: Path = Path(__file__).resolve().parent.parent) -> str:
+    """The project's git revision: git's answer in a checkout, else the REVISION file a
+    deploy wrote into the shipped tree, else "unknown"."""
     try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "HEAD"],
-                capture_output=True,
-                text=True,
-                cwd=Path(__file__).parent,
-                timeout=5,
-            ).stdout.strip()
-            or "unknown"
-        )
+        found = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
+        found = ""
+    if found:
+        return found
+    try:
+        return (root / REVISION_FILE).read_text().strip() or "unknown"
+    except (OSError, UnicodeDecodeError):
         return "unknown"

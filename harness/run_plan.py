@@ -31,6 +31,8 @@ def workload_from_dict(data: dict[str, Any]) -> Workload:
     values = dict(data)
     if values.get("payload_file"):
         values["payload_file"] = Path(values["payload_file"])
+    if "topic_policies" in values:  # msgpack turns its pairs into lists
+        values["topic_policies"] = tuple(tuple(pair) for pair in values["topic_policies"])
     return Workload(**values)
 
 

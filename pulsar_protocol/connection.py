@@ -583,9 +583,11 @@ class Connection:
         if self.role is not CLIENT:
             raise LocalProtocolError("the server's codec answers CONNECT itself")
         self._trigger(Trigger.CONNECT_SENT)
-        fields = (
+        fields: dict[str, str | bytes] = (
             {"proxy_to_broker_url": event.proxy_to_broker_url} if event.proxy_to_broker_url else {}
         )
+        if event.auth_method_name:
+            fields.update(auth_method_name=event.auth_method_name, auth_data=event.auth_data)
         self._queue(
             command(
                 T.CONNECT,

@@ -25,12 +25,16 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class Connect(Event):
-    """The client's first command. `protocol_version` is the highest it speaks."""
+    """The client's first command. `protocol_version` is the highest it speaks; credentials
+    as Pulsar's AuthenticationDataProvider gives them (method "token": the JWT as bytes),
+    sent by a client only (a server's codec checks them and does not hand them on)."""
 
     client_version: str
     protocol_version: int
     supports_broker_entry_metadata: bool = False
     proxy_to_broker_url: str = ""
+    auth_method_name: str = ""
+    auth_data: bytes = b""
 
     def __post_init__(self) -> None:
         if self.protocol_version < 0:

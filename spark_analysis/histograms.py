@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -20,13 +20,14 @@ from hdrh.iterators import PercentileIterator
 from pyspark.sql import SparkSession
 
 from results_contract.hlog import (
+    LOWEST_US,
     HlogFormatError,
     Interval,
     decode,
     new_histogram,
     read_intervals,
 )
-from results_contract.metrics import E2E, METRICS, PUBLISH, PUBLISH_DELAY
+from results_contract.metrics import E2E, METRICS, PUBLISH, PUBLISH_DELAY, stage_metric
 from spark_analysis.errors import AnalysisError
 from spark_analysis.inputs import second_index
 
@@ -105,17 +106,51 @@ def read_hlogs(files: Iterable[tuple[str, Path]]) -> list[tuple[str, Interval]]:
     return records
 
 
+def broker_clock_shifts(broker_offset_us: int) -> dict[str, int]:
+    """What to add to the two stages that end or start on a broker stamp, for a broker clock
+    `broker_offset_us` ahead of the coordinator's (spark_analysis/stages.py says why)."""
+    if not broker_offset_us:
+        return {}
+    return {
+        stage_metric("producing"): -broker_offset_us,
+        stage_metric("broadcasting"): broker_offset_us,
+    }
+
+
+def shifted(hist: HdrHistogram, by_us: int) -> HdrHistogram:
+    """Every recorded value moved by `by_us` (clamped to the floor as the recorder clamps),
+    to the histogram's precision at the value as recorded (3 digits: 0.1 % of it).
+
+    The worker clamped values below the floor (a stage that crossed a skewed clock came out
+    negative) up to it: moved up, such a value would land at a made-up `by_us`, so it is left
+    out. A histogram whose every value was clamped ends empty and its metric drops out of the
+    summary's latency; the exact, signed stage figures are in `stages`, from stages.csv."""
+    out = new_histogram()
+    for item in hist.get_recorded_iterator():
+        if by_us > 0 and item.value_iterated_to <= LOWEST_US:
+            continue
+        value = max(LOWEST_US, item.value_iterated_to + by_us)
+        out.record_value(value, item.count_added_in_this_iter_step)
+    return out
+
+
 def merge_histograms(
     spark: SparkSession,
     records: list[tuple[str, Interval]],
     measure_start: float,
     seconds: int,
     window_s: int,
+    shifts: Mapping[str, int] | None = None,
 ) -> MergedHistograms:
-    """Add up intervals per metric: whole run, per measure second, per OMB window."""
+    """Add up intervals per metric: whole run, per measure second, per OMB window; a metric
+    in `shifts` has its values moved by that many µs first (broker_clock_shifts)."""
     windows = math.ceil(seconds / window_s)
     partition = functools.partial(
-        _merge_partition, measure_start=measure_start, seconds=seconds, window_s=window_s
+        _merge_partition,
+        measure_start=measure_start,
+        seconds=seconds,
+        window_s=window_s,
+        shifts=dict(shifts or {}),
     )
     slices = max(1, min(len(records), spark.sparkContext.defaultParallelism))
     digests = dict(
@@ -144,7 +179,11 @@ def merge_histograms(
 
 
 def _merge_partition(
-    items: Iterable[tuple[str, Interval]], measure_start: float, seconds: int, window_s: int
+    items: Iterable[tuple[str, Interval]],
+    measure_start: float,
+    seconds: int,
+    window_s: int,
+    shifts: Mapping[str, int],
 ) -> Iterator[tuple[Key, _Partial]]:
     merged: dict[Key, HdrHistogram] = {}
     for source, interval in items:
@@ -162,6 +201,10 @@ def _merge_partition(
             continue
         if hist.get_total_count() == 0:
             continue  # adding an empty histogram resets the sum's min to 0
+        if interval.tag in shifts:
+            hist = shifted(hist, shifts[interval.tag])
+            if hist.get_total_count() == 0:
+                continue
         for key in _keys(interval, measure_start, seconds, window_s):
             merged.setdefault(key, new_histogram()).add(hist)
     for key, hist in merged.items():

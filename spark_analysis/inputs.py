@@ -192,6 +192,13 @@ class Manifest:
     """Which broker ran (name, version, started_by_harness); {} in older manifests."""
     omb: dict[str, Any] = field(default_factory=dict)
     """What OMB's loops found (`rate_search`, `backlog`); {} when none ran."""
+    broker_clock: dict[str, Any] = field(default_factory=dict)
+    """The broker host's clock offset (harness/broker_clock.py); {} in older manifests."""
+
+    @property
+    def broker_offset_us(self) -> int:
+        """What the broker's stage stamps are corrected by: its clock minus the coordinator's."""
+        return round(float(self.broker_clock.get("applied_ms") or 0.0) * 1000)
 
     @property
     def measure_seconds(self) -> int:
@@ -230,6 +237,8 @@ def load_manifest(run_dir: Path) -> Manifest:
         # Absent from manifests written before peers and OMB's loops.
         broker=require(data, "broker", dict, path) if "broker" in data else {},
         omb=require(data, "omb", dict, path) if "omb" in data else {},
+        # Absent from manifests written before the broker's clock was measured.
+        broker_clock=require(data, "broker_clock", dict, path) if "broker_clock" in data else {},
     )
 
 

@@ -41,7 +41,12 @@ from spark_analysis.harness_cost import (
     read_broker_loop_lag,
     read_broker_process,
 )
-from spark_analysis.histograms import MergedHistograms, merge_histograms, read_hlogs
+from spark_analysis.histograms import (
+    MergedHistograms,
+    broker_clock_shifts,
+    merge_histograms,
+    read_hlogs,
+)
 from spark_analysis.inputs import Manifest, load_json, load_manifest, raw_files
 from spark_analysis.outputs import write_json_atomic
 from spark_analysis.session import DEFAULT_MASTER, session_scope
@@ -71,7 +76,7 @@ def analyze_run(
     intervals = read_hlogs(hlogs.present)
     timeline_rows = read_timelines(timelines.present, manifest)
     connection_rows = read_connections(connection_files.present)
-    stage_rows = read_stages(stage_files.present)
+    stage_rows = read_stages(stage_files.present, manifest.broker_offset_us)
     delivery_rows = read_deliveries(delivery_files.present) if delivery_files else None
     broker = broker_series(run_dir, manifest)
     broker_counters = read_broker_counters(run_dir)
@@ -80,7 +85,12 @@ def analyze_run(
 
     with session_scope(spark, master) as session:
         merged = merge_histograms(
-            session, intervals, manifest.measure_start, manifest.measure_seconds, omb.WINDOW_S
+            session,
+            intervals,
+            manifest.measure_start,
+            manifest.measure_seconds,
+            omb.WINDOW_S,
+            broker_clock_shifts(manifest.broker_offset_us),
         )
         timeline = analyze_timeline(session, timeline_rows, manifest)
         deliveries = (

@@ -7,6 +7,11 @@ time: which stage the slow deliveries spent their time in.
 A broker without stage timestamps (a real Pulsar) leaves the four middle columns empty and
 puts stages 1-5 in producing_us; then only `producing` (meaning 1-5) and `broadcasting`
 have values.
+
+The workers wrote the broker's stamps as the broker read them; a broker on another host puts
+its clock offset into `producing` (which ends on a broker stamp) and `broadcasting` (which
+starts on one). The offset the coordinator measured (manifest `broker_clock`) is taken off
+here; the middle stages are differences of broker stamps and need nothing.
 """
 
 from __future__ import annotations
@@ -28,14 +33,17 @@ from spark_analysis.session import one_row
 E2E_COLUMN = "e2e_us"
 COLUMNS = parsers(STAGE_COLUMNS, E2E_COLUMN, *(stage_column(stage) for stage in STAGES))
 _MIDDLE_POSITIONS = [list(COLUMNS).index(stage_column(stage)) for stage in BROKER_STAGES]
+_PRODUCING = list(COLUMNS).index(stage_column("producing"))
+_BROADCASTING = list(COLUMNS).index(stage_column("broadcasting"))
 
 _SCHEMA = StructType(
     [StructField(name, LongType(), parse is optional_integer) for name, parse in COLUMNS.items()]
 )
 
 
-def read_stages(files: Iterable[tuple[str, Path]]) -> list[tuple]:
-    """Parse every stages.csv into (e2e_us, *stage_us) rows.
+def read_stages(files: Iterable[tuple[str, Path]], broker_offset_us: int = 0) -> list[tuple]:
+    """Parse every stages.csv into (e2e_us, *stage_us) rows, with the broker's clock offset
+    (its clock minus the coordinator's) taken off the two stages that cross hosts.
 
     Stages may be negative: they are differences of clocks on different hosts.
     """
@@ -45,6 +53,11 @@ def read_stages(files: Iterable[tuple[str, Path]]) -> list[tuple]:
             empty = [values[i] is None for i in _MIDDLE_POSITIONS]
             if any(empty) and not all(empty):
                 raise row_error(path, line, "the middle stage columns must be all empty or all set")
+            if broker_offset_us:
+                corrected = list(values)
+                corrected[_PRODUCING] -= broker_offset_us
+                corrected[_BROADCASTING] += broker_offset_us
+                values = tuple(corrected)
             rows.append(values)
     return rows
 

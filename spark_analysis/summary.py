@@ -50,6 +50,7 @@ def build_summary(
         "environment": {
             "hosts": manifest.hosts,
             "clocks": manifest.clocks,
+            "broker_clock": manifest.broker_clock,
             "versions": manifest.versions,
             "git_revision": manifest.git_revision,
             "workers": manifest.workers,

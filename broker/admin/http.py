@@ -15,10 +15,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from broker.admin.stats import internal_stats, prometheus_text, topic_stats
+from broker.core.namespace import topics_of_namespace
 from broker.policies import admin_routes
 from broker.server.service import ADMIN_STEP, BrokerService, LimitExceeded, TopicExists
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.extensions import now_us
 
 REQUEST_TIMEOUT_S = 10.0
+CLOCK_PATH = "/admin/v2/brokers/clock"
+"""The broker's realtime clock, the one its stage stamps are read from: the coordinator
+pings it as it pings workers (harness/clock.py) when the broker is on another host."""
 MAX_BODY_BYTES = 1024 * 1024
 
 _TOPIC_PATH = re.compile(
@@ -26,8 +32,22 @@ _TOPIC_PATH = re.compile(
 )
 
 
+_NAMESPACE_PATH = re.compile(r"^/admin/v2/(persistent|non-persistent)/([^/]+)/([^/]+)$")
+"""Pulsar's topic list of a namespace: its topics of the domain, partitions by their names."""
+_LIST_MODES = {
+    "persistent": pb.CommandGetTopicsOfNamespace.PERSISTENT,
+    "non-persistent": pb.CommandGetTopicsOfNamespace.NON_PERSISTENT,
+}
+
+
+def _topic_list(service: BrokerService, domain: str, namespace: str) -> list[str]:
+    return topics_of_namespace(
+        namespace, _LIST_MODES[domain], service.known_topics(), service.partitioned
+    )
+
+
 def _prometheus(service: BrokerService) -> str:
-    return prometheus_text(service.topics, len(service.connections))
+    return prometheus_text(service.topics, len(service.connections), service.cursor_persistence())
 
 
 class AdminServer:
@@ -92,7 +112,15 @@ class AdminServer:
 
             def _policy(self, method: str) -> bool:
                 """Topic policies (broker.policies.admin_routes); False for any other path."""
-                length = int(self.headers.get("Content-Length") or 0)
+                if admin_routes.POLICY_PATH.match(self.path) is None:
+                    return False
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= MAX_BODY_BYTES:
+                    self._reply(413, {"reason": f"body over {MAX_BODY_BYTES} bytes, or no size"})
+                    return True
                 body = self.rfile.read(length) if length and method == "POST" else b""
                 answer = admin_routes.handle(
                     method, self.path, body, admin.service.policies, admin._on_loop
@@ -112,6 +140,9 @@ class AdminServer:
                     self._reply(404, {"reason": f"no such path {self.path}"})
 
             def do_GET(self) -> None:
+                if self.path == CLOCK_PATH:  # first: time spent before the reading is error
+                    self._reply(200, {"realtime_us": now_us()})
+                    return
                 if self._policy("GET"):
                     return
                 if self.path == "/metrics":
@@ -119,6 +150,12 @@ class AdminServer:
                     return
                 if self.path == "/admin/v2/brokers/health":
                     self._reply(200, "ok", "text/plain")
+                    return
+                listed = _NAMESPACE_PATH.match(self.path)
+                if listed is not None:
+                    domain, tenant, ns = listed.groups()
+                    names = admin._on_loop(_topic_list, admin.service, domain, f"{tenant}/{ns}")
+                    self._reply(200, names)
                     return
                 match = _TOPIC_PATH.match(self.path)
                 if not match:
@@ -134,8 +171,11 @@ class AdminServer:
                 if found is None:
                     self._reply(404, {"reason": f"topic {full} not found"})
                     return
-                fn = topic_stats if what == "stats" else internal_stats
-                self._reply(200, admin._on_loop(fn, found))
+                if what == "stats":
+                    persistence = admin.service.cursor_persistence().get(full)
+                    self._reply(200, admin._on_loop(topic_stats, found, persistence))
+                else:
+                    self._reply(200, admin._on_loop(internal_stats, found))
 
             def do_PUT(self) -> None:
                 match = _TOPIC_PATH.match(self.path.split("?")[0])

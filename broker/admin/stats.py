@@ -8,6 +8,7 @@ from typing import Any
 from broker.core.topic import Topic
 from broker.policies import stats as throttling
 from broker.storage.cursors import format_ranges
+from broker.storage.persist_health import CursorPersistence
 from broker.storage.position import Position
 from broker.subscriptions.subscription import Subscription
 
@@ -46,7 +47,8 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
     }
 
 
-def topic_stats(topic: Topic) -> dict[str, Any]:
+def topic_stats(topic: Topic, persistence: CursorPersistence | None = None) -> dict[str, Any]:
+    """`persistence`: how writing the topic's cursors fares (a persistent topic's)."""
     return {
         "msgRateIn": round(topic.rate_messages, 3),
         "msgThroughputIn": round(topic.rate_bytes, 3),
@@ -54,6 +56,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "msgInCounter": topic.messages_in,
         "bytesInCounter": topic.bytes_in,
         **throttling.topic_throttling(topic),
+        **(persistence.stats() if persistence is not None else {}),
         "publishers": [
             {"producerName": p.name, "msgInCounter": p.messages_in, "address": p.address}
             for p in topic.producers.values()
@@ -62,7 +65,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
     }
 
 
-def topic_summary(topic: Topic) -> dict[str, Any]:
+def topic_summary(topic: Topic, persistence: CursorPersistence | None = None) -> dict[str, Any]:
     """Counters without per-subscription and per-consumer lists: the periodic snapshot's
     shape. Full stats of 100,000 consumers are ~19 MB of JSON, too much every 5 s."""
     subs = topic.subscriptions.values()
@@ -78,6 +81,7 @@ def topic_summary(topic: Topic) -> dict[str, Any]:
         "publisherCount": len(topic.producers),
         "subscriptionCount": len(topic.subscriptions),
         "consumerCount": sum(len(s.consumers) for s in subs),
+        **(persistence.stats() if persistence is not None else {}),
     }
 
 
@@ -119,8 +123,13 @@ def _labels(**labels: str) -> str:
     return "{" + ",".join(f'{name}="{label_value(v)}"' for name, v in labels.items()) + "}"
 
 
-def prometheus_text(topics: Mapping[str, Topic], connections: int) -> str:
-    """The /metrics body, in Pulsar's metric names."""
+def prometheus_text(
+    topics: Mapping[str, Topic],
+    connections: int,
+    persistence: Mapping[str, CursorPersistence] | None = None,
+) -> str:
+    """The /metrics body, in Pulsar's metric names; `persistence` by topic name. The cursor
+    persist counters are Pulsar's managed-cursor ones, by topic (one cursor log per topic)."""
     lines = [
         "# TYPE pulsar_in_messages_total counter",
         "# TYPE pulsar_subscription_back_log gauge",
@@ -138,6 +147,15 @@ def prometheus_text(topics: Mapping[str, Topic], connections: int) -> str:
             lines.append(
                 f"pulsar_subscription_expired_consumer_cursors_total{labels} {sub.expired_cursors}"
             )
+    if persistence:
+        lines += [
+            "# TYPE pulsar_ml_cursor_persistLedgerSucceed counter",
+            "# TYPE pulsar_ml_cursor_persistLedgerErrors counter",
+        ]
+        for name, health in persistence.items():
+            labels = _labels(topic=name)
+            lines.append(f"pulsar_ml_cursor_persistLedgerSucceed{labels} {health.succeeded}")
+            lines.append(f"pulsar_ml_cursor_persistLedgerErrors{labels} {health.failed}")
     lines += throttling.METRIC_TYPES
     for name, topic in topics.items():
         subs = {s: _labels(topic=name, subscription=s) for s in topic.subscriptions}

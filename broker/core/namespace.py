@@ -2,8 +2,8 @@
 
 Pulsar lists every topic of the namespace in the asked domain, partitions by their own names
 (`…-partition-N`), and a hash of the list (TopicList.calculateHash). The list here holds the
-topics the broker has open and every partition of its partitioned topics; a persistent topic
-only on disk since a restart appears once something opens it again.
+topics the broker has open, the persistent topics it has on disk (opened since the start or
+not: BrokerService.known_topics) and every partition of its partitioned topics.
 
 The pattern a client may send is not evaluated here: answering `filtered=false` is allowed
 (the official clients then match the list themselves), and a regular expression from the wire

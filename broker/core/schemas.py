@@ -21,8 +21,9 @@ name: a field only one side has must carry a `default` on the side that reads it
 both have must have the same type (records compared recursively, unions as sets, other types by
 their JSON). Avro's promotions (int to long, string to bytes, ...) and aliases are not
 recognised, so such a change is refused where Avro would allow one direction. PROTOBUF_NATIVE
-and KEY_VALUE definitions are compared only by type. Schemas live in memory: a restarted
-broker starts with empty histories.
+and KEY_VALUE definitions are compared only by type. Histories are kept by a SchemaHistories
+store when the broker has one (broker.storage.schema_store), read on first use and saved before
+a new version is answered, so a restart keeps them.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.topic_names import PARTITION_SUFFIX
@@ -49,8 +51,20 @@ _VERSION = struct.Struct(">q")
 """A schema version on the wire: Pulsar's LongSchemaVersion, 8 bytes big-endian, from 0."""
 
 
-class IncompatibleSchema(Exception):
+class SchemaRefused(Exception):
+    """A producer or consumer refused for its schema, with the ServerError to answer."""
+
+    server_error: int = pb.IncompatibleSchema
+
+
+class IncompatibleSchema(SchemaRefused):
     """Refused with ServerError.IncompatibleSchema."""
+
+
+class SchemaNotStored(SchemaRefused):
+    """A new schema version could not be saved: refused, as nothing may use an unsaved one."""
+
+    server_error = pb.PersistenceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +100,33 @@ def schema_topic(topic: str) -> str:
     return _PARTITION.sub(r"\1", topic)
 
 
-class SchemaRegistry:
-    """Schema histories by topic name (a partition's is its partitioned topic's)."""
+class SchemaHistories(Protocol):
+    """Where schema histories are kept across restarts (broker.storage.schema_store)."""
 
-    def __init__(self) -> None:
+    def load(self, topic: str) -> list[StoredSchema]: ...
+
+    def save(self, topic: str, history: Sequence[StoredSchema]) -> None:
+        """Raises OSError when the history could not be saved."""
+        ...
+
+
+class SchemaRegistry:
+    """Schema histories by topic name (a partition's is its partitioned topic's), kept by
+    `store` when given."""
+
+    def __init__(self, store: SchemaHistories | None = None) -> None:
         self._histories: dict[str, list[StoredSchema]] = {}
+        self._store = store
+
+    def _history(self, topic: str) -> list[StoredSchema]:
+        history = self._histories.get(topic)
+        if history is None:
+            history = self._store.load(topic) if self._store is not None else []
+            self._histories[topic] = history
+        return history
 
     def latest(self, topic: str) -> tuple[StoredSchema, bytes] | None:
-        history = self._histories.get(topic)
+        history = self._history(topic)
         if not history:
             return None
         return history[-1], version_bytes(len(history) - 1)
@@ -102,7 +135,7 @@ class SchemaRegistry:
         """The schema of `version` (the latest when None), with its version bytes."""
         if version is None:
             return self.latest(topic)
-        history = self._histories.get(topic, [])
+        history = self._history(topic)
         if len(version) != _VERSION.size:
             return None
         (number,) = _VERSION.unpack(version)
@@ -114,12 +147,17 @@ class SchemaRegistry:
         if schema is None:
             return None
         new = StoredSchema.of(schema)
-        history = self._histories.setdefault(topic, [])
+        history = self._history(topic)
         for number, old in enumerate(history):
             if old.type == new.type and old.data == new.data:
                 return version_bytes(number)
         if history:
             _check(history[-1], new, both_ways=True)
+        if self._store is not None:
+            try:
+                self._store.save(topic, [*history, new])
+            except OSError as exc:
+                raise SchemaNotStored(f"the new schema version could not be saved: {exc}") from exc
         history.append(new)
         return version_bytes(len(history) - 1)
 
@@ -127,7 +165,7 @@ class SchemaRegistry:
         """Raises IncompatibleSchema as Pulsar's addSchemaIfIdleOrCheckCompatible."""
         if schema is None or schema.type == AUTO_CONSUME:
             return
-        history = self._histories.get(topic)
+        history = self._history(topic)
         if not history and not topic_in_use:
             self.for_producer(topic, schema)  # an idle topic takes the consumer's schema
             return

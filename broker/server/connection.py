@@ -26,7 +26,7 @@ from broker.core.positions import (
     start_of_subscription,
 )
 from broker.core.producer_access import ProducerRefused
-from broker.core.schemas import IncompatibleSchema, SchemaRegistry, schema_topic
+from broker.core.schemas import SchemaRefused, SchemaRegistry, schema_topic
 from broker.core.topic import Producer, Topic
 from broker.core.topic_name import InvalidTopicName, parse_topic
 from broker.server.auth import TokenAuthenticator
@@ -37,7 +37,7 @@ from pulsar_protocol.commands import FIELD_OF_TYPE, SERVER_BOUND_REQUESTS, T, co
 from pulsar_protocol.connection import Connection
 from pulsar_protocol.errors import RemoteProtocolError
 from pulsar_protocol.extensions import now_us
-from pulsar_protocol.state import SERVER
+from pulsar_protocol.state import SERVER, ConnectionState
 
 log = logging.getLogger("broker.connection")
 
@@ -84,6 +84,8 @@ class ConnectionHost(Protocol):
 
     def topic(self, name: str) -> Topic: ...
 
+    def known_topics(self) -> frozenset[str]: ...
+
     def partitions_of(self, name: str) -> int: ...
 
     def subscription_mode(self, req: pb.CommandSubscribe) -> str: ...
@@ -109,6 +111,11 @@ class ServerConnection(asyncio.Protocol):
         """The client asked for the stage stamps ahead of each payload (CONNECT's flags)."""
         self.address = ""
         self._handshake_timer: asyncio.TimerHandle | None = None
+        self.seen = True
+        """Something was read since the last keep-alive sweep (broker.server.keep_alive): the
+        one cost of keep-alive per read."""
+        self._pinged = False
+        """The sweep sent a PING and nothing has been read since."""
         self.producers: dict[int, Producer] = {}
         self._waiting_producers: dict[int, Producer] = {}
         """WaitForExclusive producers told "not ready yet", by producer id."""
@@ -177,6 +184,7 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         # One clock read per read from the socket: the wire timestamp of everything in it.
         received_us = now_us()
+        self.seen = True
         conn, handlers = self.conn, self._handlers
         conn.receive_data(data)
         try:
@@ -203,6 +211,25 @@ class ServerConnection(asyncio.Protocol):
         if self._open():
             log.warning(
                 "closing %s: no CONNECT within %s s (keepAliveIntervalSeconds)",
+                self.address,
+                self.service.config.keepAliveIntervalSeconds,
+            )
+            self.close()
+
+    def keep_alive(self) -> None:
+        """One turn of the broker's keep-alive sweep (broker.server.keep_alive), as Pulsar's
+        ServerCnx: a client silent for a whole interval gets a PING; one still silent an
+        interval later is closed. Before the handshake, the handshake timeout applies."""
+        if self.conn.state is not ConnectionState.CONNECTED or not self._open():
+            return
+        if self.seen:
+            self.seen = self._pinged = False
+        elif not self._pinged:
+            self._pinged = True
+            self._send(ev.Ping())
+        else:
+            log.warning(
+                "closing %s: no answer to a PING within %s s (keepAliveIntervalSeconds)",
                 self.address,
                 self.service.config.keepAliveIntervalSeconds,
             )
@@ -352,8 +379,8 @@ class ServerConnection(asyncio.Protocol):
         schema = req.schema if req.HasField("schema") else None
         try:
             version = self.service.schemas.for_producer(schema_topic(topic.name), schema)
-        except IncompatibleSchema as exc:
-            self._error(req.request_id, pb.IncompatibleSchema, str(exc))
+        except SchemaRefused as exc:
+            self._error(req.request_id, exc.server_error, str(exc))
             return
         name = req.producer_name or f"fanout-{self.service.instance_id}-{next(_producer_names)}"
         producer = Producer(
@@ -486,8 +513,8 @@ class ServerConnection(asyncio.Protocol):
                 self.service.schemas.for_consumer(
                     schema_topic(topic.name), req.schema, _in_use(topic)
                 )
-            except IncompatibleSchema as exc:
-                self._error(req.request_id, pb.IncompatibleSchema, str(exc))
+            except SchemaRefused as exc:
+                self._error(req.request_id, exc.server_error, str(exc))
                 return
         requested = self.service.subscription_mode(req)
         sub = topic.subscriptions.get(req.subscription)
@@ -723,7 +750,7 @@ class ServerConnection(asyncio.Protocol):
     def _on_get_topics_of_namespace(self, req: pb.CommandGetTopicsOfNamespace) -> None:
         """The namespace's topic list for pattern subscriptions (broker.core.namespace)."""
         topics = topics_of_namespace(
-            req.namespace, req.mode, self.service.topics, self.service.partitioned
+            req.namespace, req.mode, self.service.known_topics(), self.service.partitioned
         )
         self._answer(
             T.GET_TOPICS_OF_NAMESPACE_RESPONSE,

@@ -23,8 +23,10 @@ from broker.core.topic import Topic
 from broker.core.topic_name import parse_topic
 from broker.policies.manager import PolicyManager
 from broker.server.auth import security_mode
+from broker.storage.persist_health import CursorPersistence
 from broker.server.connection import ServerConnection
 from broker.server.gc_policy import FreezeAfterStorms
+from broker.server.keep_alive import sweep_connections
 from broker.server.loop_lag import LoopLag
 from broker.subscriptions.modes import DISPATCHERS
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -62,10 +64,13 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.partitioned: dict[str, int] = {}
         self.preset_modes: dict[tuple[str, str], str] = {}
-        self.schemas = SchemaRegistry()
-        """Topic schemas (broker.core.schemas), by partitioned topic name."""
+        self.schemas = SchemaRegistry(storage.schemas if storage is not None else None)
+        """Topic schemas (broker.core.schemas), by partitioned topic name, kept on disk with
+        the topics when they are."""
         self.connections: set[ServerConnection] = set()
         self.storage = storage
+        self._stored_topics: frozenset[str] = frozenset()
+        """The topics on disk when the broker started (those created since are in `topics`)."""
         # Topic policies are kept in the data directory when topics are (a restart keeps them).
         self.policies = PolicyManager(config, Path(config.dataDir) if storage is not None else None)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -107,6 +112,15 @@ class BrokerService:
             self.topics[full] = topic
             self.policies.attach(topic)
         return topic
+
+    def known_topics(self) -> frozenset[str]:
+        """Every topic's full name: open ones, and those on disk not opened since the start
+        (the namespace topic list; topics are not deleted while the broker runs)."""
+        return self._stored_topics.union(self.topics)
+
+    def cursor_persistence(self) -> dict[str, CursorPersistence]:
+        """By topic: how writing its cursors fares (persistent topics of the storage)."""
+        return self.storage.persistence if self.storage is not None else {}
 
     def partitions_of(self, name: str) -> int:
         _, full = parse_topic(name)
@@ -175,6 +189,7 @@ class BrokerService:
         self.loop_lag.start()
         if self.storage is not None:
             self.storage.attach(self.loop)
+            self._stored_topics = frozenset(self.storage.stored_topics())
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.config.bindAddress, self.config.brokerServicePort))
@@ -186,6 +201,9 @@ class BrokerService:
         if self.config.statsDir:
             self._stats_task = asyncio.ensure_future(self._write_stats())
         self._rates_task = asyncio.ensure_future(self._measure_rates())
+        self._keep_alive_task = asyncio.ensure_future(
+            sweep_connections(self.connections, self.config.keepAliveIntervalSeconds)
+        )
         log.info("broker listening on %s", self.config.advertised_url)
         note_level = logging.WARNING if "OFF" in self.security_note else logging.INFO
         log.log(note_level, "%s", self.security_note)
@@ -202,6 +220,7 @@ class BrokerService:
         if self._stats_task is not None:
             self._stats_task.cancel()
         self._rates_task.cancel()
+        self._keep_alive_task.cancel()
         self.policies.close()
         for topic in self.topics.values():
             topic.close()
@@ -251,7 +270,10 @@ class BrokerService:
             "rss": self._process.memory_info().rss,
             "connections": len(self.connections),
             "consumers": sum(len(c.consumers) for c in self.connections),
-            "topics": {name: topic_summary(t) for name, t in self.topics.items()},
+            "topics": {
+                name: topic_summary(t, self.cursor_persistence().get(name))
+                for name, t in self.topics.items()
+            },
         }
         n = self._stats_written
         tmp = directory / f".stats-{n}.json.tmp"

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from broker.config import BrokerConfig
 from broker.core.entry import Entry
@@ -31,6 +33,8 @@ from broker.storage.cursors import (
 )
 from broker.storage.journal import Journal
 from broker.storage.ledger import ManagedLedger
+from broker.storage.persist_health import CursorPersistence
+from broker.storage.schema_store import SchemaStore
 from broker.storage.position import Position
 from broker.subscriptions.subscription import Subscription
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -271,8 +275,14 @@ class LedgerStorage:
             sync_data=config.journalSyncData,
             max_group_bytes=config.journalBufferedWritesThreshold,
         )
+        self.schemas = SchemaStore(
+            Path(config.dataDir) / "schemas", sync_data=config.journalSyncData
+        )
+        """Topic schema histories (broker.core.schemas keeps them through it)."""
         self._interval_s = config.managedLedgerCursorPositionPersistIntervalMs / 1000
         self._writers: dict[str, ThrottledCursorWriter] = {}
+        self.persistence: dict[str, CursorPersistence] = {}
+        """Per topic: its cursor writes done and failed, and its back-off after a failure."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._logs: dict[str, LedgerEntryLog] = {}
@@ -305,6 +315,7 @@ class LedgerStorage:
         self._logs[name] = entry_log
         store = CursorStore(directory / "cursors", sync_data=self.config.journalSyncData)
         self._writers[name] = ThrottledCursorWriter(store, self._interval_s)
+        self.persistence[name] = CursorPersistence(name, self._interval_s)
         cursors: SavedCursors = {}
         for sub_name, state in store.load_all().items():
             mark, acked = _indexes(entry_log, state.mark_delete, state.individually_acked)
@@ -314,6 +325,16 @@ class LedgerStorage:
                 own.update(dict.fromkeys(group.names, at))
             cursors[sub_name] = (state.mode, mark, acked, own)
         return entry_log, cursors
+
+    def stored_topics(self) -> list[str]:
+        """The names of the topics stored here, whether opened since the start or not: each
+        topic folder (its quoted name) with its ledgers folder."""
+        names = []
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if entry.is_dir() and os.path.isdir(os.path.join(entry.path, "ledgers")):
+                    names.append(unquote(entry.name))
+        return sorted(names)
 
     # -- CursorSink (called on the event loop) ---------------------------------------------------
     def moved(self, topic: str, subscription: Subscription) -> None:
@@ -360,13 +381,14 @@ class LedgerStorage:
         )
 
     async def _persist_loop(self) -> None:
+        """Never ends before close: a topic whose write fails is logged, counted and backed
+        off (broker.storage.persist_health) while the others keep persisting."""
         while True:
             await asyncio.sleep(self._interval_s / TICKS_PER_INTERVAL)
             try:
                 await self.flush_cursors()
-            except Exception:
-                # Kept pending by the writer: the next tick tries again.
-                log.exception("saving cursors failed")
+            except Exception:  # each failed topic is logged with its name where it failed
+                pass
 
     async def flush_cursors(self, everything: bool = False) -> None:
         """Snapshot due cursors on the loop, write them on a thread.
@@ -379,30 +401,43 @@ class LedgerStorage:
         async with self._flushing:
             if self._writing is not None and not self._writing.done():
                 await asyncio.wait([self._writing])
-            taken = [(w, w.take(everything)) for w in self._writers.values()]
-            batches = [(w, writes) for w, writes in taken if writes.saves or writes.deletes]
+            now = time.monotonic()
+            persistence = self.persistence
+            taken = [
+                (name, w, w.take(everything))
+                for name, w in self._writers.items()
+                if everything or persistence[name].due(now)
+            ]
+            batches = [(name, w, ws) for name, w, ws in taken if ws.saves or ws.deletes]
             if not batches:
                 return
 
-            def write() -> list[tuple[ThrottledCursorWriter, CursorWrites, Exception]]:
+            def write() -> list[tuple[str, ThrottledCursorWriter, CursorWrites, Exception]]:
                 failed = []
-                for writer, writes in batches:
+                for name, writer, writes in batches:
                     try:
                         writes.apply()
-                    except Exception as error:
-                        failed.append((writer, writes, error))
+                    except Exception as error:  # this topic's alone: the others go on
+                        failed.append((name, writer, writes, error))
                 return failed
 
             def settle(done: asyncio.Future[Any]) -> None:
                 # Here, not after the await: a cancelled caller must not drop the retries.
-                for writer, writes, _ in done.result():
+                failed = done.result()
+                failed_names = {name for name, *_ in failed}
+                at = time.monotonic()
+                for name, writer, writes, error in failed:
                     writer.retry(writes)
+                    persistence[name].record_failure(error, at)
+                for name, _, _ in batches:
+                    if name not in failed_names:
+                        persistence[name].record_success()
 
             self._writing = asyncio.get_running_loop().run_in_executor(None, write)
             self._writing.add_done_callback(settle)
             failed = await asyncio.shield(self._writing)
         if failed:
-            raise failed[0][2]
+            raise failed[0][3]
 
     async def close(self) -> None:
         if self._task is not None:

@@ -3,6 +3,8 @@
 Partition counts are metadata, not part of the binary protocol: the official clients can only
 read them (PARTITIONED_METADATA), so creating them goes over HTTP, as OMB's Pulsar driver does
 with PulsarAdmin. The same endpoints are served by Apache Pulsar and by the bundled broker.
+Each call takes the token of the driver file's `client.authentication` (None: none), sent as
+`Authorization: Bearer`, as PulsarAdmin with AuthenticationToken does.
 """
 
 from __future__ import annotations
@@ -32,9 +34,27 @@ def topic_path(topic: str) -> str:
     return path
 
 
-def _call(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
+def _headers(token: str | None, json_body: bool = False) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"} if json_body else {}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _refused(status: int, token: str | None) -> str:
+    """What a 401 or 403 means for the driver file, after "... answered <status>"."""
+    if status not in (401, 403):
+        return ""
+    if token is None:
+        return " (the admin API wants authentication: set client.authentication)"
+    return " (the admin API refused client.authentication's token)"
+
+
+def _call(
+    method: str, url: str, body: bytes | None = None, token: str | None = None
+) -> tuple[int, bytes]:
     request = urllib.request.Request(
-        url, data=body, method=method, headers={"Content-Type": "application/json"}
+        url, data=body, method=method, headers=_headers(token, json_body=True)
     )
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
@@ -46,48 +66,53 @@ def _call(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]
         raise DriverError(f"admin API {url} is unreachable ({reason})") from None
 
 
-def partitions_of(admin_url: str, topic: str) -> int:
+def partitions_of(admin_url: str, topic: str, token: str | None = None) -> int:
     """The partition count the broker has for `topic` (0: not partitioned)."""
     url = f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}/partitions"
-    status, body = _call("GET", url)
+    status, body = _call("GET", url, token=token)
     if status != 200:
-        raise DriverError(f"GET {url} answered {status}: {body[:200]!r}")
+        hint = _refused(status, token)
+        raise DriverError(f"GET {url} answered {status}: {body[:200]!r}{hint}")
     try:
         return int(json.loads(body)["partitions"])
     except (ValueError, KeyError, TypeError):
         raise DriverError(f"GET {url} answered {body[:200]!r}, not partition metadata") from None
 
 
-def create_partitioned_topic(admin_url: str, topic: str, partitions: int) -> None:
+def create_partitioned_topic(
+    admin_url: str, topic: str, partitions: int, token: str | None = None
+) -> None:
     """PUT the partition count; a topic that already has exactly that many is fine."""
     url = f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}/partitions"
-    status, body = _call("PUT", url, str(partitions).encode())
+    status, body = _call("PUT", url, str(partitions).encode(), token)
     if status in (200, 204):
         return
     if status == 409:  # exists: fine if it is what we asked for
-        have = partitions_of(admin_url, topic)
+        have = partitions_of(admin_url, topic, token)
         if have == partitions:
             return
         raise DriverError(
             f"topic {topic!r} already exists with {have} partitions, not {partitions}; "
             "use a fresh topic name or delete it"
         )
-    raise DriverError(f"PUT {url} answered {status}: {body[:200]!r}")
+    hint = _refused(status, token)
+    raise DriverError(f"PUT {url} answered {status}: {body[:200]!r}{hint}")
 
 
 def stats_url(admin_url: str, topic: str) -> str:
     return f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}/stats"
 
 
-def topic_stats(admin_url: str, names: list[str]) -> dict[str, object]:
+def topic_stats(admin_url: str, names: list[str], token: str | None = None) -> dict[str, object]:
     """`GET .../{topic}/stats` of each name (a partition under its own name): every
     subscription and consumer with its counters and address. A topic that does not answer
     costs a warning and maps to None."""
     stats: dict[str, object] = {}
     for name in names:
         url = stats_url(admin_url, name)
+        request = urllib.request.Request(url, headers=_headers(token))
         try:
-            with urllib.request.urlopen(url, timeout=STATS_TIMEOUT_SECONDS) as reply:
+            with urllib.request.urlopen(request, timeout=STATS_TIMEOUT_SECONDS) as reply:
                 stats[name] = json.loads(reply.read())
         except (urllib.error.URLError, OSError, ValueError) as exc:
             log.warning("topic stats of %s: %s", name, getattr(exc, "reason", exc))
@@ -95,7 +120,9 @@ def topic_stats(admin_url: str, names: list[str]) -> dict[str, object]:
     return stats
 
 
-def set_topic_policies(admin_url: str, topic: str, policies: dict[str, object]) -> None:
+def set_topic_policies(
+    admin_url: str, topic: str, policies: dict[str, object], token: str | None = None
+) -> None:
     """POST each topic policy as `pulsar-admin topics set-…` does (Pulsar's topic-policy REST
     paths; docs/policies.md): `messageTTL` in the query, `backlogQuota` once per quota type,
     the others as JSON bodies. DriverError with the broker's reason when one is refused."""
@@ -114,6 +141,7 @@ def set_topic_policies(admin_url: str, topic: str, policies: dict[str, object]) 
             calls.append((f"{base}/{kind}", value))
     for url, body in calls:
         data = None if body is None else json.dumps(body).encode()
-        status, reply = _call("POST", url, data)
+        status, reply = _call("POST", url, data, token)
         if status not in (200, 204):
-            raise DriverError(f"POST {url} answered {status}: {reply[:300]!r}")
+            hint = _refused(status, token)
+            raise DriverError(f"POST {url} answered {status}: {reply[:300]!r}{hint}")

@@ -49,13 +49,20 @@ class PulsarDriver:
         self._pool: ConnectionPool | None = None
         self._producers: list[PulsarProducer | PartitionedProducer] = []
         self._admin_url: str | None = None
+        self._admin_token: str | None = None
+        """client.authentication's token for the admin API, on both sides (parse_config and
+        initialize keep it)."""
         self._owners: dict[tuple[int, str], AsyncResult] = {}
         self.resubscribed = 0
         """Consumers subscribed again after a lost connection, over the driver's life."""
 
     # -- the coordinator's side ------------------------------------------------------------------
     def parse_config(self, sections: Mapping[Any, object], where: str) -> PulsarConfig:
-        return PulsarConfig.parse(sections, where)
+        """The coordinator's driver parses the file and makes its admin calls (topic stats,
+        topic policies) with the token it names."""
+        config = PulsarConfig.parse(sections, where)
+        self._admin_token = config.admin_token()
+        return config
 
     def topic_name(self, name: str, *, persistent: bool) -> str:
         domain = "persistent" if persistent else "non-persistent"
@@ -79,7 +86,7 @@ class PulsarDriver:
             return None
         if partitions > 1:
             topics = [name for topic in topics for name in partition_names(topic, partitions)]
-        return topic_stats(admin_url, topics)
+        return topic_stats(admin_url, topics, self._admin_token)
 
     def apply_topic_policies(
         self, topics: list[str], policies: dict[str, object], *, admin_url: str | None
@@ -89,7 +96,7 @@ class PulsarDriver:
         if admin_url is None:
             raise DriverError("topicPolicies need the broker's admin API: give adminUrl")
         for topic in topics:
-            set_topic_policies(admin_url, topic, policies)
+            set_topic_policies(admin_url, topic, policies, self._admin_token)
 
     # -- a worker's side ---------------------------------------------------------------------
     def initialize(
@@ -102,6 +109,7 @@ class PulsarDriver:
         admin_url: str | None = None,
     ) -> None:
         self._admin_url = admin_url
+        self._admin_token = config.admin_token() if config is not None else None
         self._settings = settings_from(
             config, consumers_per_connection=consumers_per_connection, service_url=service_url
         )
@@ -117,7 +125,7 @@ class PulsarDriver:
                 f"creating {topic!r} with {partitions} partitions needs the broker's admin API: "
                 "set client.adminUrl in the driver file"
             )
-        create_partitioned_topic(self._admin_url, topic, partitions)
+        create_partitioned_topic(self._admin_url, topic, partitions, self._admin_token)
 
     def create_producer(self, topic: str) -> PulsarProducer | PartitionedProducer:
         """A producer on connections of its own, one to each broker that owns a partition (so

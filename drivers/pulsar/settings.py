@@ -28,6 +28,7 @@ from drivers.config import (
     parse_section,
     url,
 )
+from drivers.pulsar.auth import METHOD, Authentication, authentication
 
 DEFAULT_PORT = 6650
 ACK_MODES = ("cumulative", "individual")
@@ -46,6 +47,8 @@ class ClientConfig:
     ephemeral port range); 0 = off."""
     connect_timeout_seconds: int = 10
     operation_timeout_seconds: int = 30
+    authentication: Authentication | None = None
+    """Token authentication (drivers.pulsar.auth), OMB's `authentication: {plugin, data}`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +81,7 @@ _SECTIONS: dict[str, dict[str, tuple[str, Parser]]] = {
         "sourceAddresses": ("source_addresses", integer(minimum=0)),
         "connectTimeoutSeconds": ("connect_timeout_seconds", integer(minimum=1)),
         "operationTimeoutSeconds": ("operation_timeout_seconds", integer(minimum=1)),
+        "authentication": ("authentication", nullable(authentication)),
     },
     "producer": {
         "batchingEnabled": ("batching_enabled", boolean),
@@ -114,6 +118,11 @@ class PulsarConfig:
                 f"{where}key 'client.adminUrl' needs 'client.serviceUrl' (the bundled broker's "
                 "admin API is started by the harness; drop adminUrl or give serviceUrl)"
             )
+        if client.authentication is not None:
+            try:
+                client.authentication.token()  # a token file that cannot be read stops the run
+            except DriverError as exc:
+                raise ConfigError(f"{where}{exc}") from None
         if client.source_addresses and not _is_loopback_url(client.service_url):
             raise ConfigError(
                 f"{where}key 'client.sourceAddresses': 127.x.y.z source addresses only reach a "
@@ -146,9 +155,20 @@ class PulsarConfig:
     def to_dict(self) -> dict[str, Any]:
         """The sections under their YAML keys; PulsarConfig.parse of it gives an equal config."""
         return {
-            name: {key: getattr(getattr(self, name), attr) for key, (attr, _) in keys.items()}
+            name: {
+                key: _as_yaml(getattr(getattr(self, name), attr)) for key, (attr, _) in keys.items()
+            }
             for name, keys in _SECTIONS.items()
         }
+
+    def admin_token(self) -> str | None:
+        """The token for the admin API (`Authorization: Bearer`); None without one."""
+        auth = self.client.authentication
+        return None if auth is None else auth.token()
+
+
+def _as_yaml(value: object) -> object:
+    return value.to_dict() if isinstance(value, Authentication) else value
 
 
 def _is_loopback_url(service_url: str | None) -> bool:
@@ -195,6 +215,9 @@ class Settings:
     """0 = flush acknowledgements at the next turn of the event loop."""
     ack_mode: str = _DEFAULT.consumer.ack_mode
     verify_checksum: bool = _DEFAULT.consumer.verify_checksum
+    auth_method_name: str = ""
+    """CONNECT's credentials: "token" and the JWT, or nothing (client.authentication)."""
+    auth_data: bytes = b""
 
     @property
     def address(self) -> str:
@@ -225,6 +248,7 @@ def settings_from(
     config = config or PulsarConfig()
     client, producer, consumer = config.client, config.producer, config.consumer
     host, port = parse_service_url(service_url)
+    token = config.admin_token()  # a token file is read here, on each worker
     settings = Settings(
         host=host,
         port=port,
@@ -242,6 +266,8 @@ def settings_from(
         ack_group_time_ms=consumer.ack_group_time_ms,
         ack_mode=consumer.ack_mode,
         verify_checksum=consumer.verify_checksum,
+        auth_method_name=METHOD if token is not None else "",
+        auth_data=token.encode() if token is not None else b"",
     )
     _check(settings)
     return settings

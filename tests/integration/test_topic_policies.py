@@ -1,4 +1,6 @@
-"""Topic policies set through Pulsar's REST paths, and rate limits observed with pulsar-client.
+"""Topic policies (docs/policies.md) set through Pulsar's REST paths and the broker's defaults,
+and what each does, observed with the official pulsar-client: rate limits, TTL, delayed
+delivery, backlog quotas, acknowledgement holes, and a workload's `topicPolicies`.
 
 Windows are the broker's 1 s windows, aligned on the wall clock (broker.policies.rate_limit),
 so what a client saw is counted per `int(time.time())`; the broker and the clients share the

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgpack  # type: ignore[import-untyped]  # no stubs for the pinned version
 import pytest
 import yaml
 
 from drivers.config import ConfigError
+from harness.run_plan import _plain, workload_from_dict
 from harness.workload import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,3 +89,14 @@ def test_the_seed_004_workload_limits_publishing_to_100_per_second():
     assert [c.producer_rate for c in spec.cases] == [80, 250]
     for case in spec.cases:
         assert case.topic_policy_map["publishRate"]["publishThrottlingRateInMsg"] == 100
+
+
+def test_policies_reach_the_workers_unchanged(tmp_path):
+    """Workers get the workload through Locust's msgpack transport, which makes lists of the
+    (name, JSON) pairs: they come back as the same hashable Workload."""
+    (case,) = _load(tmp_path, "topicPolicies: {messageTTL: 30}\n").cases
+    wire = msgpack.loads(msgpack.dumps(_plain(case)), raw=False)
+    received = workload_from_dict(wire)
+    assert received == case
+    assert hash(received) == hash(case)
+    assert received.topic_policy_map == {"messageTTL": 30}

@@ -1,0 +1,86 @@
+"""Token authentication of the native driver: `client.authentication` as OMB's Pulsar driver
+file spells it (`plugin`, `data`), sent in CONNECT and as `Authorization: Bearer` to the admin
+API, as the official clients' AuthenticationToken does.
+
+`data` takes what AuthenticationToken.configure takes: `token:<jwt>`, `file:///path` (read
+when each worker starts, so the token itself stays out of the run's manifest), a JSON object
+`{"token": "<jwt>"}`, or the bare token.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from drivers.base import DriverError
+from drivers.config import InvalidValue, describe
+
+TOKEN_PLUGINS = frozenset({"org.apache.pulsar.client.impl.auth.AuthenticationToken", "token"})
+"""The plugin names Pulsar's clients take for token authentication (the class, or the short
+name the C++ client's AuthFactory knows)."""
+METHOD = "token"
+"""CONNECT's auth_method_name for a token, as Pulsar's AuthenticationProviderToken expects."""
+
+
+@dataclass(frozen=True, slots=True)
+class Authentication:
+    """The driver file's `client.authentication`, as written (a file is read later)."""
+
+    plugin: str
+    data: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"plugin": self.plugin, "data": self.data}
+
+    def token(self) -> str:
+        """The JWT; DriverError when a token file cannot be read or `data` holds none."""
+        data = self.data.strip()
+        if data.startswith("token:"):
+            token = data.removeprefix("token:")
+        elif data.startswith("file:"):
+            path = Path(unquote(urlsplit(data).path))
+            try:
+                token = path.read_text()
+            except OSError as exc:
+                raise DriverError(
+                    f"client.authentication: cannot read the token file {path} "
+                    f"({exc.strerror or exc})"
+                ) from None
+        elif data.startswith("{"):
+            try:
+                token = json.loads(data)["token"]
+            except (ValueError, KeyError, TypeError):
+                raise DriverError(
+                    'client.authentication.data: expected {"token": "<jwt>"}'
+                ) from None
+        else:
+            token = data
+        token = str(token).strip()
+        if not token:
+            raise DriverError("client.authentication.data holds no token")
+        return token
+
+
+def authentication(value: object) -> Authentication | None:
+    """Parser of `client.authentication`: a mapping of `plugin` and `data`; no plugin (OMB's
+    default file leaves both empty) means no authentication."""
+    if not isinstance(value, dict):
+        raise InvalidValue(f"expected a mapping of plugin and data, got {describe(value)}")
+    unknown = sorted(str(k) for k in value if k not in ("plugin", "data"))
+    if unknown:
+        raise InvalidValue(f"unknown key {unknown[0]!r} (the keys are plugin and data)")
+    plugin, data = value.get("plugin"), value.get("data")
+    if plugin is None or plugin == "":
+        return None
+    if not isinstance(plugin, str) or plugin.strip() not in TOKEN_PLUGINS:
+        raise InvalidValue(
+            f"plugin {describe(plugin)} is not supported; token authentication is "
+            "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+        )
+    if not isinstance(data, str) or not data.strip():
+        raise InvalidValue(
+            'data: expected the token as token:<jwt>, file:///path, or {"token": "<jwt>"}'
+        )
+    return Authentication(plugin.strip(), data)

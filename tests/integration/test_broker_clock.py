@@ -1,0 +1,172 @@
+"""The broker's clock in the clock-offset measurement (harness/broker_clock.py): a broker under
+libfaketime 3 s ahead, started by the test (so "on another host" as far as its clock goes),
+has its offset measured, and the analysis takes it off the two stages that cross from the
+workers' clocks to the broker's.
+
+Uncorrected, `producing` would read about +3 s and `broadcasting` about -3 s.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.broker_clock import broker_clock_record
+from tests.conftest import ROOT, free_port
+
+pytestmark = pytest.mark.integration
+
+FAKETIME = shutil.which("faketime")
+SKEW_S = 3
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _wait_tcp(port: int, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"broker exited {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"broker did not listen on {port}: {log.read_text()[-2000:]}")
+
+
+@pytest.mark.skipif(FAKETIME is None, reason="needs Debian's faketime (.ci/install-tools.sh)")
+def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(tmp_path):
+    assert FAKETIME is not None
+    port = free_port()
+    admin_port = port + 1
+    log = tmp_path / "broker.log"
+    with open(log, "wb") as out:
+        broker = subprocess.Popen(
+            [FAKETIME, "-f", f"+{SKEW_S}s", sys.executable, "-m", "broker"]
+            + ["--port", str(port), "--admin-port", str(admin_port)]
+            + ["--data-dir", str(tmp_path / "data"), "--set", "journalSyncData=false"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1"},
+        )
+    try:
+        _wait_tcp(port, broker, log)
+        _wait_tcp(admin_port, broker, log)
+        driver = _write(
+            tmp_path / "driver.yaml",
+            f"""
+            name: pulsar-skewed-broker
+            driverClass: drivers.pulsar.driver:PulsarDriver
+            client:
+              serviceUrl: pulsar://127.0.0.1:{port}
+              adminUrl: http://127.0.0.1:{admin_port}
+            producer:
+              batchingEnabled: false
+            """,
+        )
+        workload = _write(
+            tmp_path / "workload.yaml",
+            """
+            name: broker-skew
+            messageSize: 256
+            producerRate: 20
+            subscriptionType: Broadcast
+            consumersPerTopic: 10
+            warmupDurationSeconds: 1
+            testDurationSeconds: 3
+            drainSeconds: 2
+            stageSampleFraction: 1
+            """,
+        )
+        run = subprocess.run(
+            [sys.executable, "-m", "harness", "run", str(workload), "--driver", str(driver)]
+            + ["--workers", "1", "--results", str(tmp_path / "results")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    finally:
+        broker.terminate()
+        try:
+            broker.wait(10)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+            broker.wait()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"clock +{SKEW_S}" in run.stderr  # the coordinator says what it found
+    run_dir = Path(run.stdout.strip().splitlines()[-1]).parent  # the last line: report.html
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    clock = manifest["broker_clock"]
+    assert clock["how"] == "measured", clock
+    assert clock["host"] == "127.0.0.1"
+    assert abs(clock["offset_ms"] - SKEW_S * 1000) < 5, clock
+    assert clock["uncertainty_ms"] < 5, clock
+    assert clock["applied_ms"] == pytest.approx(clock["offset_ms"], abs=0.001)
+
+    # The raw stage samples carry the skew as the broker stamped it...
+    with open(run_dir / "raw" / "w0" / "stages.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 3 * 20 * 10 * 0.9
+    assert all(int(r["producing_us"]) > 2_900_000 for r in rows)
+    assert all(int(r["broadcasting_us"]) < -2_900_000 for r in rows)
+
+    # ...and the analysis took it off: every stage a loopback figure, none near 3 s.
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["environment"]["broker_clock"] == clock
+    stages = summary["stages"]
+    assert stages["broker_timestamps"] is True
+    p99 = stages["p99_ms"]
+    assert all(0 <= value < 500 for value in p99.values()), p99
+    assert all(0 <= share <= 1 for share in stages["tail"]["share"].values()), stages["tail"]
+    # The stage histograms are moved back too: producing loses its 3 s. Broadcasting came out
+    # negative, which the worker's histogram clamped to its floor: those values are unknown
+    # (left out), not made up as 3 s.
+    latency = summary["latency"]
+    assert 0 <= latency["stage.producing"]["p99"] < 500, latency["stage.producing"]
+    assert "stage.broadcasting" not in latency, latency.get("stage.broadcasting")
+    # The stages add up to e2e, whose ends are both on the workers' clock.
+    e2e_p99 = summary["headline"]["e2e_p99_ms"]
+    assert e2e_p99 is not None and e2e_p99 < 500
+
+
+def test_the_bundled_broker_answers_its_clock_on_this_hosts_clock(broker):
+    """Same host, same clock: the offset lies inside the round trip, and nothing is applied."""
+    record = broker_clock_record(broker.admin, same_host=False)
+    assert record["how"] == "measured", record
+    assert isinstance(record["uncertainty_ms"], float) and record["uncertainty_ms"] < 50
+    assert abs(record["offset_ms"]) <= record["uncertainty_ms"] + 0.001  # type: ignore[operator]
+    assert record["applied_ms"] == 0.0
+    assert broker_clock_record(broker.admin, same_host=True)["how"] == "same_host"
+
+
+def test_a_broker_without_the_clock_endpoint_is_recorded_as_not_measured(broker):
+    """A real Pulsar has no clock endpoint (404); a broker gone refuses: the run goes on with
+    nothing applied, and the manifest says why."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    gone = broker_clock_record(f"http://127.0.0.1:{closed}", same_host=False)
+    assert gone["how"] == "not_measured" and gone["applied_ms"] == 0.0
+    assert "Connection refused" in str(gone["reason"]), gone
+    # The broker's broker port speaks Pulsar, not HTTP: what a wrong adminUrl looks like.
+    wrong = broker_clock_record(f"http://127.0.0.1:{broker.port}", same_host=False)
+    assert wrong["how"] == "not_measured", wrong
+    assert broker_clock_record(None, same_host=False)["reason"] == (
+        "the driver file names no adminUrl"
+    )
