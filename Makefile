@@ -60,11 +60,13 @@ aws-down: $(STAMP)
 	$(BIN)/python deploy/aws_cli.py down $(if $(AWS_YES),--yes)
 
 # Deploy (deploy/ansible), run across the hosts, bring the run folder home, analyse and report
-# here; prints the report's path (deploy/bench_remote.py, docs/deploy.md).
+# here; prints the report's path (deploy/bench_remote.py, docs/deploy.md). SPARK_MASTER=cluster
+# analyses on the Spark cluster the playbooks start on the client hosts (or spark://HOST:PORT).
 BENCH_REMOTE_ARGS ?=
+SPARK_MASTER ?=
 .PHONY: aws-bench
 aws-bench: $(STAMP) java-check
-	$(WITH_JAVA) $(BIN)/python deploy/bench_remote.py $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_REMOTE_ARGS)
+	$(WITH_JAVA) $(BIN)/python deploy/bench_remote.py $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(if $(SPARK_MASTER),--spark-master $(SPARK_MASTER)) $(BENCH_REMOTE_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m 'not integration'

@@ -40,6 +40,12 @@ class BrokerConfig:
     # Pulsar's name, in minutes, here with fractions allowed (0.05 = every 3 s).
     ttlDurationDefaultInSeconds: int = 0
     messageExpiryCheckIntervalInMinutes: float = 5.0
+    # Retention of what every cursor is past, Pulsar's names and defaults (0: none; -1: no
+    # limit of that kind), overridden by a topic's retention policy; checked on every trim and
+    # every retentionCheckIntervalInSeconds (fractions allowed here).
+    defaultRetentionTimeInMinutes: int = 0
+    defaultRetentionSizeInMB: int = 0
+    retentionCheckIntervalInSeconds: float = 120.0
     # Delayed delivery for Shared and Key_Shared (a topic's delayedDelivery policy overrides).
     delayedDeliveryEnabled: bool = True
     delayedDeliveryTickTimeMillis: int = 1000

@@ -11,7 +11,11 @@ netns deploy test runs it with a hand-written one, so both take this one code pa
    others' `bench worker` services joining it; the run folder and the broker's stats and log
    come back as tarballs;
 4. unpacked into --results, `bench analyze` and `bench report` run here; the report's path is
-   the last line printed.
+   the last line printed. With `--spark-master cluster` (or a `spark://` URL) the analysis
+   runs on the coordinator host instead (`ansible-playbook analyze.yml`): `cluster` starts
+   the playbooks' Spark standalone cluster (master on the coordinator, a worker on every
+   client host) for it and stops it after; the files it writes come home, the report is
+   made here.
 
 A failure after the hosts were reached leaves them as they are and prints how to retry or
 tear down; the exit code is 1 (2 for a mistake in the command line or the inventory's path).
@@ -134,13 +138,42 @@ def bring_home(fetched: Path, results: Path) -> Path:
     return base
 
 
+def analyses_remotely(spark_master: str) -> bool:
+    """`cluster` (the playbooks' Spark cluster) or a spark:// URL: the analysis runs on the
+    coordinator host; local[...] runs it here."""
+    return not spark_master.startswith("local")
+
+
+def bring_analysis_home(fetched: Path, base: Path) -> list[Path]:
+    """The files analyze.yml fetched (paths under the coordinator's results folder, so
+    starting with the run folder's name) into the run folder at home; the files placed."""
+    placed = []
+    for source in sorted(p for p in fetched.rglob("*") if p.is_file()):
+        relative = source.relative_to(fetched)
+        if relative.parts[0] != base.name or ".." in relative.parts:
+            raise RemoteRunError(f"the analysis sent {relative}, outside the run folder")
+        target = base.parent / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        placed.append(target)
+    if not any(p.parent == base for p in placed):
+        raise RemoteRunError(f"the analysis on the coordinator sent nothing for {base.name}")
+    return placed
+
+
 def analyse_and_report(base: Path, spark_master: str) -> str:
     python = [sys.executable, "-m", "harness"]
-    analyse = [*python, "analyze", str(base), "--spark-master", spark_master]
-    started = time.monotonic()
-    if subprocess.run(analyse, cwd=ROOT, stdout=sys.stderr).returncode != 0:
-        raise RemoteRunError(f"the analysis of {base} failed; the raw results are kept")
-    _took("the analysis", started)
+    if not analyses_remotely(spark_master):
+        analyse = [*python, "analyze", str(base), "--spark-master", spark_master]
+        started = time.monotonic()
+        if subprocess.run(analyse, cwd=ROOT, stdout=sys.stderr).returncode != 0:
+            raise RemoteRunError(f"the analysis of {base} failed; the raw results are kept")
+        _took("the analysis", started)
+    return report_of(base)
+
+
+def report_of(base: Path) -> str:
+    python = [sys.executable, "-m", "harness"]
     report = subprocess.run(
         [*python, "report", str(base)], cwd=ROOT, capture_output=True, text=True
     )
@@ -154,6 +187,9 @@ def _retry_hint(args: argparse.Namespace, argv: list[str]) -> str:
         make = f"make aws-bench WORKLOAD={shlex.quote(str(args.workload))}"
         if args.driver:
             make += f" DRIVER={shlex.quote(str(args.driver))}"
+        spark_master = getattr(args, "spark_master", "local[*]")
+        if analyses_remotely(spark_master):
+            make += f" SPARK_MASTER={shlex.quote(spark_master)}"
         return (
             f"the hosts are still up. Retry: {make}\n"
             f"  (add BENCH_REMOTE_ARGS=--skip-deploy to skip the deploy), or tear them down: "
@@ -175,7 +211,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Ansible inventory (default: the one `make aws-up` writes)",
     )
     parser.add_argument("--results", type=Path, default=ROOT / "results")
-    parser.add_argument("--spark-master", default="local[*]", help="for the local analysis")
+    parser.add_argument(
+        "--spark-master",
+        default="local[*]",
+        help="local[...]: analyse here (default local[*]); `cluster`: on the Spark standalone "
+        "cluster the playbooks start on the client hosts; spark://HOST:PORT: on that cluster, "
+        "from the coordinator host",
+    )
     parser.add_argument(
         "--skip-deploy", action="store_true", help="the hosts are deployed at HEAD already"
     )
@@ -208,6 +250,20 @@ def main(argv: list[str] | None = None) -> int:
             )
             base = bring_home(fetched, args.results)
             print(f"bench_remote: run folder {base}", file=sys.stderr)
+            if analyses_remotely(args.spark_master):
+                analysed = Path(tmp) / "analysed"
+                analysed.mkdir()
+                playbook(
+                    args.inventory,
+                    "analyze.yml",
+                    {
+                        **common,
+                        "bench_run_name": base.name,
+                        "bench_analysis_master": args.spark_master,
+                        "bench_fetch_dir": str(analysed),
+                    },
+                )
+                bring_analysis_home(analysed, base)
             report = analyse_and_report(base, args.spark_master)
         except RemoteRunError as exc:
             print(f"bench_remote: {exc}\n{_retry_hint(args, argv)}", file=sys.stderr)

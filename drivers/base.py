@@ -79,6 +79,13 @@ class ConsumerSpec:
     topic: str
     subscription: str
     subscription_type: str  # Exclusive | Shared | Failover | Key_Shared | Broadcast
+    read_rate: float | None = None
+    """Messages a second the application takes once its receiver queue is full (a workload's
+    `slowConsumers`); 0: none (stalled); None: as fast as they come. Drivers that cannot
+    pace a consumer leave `paces_consumers` unset, and the harness refuses such a run."""
+    ack_skip_every: int = 0
+    """Every that-many-th message is never acknowledged (a workload's `ackHoles`; 1: none
+    is), the others individually; 0: all are acknowledged, as the driver's settings say."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,7 @@ class Coordinator:
             except DriverError as exc:
                 raise RunError(str(exc)) from None
             self._measure_broker_clock()
+            self._check_consumer_pacing()
             self._apply_topic_policies()
             self._run_master()
         finally:
@@ -173,6 +174,17 @@ class Coordinator:
                 f"broker at {record['host']}: clock {record['offset_ms']:+.1f} ms from the "
                 f"coordinator's (±{record['uncertainty_ms']:.1f} ms); the analysis corrects "
                 "its stage timestamps by that much"
+            )
+
+    def _check_consumer_pacing(self) -> None:
+        """`slowConsumers` and `ackHoles` need a driver that paces its consumers."""
+        workload = self.plan.workload
+        given = {"slowConsumers": workload.slow_consumers, "ackHoles": workload.ack_holes}
+        keys = [key for key, value in given.items() if value is not None]
+        if keys and not getattr(self.driver.driver, "paces_consumers", False):
+            raise RunError(
+                f"driver {self.driver.name!r} cannot run {' or '.join(keys)} (remove the key, "
+                "or use the native Pulsar driver)"
             )
 
     def _apply_topic_policies(self) -> None:

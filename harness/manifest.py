@@ -96,9 +96,10 @@ def versions() -> dict[str, str]:
 REVISION_FILE = "REVISION"
 """At the root of a tree shipped without .git (`git archive`, deploy/ansible's project role):
 the revision it was archived at."""
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-def git_revision(root: Path = Path(__file__).resolve().parent.parent) -> str:
+def git_revision(root: Path = PROJECT_ROOT) -> str:
     """The project's git revision: git's answer in a checkout, else the REVISION file a
     deploy wrote into the shipped tree, else "unknown"."""
     try:

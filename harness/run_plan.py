@@ -33,6 +33,9 @@ def workload_from_dict(data: dict[str, Any]) -> Workload:
         values["payload_file"] = Path(values["payload_file"])
     if "topic_policies" in values:  # msgpack turns its pairs into lists
         values["topic_policies"] = tuple(tuple(pair) for pair in values["topic_policies"])
+    for key in ("slow_consumers", "ack_holes"):  # likewise (fraction, amount)
+        if values.get(key) is not None:
+            values[key] = tuple(values[key])
     return Workload(**values)
 
 

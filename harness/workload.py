@@ -92,6 +92,34 @@ def _topic_policies(value: object) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
+def _fraction_of_consumers(second: str, upper: float | None) -> Parser:
+    """`{fraction: f, <second>: x}`: which share of the consumers (0 < f ≤ 1) behave so, and
+    how (x ≥ 0, at most `upper` when given), as a (fraction, x) pair."""
+
+    def parse(value: object) -> tuple[float, float]:
+        example = f"{{fraction: 0.01, {second}: {0.1 if upper is None else 0.05}}}"
+        if not isinstance(value, dict) or set(value) != {"fraction", second}:
+            raise InvalidValue(f"expected a mapping {example}, got {show(value)}")
+        fraction, amount = value["fraction"], value[second]
+        for name, x in (("fraction", fraction), (second, amount)):
+            if isinstance(x, bool) or not isinstance(x, int | float):
+                raise InvalidValue(f"{name}: a number, got {show(x)}")
+        if not 0 < fraction <= 1:
+            raise InvalidValue(f"fraction: more than 0 and at most 1, got {show(fraction)}")
+        if amount < 0 or (upper is not None and not 0 < amount <= upper):
+            bound = "0 or more" if upper is None else f"more than 0 and at most {upper}"
+            raise InvalidValue(f"{second}: {bound}, got {show(amount)}")
+        return float(fraction), float(amount)
+
+    return parse
+
+
+def chosen(index: int, fraction: float) -> bool:
+    """Whether consumer `index` (global, 0-based) is among `fraction` of them: evenly spread,
+    floor(n × fraction) of any first n consumers (0.01: the 100th, 200th, …)."""
+    return int((index + 1) * fraction) > int(index * fraction)
+
+
 # Every key a workload file may hold, in the order to_dict() and the docs use. Nullable keys
 # are the ones whose absence means something (derive it, or use another key).
 _PARSERS: dict[str, Parser] = {
@@ -129,6 +157,8 @@ _PARSERS: dict[str, Parser] = {
     "workers": integer(minimum=0),
     "producerRateSearchStart": number(minimum=1),
     "topicPolicies": nullable(_topic_policies),
+    "slowConsumers": nullable(_fraction_of_consumers("rate", None)),
+    "ackHoles": nullable(_fraction_of_consumers("holeRate", 1.0)),
 }
 # Not a key of one run: the driver files a sweep runs the same cases against, in order.
 DRIVERS_KEY = "drivers"
@@ -178,6 +208,12 @@ class Workload:
     """`topicPolicies`: (policy, its value as JSON), set on every topic before the run through
     the broker's admin API, as `pulsar-admin topics set-…` would (docs/policies.md)."""
     """Worker processes; 0 = decided by the harness."""
+    slow_consumers: tuple[float, float] | None = None
+    """`slowConsumers` (fraction, rate): that share of the consumers takes `rate` msg/s once
+    its receiver queue is full (0: stalled)."""
+    ack_holes: tuple[float, float] | None = None
+    """`ackHoles` (fraction, holeRate): that share of the consumers leaves one message in
+    1/holeRate unacknowledged (1: acknowledges none), acknowledging the others one by one."""
     label: str = field(default="", compare=False)
     """How the case is shown: 'subscriptionType=Broadcast, consumersPerTopic=2000', or the
     workload's name when the file is not a sweep."""
@@ -243,7 +279,25 @@ class Workload:
             "workers": self.workers,
             "producerRateSearchStart": self.rate_search_start,
             "topicPolicies": self.topic_policy_map or None,
+            "slowConsumers": None
+            if self.slow_consumers is None
+            else {"fraction": self.slow_consumers[0], "rate": self.slow_consumers[1]},
+            "ackHoles": None
+            if self.ack_holes is None
+            else {"fraction": self.ack_holes[0], "holeRate": self.ack_holes[1]},
         }
+
+    def read_rate(self, consumer_index: int) -> float | None:
+        """ConsumerSpec.read_rate of consumer `consumer_index` (global): `slowConsumers`."""
+        slow = self.slow_consumers
+        return slow[1] if slow is not None and chosen(consumer_index, slow[0]) else None
+
+    def ack_skip_every(self, consumer_index: int) -> int:
+        """ConsumerSpec.ack_skip_every of consumer `consumer_index` (global): `ackHoles`."""
+        holes = self.ack_holes
+        if holes is None or not chosen(consumer_index, holes[0]):
+            return 0
+        return max(1, round(1 / holes[1]))
 
     @property
     def topic_policy_map(self) -> dict[str, Any]:
@@ -427,6 +481,8 @@ def _resolve(t: dict[str, Any], where: str, base_dir: Path, label: str, slug: st
         stage_sample_fraction=t.get("stageSampleFraction", 0.01),
         workers=t.get("workers", 0),
         topic_policies=t.get("topicPolicies", ()),
+        slow_consumers=t.get("slowConsumers"),
+        ack_holes=t.get("ackHoles"),
         label=label,
         slug=slug,
     )

@@ -59,11 +59,13 @@ from pulsar_protocol.events import (
     Connected,
     ConnectionClosed,
     ConnectionRefused,
+    ConsumerPacing,
     Event,
     Flow,
     Message,
     MessageRun,
     Notice,
+    PermitsBack,
     Ping,
     Pong,
     Request,
@@ -123,6 +125,8 @@ class _Consumer:
         "last",
         "ack_head",
         "ack_tail_size",
+        "ack_skip_every",
+        "acks_seen",
     )
 
     def __init__(self, consumer_id: int) -> None:
@@ -136,6 +140,10 @@ class _Consumer:
         """An ACK frame's bytes up to the end of this consumer's id, for a tail (ack type and
         message id) of `ack_tail_size` bytes (flush_acks)."""
         self.ack_tail_size = -1
+        self.ack_skip_every = 0
+        """ConsumerPacing: every that-many-th id is left unacknowledged (0: none is)."""
+        self.acks_seen = 0
+        """Ids counted towards the next one left (ack_skip_every)."""
 
 
 class Connection:
@@ -693,11 +701,41 @@ class Connection:
             raise LocalProtocolError(f"FLOW of {event.permits} permits")
         was = self.consumer_state(event.consumer_id)
         consumer = self._move_consumer(event.consumer_id, Trigger.FLOW_SENT)
-        if consumer is not None and was is ConsumerState.SUBSCRIBED:
+        if consumer is not None and was is ConsumerState.SUBSCRIBED and consumer.refill_at < _NEVER:
             # The first FLOW is the receiver queue: permits come back at half of it.
             consumer.refill_at = max(1, event.permits // 2)
         flow = flow_command_bytes(event.consumer_id, event.permits)
         self._out.append(frame_sizes(len(flow), 0) + flow)
+
+    def _write_pacing(self, event: ConsumerPacing) -> None:
+        """ConsumerPacing: no bytes, only how the consumer's permits and acks go from now on."""
+        if self.role is not CLIENT:
+            raise LocalProtocolError("only a client's consumers are paced")
+        if event.ack_skip_every < 0:
+            raise LocalProtocolError(f"ack_skip_every of {event.ack_skip_every}")
+        consumer = self._consumers.get(event.consumer_id)
+        if consumer is None:
+            raise LocalProtocolError(f"pacing unknown consumer {event.consumer_id}")
+        if event.paced:
+            consumer.refill_at = _NEVER
+        if event.ack_skip_every:
+            consumer.ack_skip_every = event.ack_skip_every
+            if consumer.individual is None:  # holes need individual acks: a cumulative one
+                consumer.individual = [] if consumer.last is None else [consumer.last]
+                consumer.last = None
+
+    def _write_permits_back(self, event: PermitsBack) -> None:
+        """PermitsBack: one FLOW for what a paced consumer consumed, up to `at_most`."""
+        if self.role is not CLIENT:
+            raise LocalProtocolError("a server cannot send FLOW")
+        consumer = self._consumers.get(event.consumer_id)
+        if consumer is None or consumer.state is not ConsumerState.ACTIVE:
+            return
+        permits = min(consumer.consumed, event.at_most)
+        if permits > 0:
+            consumer.consumed -= permits
+            flow = flow_command_bytes(event.consumer_id, permits)
+            self._out.append(frame_sizes(len(flow), 0) + flow)
 
     def _write_message(self, event: Message) -> None:
         if self.role is not SERVER:
@@ -723,6 +761,8 @@ class Connection:
         SendReceipt: _write_receipt,
         SendError: _write_send_error,
         Flow: _write_flow,
+        ConsumerPacing: _write_pacing,
+        PermitsBack: _write_permits_back,
         Message: _write_message,
         Ping: _write_ping,
         Pong: _write_pong,
@@ -787,6 +827,8 @@ class Connection:
         for consumer_id, consumer in due.items():
             if consumer.individual is not None:
                 ids, consumer.individual = consumer.individual, []
+                if consumer.ack_skip_every:
+                    ids = _leave_holes(consumer, ids)
                 if len(ids) != 1:
                     if ids:
                         ack = ack_command_bytes(consumer_id, _INDIVIDUAL, ids)
@@ -829,6 +871,17 @@ def _queued_producer(cmd: pb.BaseCommand) -> bool:
         and cmd.producer_success.HasField("producer_ready")
         and not cmd.producer_success.producer_ready
     )
+
+
+_NEVER = 1 << 62
+"""A paced consumer's refill_at: its consumption never gives permits back by itself."""
+
+
+def _leave_holes(consumer: _Consumer, ids: list[bytes]) -> list[bytes]:
+    """`ids` less every `ack_skip_every`-th one counted over the consumer's life."""
+    every, seen = consumer.ack_skip_every, consumer.acks_seen
+    consumer.acks_seen = (seen + len(ids)) % every
+    return [m for k, m in enumerate(ids, seen + 1) if k % every]
 
 
 def _ack_id(message_id: bytes) -> bytes:

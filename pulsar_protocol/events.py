@@ -163,6 +163,29 @@ class Flow(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerPacing(Event):
+    """Not a frame: how a client's application takes what `consumer_id` is delivered, from now
+    on (a benchmark's slow or non-acknowledging consumers). `paced`: permits no longer come
+    back as messages are consumed, only through `PermitsBack` (a consumer reading at its own
+    rate). `ack_skip_every` > 0: every that-many-th message delivered is never acknowledged
+    (1: none is), and the others are acknowledged individually, so the skipped ones stay
+    acknowledgement holes."""
+
+    consumer_id: int
+    paced: bool = False
+    ack_skip_every: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PermitsBack(Event):
+    """A paced consumer's application took up to `at_most` more messages: the permits of as
+    many as were delivered since the last FLOW go back in one FLOW (none when none were)."""
+
+    consumer_id: int
+    at_most: int
+
+
+@dataclass(frozen=True, slots=True)
 class Message(Event):
     """One delivery, kept as parsed: the MESSAGE body, the raw payload section and the raw
     BrokerEntryMetadata (decode it with pulsar_protocol.stamps). Nothing is copied or decoded

@@ -41,7 +41,8 @@ def command(daemon: str, args: list[str], home: Path) -> list[str]:
 def environment(
     environ: Mapping[str, str], args: list[str], home: Path
 ) -> MutableMapping[str, str]:
-    """The daemon's environment: SPARK_HOME, the Java to use, and SPARK_LOCAL_IP from --host."""
+    """The daemon's environment: SPARK_HOME, the Java to use, SPARK_LOCAL_IP from --host, and
+    SPARK_LOCAL_DIRS (shuffle and scratch files) under TMPDIR when one is set."""
     from spark_analysis.java_runtime import use_java
 
     env = dict(environ)
@@ -49,6 +50,8 @@ def environment(
     use_java(env)
     if "--host" in args[:-1]:
         env.setdefault("SPARK_LOCAL_IP", args[args.index("--host") + 1])
+    if env.get("TMPDIR"):  # the service's scratch folder, not /tmp (java.io.tmpdir)
+        env.setdefault("SPARK_LOCAL_DIRS", str(Path(env["TMPDIR"]) / "spark"))
     return env
 
 

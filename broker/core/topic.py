@@ -199,8 +199,13 @@ class Topic:
             self._trim_handle = self.loop.call_later(TRIM_DELAY_S, self._trim)
 
     def _trim(self) -> None:
-        """Entries every subscription is past go: from memory, or whole ledgers from disk."""
         self._trim_handle = None
+        self.trim()
+
+    def trim(self) -> None:
+        """Entries every subscription is past go: from memory, or whole ledgers from disk
+        (those the topic's retention does not keep, broker.storage.ledger_storage). Called
+        after cursors move, and by the retention check as time lets ledgers go."""
         if self.subscriptions:
             low = min(s.mark_delete for s in self.subscriptions.values())
             self.log.trim_before(low + 1)

@@ -32,12 +32,14 @@ from broker.policies.topic_policies import (
     DISPATCH_RATE,
     MESSAGE_TTL,
     PUBLISH_RATE,
+    RETENTION,
     SUBSCRIPTION_DISPATCH_RATE,
     Rate,
     dispatch_rate,
     publish_rate,
 )
 from broker.policies.ttl import expire_topic
+from broker.storage.ledger_storage import NO_RETENTION, LedgerEntryLog
 from broker.subscriptions.subscription import Subscription
 from pulsar_protocol.topic_names import PARTITION_SUFFIX
 
@@ -58,7 +60,7 @@ class Change:
 
 class PolicyManager:
     def __init__(self, config: BrokerConfig, data_dir: Path | None) -> None:
-        self.config = config
+        self.config = c = config
         self.store = PolicyStore(data_dir) if data_dir is not None else None
         self._set: dict[str, Policies] = self.store.load() if self.store is not None else {}
         self._topics: dict[str, Topic] = {}
@@ -71,6 +73,14 @@ class PolicyManager:
         self._expiry: asyncio.TimerHandle | None = None
         self._backlog_check: asyncio.TimerHandle | None = None
         self._hole_check: asyncio.TimerHandle | None = None
+        self._retention_check: asyncio.TimerHandle | None = None
+        self._retained: set[str] = set()
+        """Topics with a retention in force: trimmed by a timer too, as time lets ledgers go."""
+        if (c.defaultRetentionTimeInMinutes == 0) != (c.defaultRetentionSizeInMB == 0):
+            raise BrokerConfigError(
+                "defaultRetentionTimeInMinutes, defaultRetentionSizeInMB: both 0 or neither "
+                "(-1 ignores a limit)"
+            )
         if config.backlogQuotaDefaultRetentionPolicy not in BACKLOG_POLICIES:
             raise BrokerConfigError(
                 f"backlogQuotaDefaultRetentionPolicy: one of {list(BACKLOG_POLICIES)}, "
@@ -166,6 +176,11 @@ class PolicyManager:
                     "policy": policy,
                 }
             return quotas or None
+        if kind == RETENTION.path:
+            return {
+                "retentionTimeInMinutes": c.defaultRetentionTimeInMinutes,
+                "retentionSizeInMB": c.defaultRetentionSizeInMB,
+            }
         if kind == DELAYED_DELIVERY.path:
             return {
                 "active": c.delayedDeliveryEnabled,
@@ -197,15 +212,34 @@ class PolicyManager:
         if self._backlog_check is None and self.config.backlogQuotaCheckEnabled:
             interval = max(0.1, self.config.backlogQuotaCheckIntervalInSeconds)
             self._backlog_check = loop.call_later(interval, self._check_backlogs, loop)
+        if self._retention_check is None:
+            every = max(0.1, self.config.retentionCheckIntervalInSeconds)
+            self._retention_check = loop.call_later(every, self._check_retention, loop)
         holes_every = self.config.ackHoleRedeliveryIntervalSeconds
         if self._hole_check is None and holes_every > 0:
             self._hole_check = loop.call_later(holes_every, self._compensate_holes, loop)
 
     def close(self) -> None:
-        for handle in (self._expiry, self._backlog_check, self._hole_check):
+        for handle in (self._expiry, self._backlog_check, self._hole_check, self._retention_check):
             if handle is not None:
                 handle.cancel()
-        self._expiry = self._backlog_check = self._hole_check = None
+        self._expiry = self._backlog_check = self._hole_check = self._retention_check = None
+
+    def _check_retention(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Ledgers kept by retention time go once it passes, without waiting for a cursor to
+        move: every retentionCheckIntervalInSeconds, as Pulsar's retention check."""
+        for name in list(self._retained):
+            topic = self._topics.get(name)
+            if topic is not None:
+                topic.trim()
+        every = max(0.1, self.config.retentionCheckIntervalInSeconds)
+        self._retention_check = loop.call_later(every, self._check_retention, loop)
+
+    def retention(self, topic: str) -> tuple[int, int]:
+        """(retentionTimeInMinutes, retentionSizeInMB) in force: the topic's policy, else
+        the broker's defaults."""
+        value = self._effective(topic).get(RETENTION.path) or self._broker_default(RETENTION.path)
+        return value["retentionTimeInMinutes"], value["retentionSizeInMB"]
 
     def _compensate_holes(self, loop: asyncio.AbstractEventLoop) -> None:
         """The acknowledgement-hole compensation (ack_holes.py), every
@@ -260,6 +294,14 @@ class PolicyManager:
 
     def _apply(self, topic: Topic) -> None:
         policies = self._effective(topic.name)
+        if isinstance(topic.log, LedgerEntryLog):
+            retention = self.retention(topic.name)
+            topic.log.retention = retention
+            if retention != NO_RETENTION:
+                self._retained.add(topic.name)
+            elif topic.name in self._retained:
+                self._retained.discard(topic.name)
+                topic.trim()  # what retention kept goes now
         old = topic.publish_gate
         held = False
         if isinstance(old, PublishLimiter):

@@ -5,7 +5,9 @@ the topic's publish rate; `dispatchThrottled{Msg,Bytes}EventsBy{Topic,Subscripti
 (subscription stats) the dispatch runs that stopped, or did not start, at a dispatch limit;
 `totalMsgExpired` the messages the TTL expired. Not Pulsar's names: `backlogQuotaHoldTimes`,
 `backlogQuotaEvictions`, `backlogQuotaExceptions` (topic), `msgBacklogEvicted` (subscription,
-entries), `ackHoleRedeliveries` (subscription, messages sent again by the hole compensation);
+entries), `consumerCursorsSkipped` (Broadcast subscription: consumers' own cursors moved by
+TTL expiry or eviction), `ackHoleRedeliveries` (subscription, messages sent again by the hole
+compensation);
 `nonContiguousDeletedMessagesRanges` is Pulsar's count of acknowledged ranges (one hole each).
 """
 
@@ -17,7 +19,7 @@ from broker.core.topic import Topic
 from broker.policies.ack_holes import REDELIVERED, hole_ranges
 from broker.policies.backlog import EVICTED, EVICTIONS
 from broker.policies.rate_limit import EXCEPTIONS, HOLD_TIMES
-from broker.policies.ttl import EXPIRED
+from broker.policies.ttl import CURSORS_SKIPPED, EXPIRED
 from broker.subscriptions.subscription import Subscription
 
 DISPATCH_COUNTERS = tuple(
@@ -31,10 +33,13 @@ def subscription_throttling(sub: Subscription) -> dict[str, int]:
     """Dispatch throttle events and messages expired by the TTL (`totalMsgExpired`)."""
     events = sub.dispatcher.policy_events
     names = (*DISPATCH_COUNTERS, EXPIRED, EVICTED, REDELIVERED)
-    return {
+    out = {
         **{name: events.get(name, 0) for name in names},
         "nonContiguousDeletedMessagesRanges": hole_ranges(sub),
     }
+    if sub.mode == "Broadcast":
+        out[CURSORS_SKIPPED] = events.get(CURSORS_SKIPPED, 0)
+    return out
 
 
 def topic_throttling(topic: Topic) -> dict[str, Any]:

@@ -127,6 +127,11 @@ def validate(kind: str, value: dict[str, Any]) -> None:
         time_, size = value["retentionTimeInMinutes"], value["retentionSizeInMB"]
         if time_ < -1 or size < -1:
             raise PolicyError("retention: -1 (infinite), 0 or a positive value")
+        if (time_ == 0) != (size == 0):
+            raise PolicyError(
+                "retention: setting a single time or size limit to 0 is invalid when the other "
+                "is not 0; use -1 to ignore a limit, or 0 for both to disable retention"
+            )
     if kind == DELAYED_DELIVERY.path and value["tickTime"] < 1:
         raise PolicyError("delayedDelivery: tickTime must be at least 1 ms")
 

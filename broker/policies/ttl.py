@@ -13,13 +13,16 @@ delivered (the fix seed 001 describes). The search stops at the first entry that
 expired, as Pulsar's does; entries not in memory are fetched in the background by the read and
 expired at a later check.
 
-Broadcast subscriptions keep a cursor per consumer and are not expired here yet.
+A Broadcast subscription keeps a cursor per consumer: the virtual cursors behind the newest
+expired entry are moved to it (the slowest consumers lose what they had not acknowledged), the
+others are not touched; what is counted is what the slowest of them lost.
 """
 
 from __future__ import annotations
 
 from broker.core.entry import Entry
 from broker.core.topic import Topic
+from broker.subscriptions.broadcast import BroadcastDispatcher
 from broker.subscriptions.subscription import Subscription
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.payload import payload_offsets
@@ -27,6 +30,9 @@ from pulsar_protocol.payload import payload_offsets
 SCAN_BATCH = 256
 EXPIRED = "totalMsgExpired"
 """Pulsar's subscription stat: messages expired by the TTL since the broker started."""
+CURSORS_SKIPPED = "consumerCursorsSkipped"
+"""Broadcast subscription counter (not Pulsar's): consumers' own cursors moved by TTL expiry or
+backlog eviction."""
 
 
 def deliverable_ms(entry: Entry) -> int:
@@ -55,7 +61,7 @@ def newest_older_than(topic: Topic, sub: Subscription, oldest_alive_ms: int) -> 
     (-1, 0) when there is none."""
     cursor = sub.cursor
     log = topic.log
-    index = max(cursor.mark_delete + 1, log.first_index)
+    index = max(sub.mark_delete + 1, log.first_index)  # Broadcast: the slowest, up to date
     newest = -1
     count = 0
     while index < log.next_index:
@@ -74,10 +80,15 @@ def newest_older_than(topic: Topic, sub: Subscription, oldest_alive_ms: int) -> 
 
 def skip_to(topic: Topic, sub: Subscription, index: int) -> bool:
     """Move `sub`'s mark-delete position to `index` (Pulsar's cursor.markDelete for expiry and
-    backlog eviction): what its consumers hold below it no longer needs an ack. Broadcast
-    subscriptions keep a cursor per consumer and are left alone (not done yet)."""
-    if sub.mode == "Broadcast":
-        return False
+    backlog eviction): what its consumers hold below it no longer needs an ack. For Broadcast,
+    the virtual cursors behind `index`, and only those."""
+    dispatcher = sub.dispatcher
+    if isinstance(dispatcher, BroadcastDispatcher):
+        moved = dispatcher.skip_behind(index)
+        if moved:
+            events = dispatcher.policy_events
+            events[CURSORS_SKIPPED] = events.get(CURSORS_SKIPPED, 0) + moved
+        return moved > 0
     cursor = sub.cursor
     if not cursor.ack_cumulative(index):
         return False

@@ -23,11 +23,11 @@ from broker.core.topic import Topic
 from broker.core.topic_name import parse_topic
 from broker.policies.manager import PolicyManager
 from broker.server.auth import security_mode
-from broker.storage.persist_health import CursorPersistence
 from broker.server.connection import ServerConnection
 from broker.server.gc_policy import FreezeAfterStorms
 from broker.server.keep_alive import sweep_connections
 from broker.server.loop_lag import LoopLag
+from broker.storage.persist_health import CursorPersistence
 from broker.subscriptions.modes import DISPATCHERS
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.extensions import NAME_BY_SUBTYPE, requested_mode

@@ -1,19 +1,22 @@
 """A persistent topic's entries: append-only ledger files plus a tailing-read cache.
 
 Layout: ``<directory>/ledger-<id>.log``, each a run of records
-``[u32 length][u32 crc32c(body)][body]`` with ``body = [u64 received_us][entry bytes]``
-(big-endian, like the Pulsar wire). An entry's id is its index in its file, so nothing but the
-files is stored: the offset index is rebuilt by scanning them at open. A crash can only tear
-what was written after the last sync, so recovery cuts a torn tail. A damaged record inside a
-file (a flipped bit, a bad sector) is not a tear: recovery finds the next whole record (the
-damaged one's own length when that is intact, else a byte-by-byte search for a record whose
-checksum holds, followed by another or the end), keeps everything from there, and counts the
-damaged record as one lost entry, so every later entry keeps its id and no cursor lands on
-another entry. (Records carry no id of their own: damage running over several records, which
-no single flipped bit or sector inside one record makes, would count as one lost entry and
-shift the ids after it.) What was lost and cut is in `recovery`, by entry id. New writes after
-a restart always go to a new, higher ledger id (as Pulsar's managed ledger does), so message
-ids keep growing and never name two different entries.
+``[u32 length][u32 crc32c(body)][body]`` (big-endian, like the Pulsar wire). Version 2 records
+(the length's top bit set) carry their entry id: ``body = [u64 entry id][u64 received_us][entry
+bytes]``; version 1 records, written before, have ``body = [u64 received_us][entry bytes]`` and
+their id is their index in the file. Both are read; a ledger file is written in one version
+(new writes always go to a new ledger). Nothing but the files is stored: the offset index is
+rebuilt by scanning them at open. A crash can only tear what was written after the last sync,
+so recovery cuts a torn tail. A damaged record inside a file (a flipped bit, a bad sector) is
+not a tear: recovery finds the next whole record (the damaged one's own length when that is
+intact, else a byte-by-byte search for a record whose checksum holds, followed by another or
+the end) and keeps everything from there. The ids in between are lost: with version 2 records,
+every id up to the next whole record's own, however many records the damage ran over; with
+version 1 records, one (damage over several of them would shift the ids after it). So every
+later entry keeps its id and no cursor lands on another entry. What was lost and cut is in
+`recovery`, by entry id. New writes after a restart always go to a new, higher ledger id (as
+Pulsar's managed ledger does), so message ids keep growing and never name two different
+entries.
 
 Threading: one writer at a time (the journal's worker thread) calls ``write``, ``sync``,
 ``confirm``, ``discard_unconfirmed`` and ``close``; readers (``read``, the position queries,
@@ -45,9 +48,15 @@ from broker.storage.position import Position
 
 MiB = 1024 * 1024
 
-_HEADER = struct.Struct(">II")  # body length, crc32c of the body
+_HEADER = struct.Struct(">II")  # body length (top bit: version 2), crc32c of the body
 _LENGTH = struct.Struct(">I")
 _RECEIVED_US = struct.Struct(">Q")
+_ENTRY_ID = struct.Struct(">Q")
+_V2 = 1 << 31
+"""The length's top bit: a version 2 record, its body led by its entry id (a length never
+comes near: frames are at most maxMessageSize)."""
+_LENGTH_MASK = _V2 - 1
+_V2_PREFIX = _ENTRY_ID.size + _RECEIVED_US.size
 _FILE_NAME = re.compile(r"ledger-(\d+)\.log")
 _FIRST_LEDGER_ID = 1
 _EARLIEST = Position(-1, -1)
@@ -192,9 +201,9 @@ class ManagedLedger:
         segment = self._current
         if segment is None or len(segment.offsets) >= self._max_entries:
             segment = self._roll()
-        stamp = _RECEIVED_US.pack(received_us)
-        crc = crc32c.crc32c(data, crc32c.crc32c(stamp))
-        record = b"".join((_HEADER.pack(len(stamp) + len(data), crc), stamp, data))
+        prefix = _ENTRY_ID.pack(len(segment.offsets)) + _RECEIVED_US.pack(received_us)
+        crc = crc32c.crc32c(data, crc32c.crc32c(prefix))
+        record = b"".join((_HEADER.pack(_V2 | (len(prefix) + len(data)), crc), prefix, data))
         _write_all(self._fd, record)
         with self._lock:
             position = Position(segment.ledger_id, len(segment.offsets))
@@ -312,6 +321,12 @@ class ManagedLedger:
         """
         with self._lock:
             return [(s.ledger_id, self._confirmed_count(s)) for s in self._segments]
+
+    def ledger_files(self) -> list[tuple[int, Path, int]]:
+        """(ledger id, file, bytes) of every stored ledger, oldest first: what retention weighs
+        (a closed ledger's age is its file's modification time, i.e. its last write)."""
+        with self._lock:
+            return [(s.ledger_id, s.path, s.size) for s in self._segments]
 
     def read(self, start: Position, max_entries: int) -> list[Entry]:
         """Up to max_entries confirmed entries at or after start, in order across ledgers.
@@ -479,8 +494,13 @@ def _read_span(
             continue
         length, _crc = _HEADER.unpack_from(buffer, offset)
         body = offset + _HEADER.size
-        (received_us,) = _RECEIVED_US.unpack_from(buffer, body)
-        data = bytes(view[body + _RECEIVED_US.size : body + length])
+        if length & _V2:
+            length &= _LENGTH_MASK
+            (received_us,) = _RECEIVED_US.unpack_from(buffer, body + _ENTRY_ID.size)
+            data = bytes(view[body + _V2_PREFIX : body + length])
+        else:
+            (received_us,) = _RECEIVED_US.unpack_from(buffer, body)
+            data = bytes(view[body + _RECEIVED_US.size : body + length])
         entries.append(Entry(Position(ledger_id, entry_id), data, received_us))
         entry_id += 1
         offset = body + length
@@ -488,10 +508,12 @@ def _read_span(
 
 
 def _scan(ledger_id: int, path: Path) -> tuple[_Segment, int, list[int]]:
-    """Index a ledger file: (segment, file size, byte offset of each damaged record).
+    """Index a ledger file: (segment, file size, byte offset of each lost entry's damage).
 
-    Whole records are indexed; a damaged one followed by whole records is indexed as lost
-    (its id kept); the first bad record with nothing whole after it starts the torn tail."""
+    Whole records are indexed; the ids of a damaged stretch followed by whole records are
+    indexed as lost, each at the stretch's offset: those up to the next record's own id (a
+    version 2 record), or one (version 1). The first bad record with nothing whole after it
+    starts the torn tail."""
     segment = _Segment(ledger_id, path)
     lost_at: list[int] = []
     with path.open("rb") as file:
@@ -501,46 +523,72 @@ def _scan(ledger_id: int, path: Path) -> tuple[_Segment, int, list[int]]:
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
             offset = 0
             while offset < file_size:
-                end = _whole_record(data, offset, file_size)
+                expected = len(segment.offsets)
+                end = _whole_record(data, offset, file_size, expected)
                 if end is None:
-                    resume = _resync(data, offset, file_size)
+                    resume = _resync(data, offset, file_size, expected + 1)
                     if resume is None:
                         break  # a torn tail: cut here
-                    segment.lost.append(len(segment.offsets))
+                    resumed_id = _record_id(data, resume)
+                    for lost in range(expected, expected + 1 if resumed_id is None else resumed_id):
+                        segment.lost.append(lost)
+                        lost_at.append(offset)
+                        segment.offsets.append(offset)
+                    offset = resume
+                    continue
+                carried = _record_id(data, offset)
+                for lost in range(expected, expected if carried is None else carried):
+                    segment.lost.append(lost)  # ids missing without damage: lost all the same
                     lost_at.append(offset)
-                    end = resume
+                    segment.offsets.append(offset)
                 segment.offsets.append(offset)
                 offset = end
             segment.size = offset
     return segment, file_size, lost_at
 
 
-def _whole_record(data: mmap.mmap, offset: int, size: int) -> int | None:
-    """The end of the record at offset if it is whole and its checksum holds, else None."""
+def _whole_record(data: mmap.mmap, offset: int, size: int, min_id: int = 0) -> int | None:
+    """The end of the record at offset if it is whole and its checksum holds, else None. A
+    version 2 record must also carry an id of at least `min_id` (ids only grow in a file)."""
     if offset + _HEADER.size > size:
         return None
     length, crc = _HEADER.unpack_from(data, offset)
+    shortest = _V2_PREFIX if length & _V2 else _RECEIVED_US.size
+    length &= _LENGTH_MASK
     end = offset + _HEADER.size + length
-    if length < _RECEIVED_US.size or end > size:
+    if length < shortest or end > size:
         return None
     if crc32c.crc32c(data[offset + _HEADER.size : end]) != crc:
+        return None
+    entry_id = _record_id(data, offset)
+    if entry_id is not None and entry_id < min_id:
         return None
     return end
 
 
-def _resync(data: mmap.mmap, offset: int, size: int) -> int | None:
+def _record_id(data: mmap.mmap, offset: int) -> int | None:
+    """The entry id a whole record at offset carries; None for a version 1 record."""
+    (length,) = _LENGTH.unpack_from(data, offset)
+    if not length & _V2:
+        return None
+    (entry_id,) = _ENTRY_ID.unpack_from(data, offset + _HEADER.size)
+    return int(entry_id)
+
+
+def _resync(data: mmap.mmap, offset: int, size: int, min_id: int) -> int | None:
     """Where whole records start again after a damaged one at offset, or None (a torn tail).
 
     First where the damaged record's own length says it ends; failing that (the length is
     what was damaged), the first later offset holding a whole record followed by another
-    whole record or by the end of the file."""
+    whole record or by the end of the file. A version 2 record found must carry an id of at
+    least `min_id` (the damaged record's id + 1)."""
     if offset + _HEADER.size <= size:
         (length,) = _LENGTH.unpack_from(data, offset)
-        candidate = offset + _HEADER.size + length
-        if candidate < size and _whole_record(data, candidate, size) is not None:
+        candidate = offset + _HEADER.size + (length & _LENGTH_MASK)
+        if candidate < size and _whole_record(data, candidate, size, min_id) is not None:
             return candidate
     for candidate in range(offset + 1, size - _HEADER.size - _RECEIVED_US.size + 1):
-        end = _whole_record(data, candidate, size)
+        end = _whole_record(data, candidate, size, min_id)
         if end is not None and (end == size or _whole_record(data, end, size) is not None):
             return candidate
     return None
@@ -568,7 +616,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _record_size(entry: Entry) -> int:
     """What an entry costs the cache: its record's size, so empty entries are not free."""
-    return _HEADER.size + _RECEIVED_US.size + len(entry.data)
+    return _HEADER.size + _V2_PREFIX + len(entry.data)
 
 
 def _ledger_id(segment: _Segment) -> int:

@@ -34,8 +34,8 @@ from broker.storage.cursors import (
 from broker.storage.journal import Journal
 from broker.storage.ledger import ManagedLedger
 from broker.storage.persist_health import CursorPersistence
-from broker.storage.schema_store import SchemaStore
 from broker.storage.position import Position
+from broker.storage.schema_store import SchemaStore
 from broker.subscriptions.subscription import Subscription
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.payload import is_batch, payload_offsets
@@ -50,6 +50,7 @@ EARLIEST = Position(-1, -1)
 _NO_RANGES: list[Range] = []
 """Shared by every snapshot without holes, never mutated: one object fewer per snapshot for
 the garbage collector to track (100,000 a second at the seed's baseline)."""
+NO_RETENTION = (0, 0)
 TICKS_PER_INTERVAL = 10
 """The cursor writer is ticked this often per persist interval: a cursor changed just after
 its last save waits one interval, plus at most a tick."""
@@ -92,6 +93,9 @@ class LedgerEntryLog:
         self.on_readable: Callable[[], None] | None = None
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
+        self.retention: tuple[int, int] = NO_RETENTION
+        """(retentionTimeInMinutes, retentionSizeInMB) in force, set by the topic policies;
+        -1 is no limit of that kind, (0, 0) none: ledgers go as soon as every cursor is past."""
 
     async def append(self, payload: bytes, key: bytes, received_us: int, publish_ms: int) -> Entry:
         done = await self.journal.append(self.ledger, payload, received_us)
@@ -232,17 +236,42 @@ class LedgerEntryLog:
             self.on_readable()
 
     def trim_before(self, index: int) -> None:
-        """Retention: whole ledgers below the slowest cursor go (seed 001)."""
+        """Whole ledgers below the slowest cursor go (seed 001), unless retention keeps them."""
         if index <= self.first_index or not self._rows:
             return
-        deleted = set(
-            self.ledger.delete_ledgers_before(self.position_of(min(index, self.next_index - 1)))
-        )
+        bound = self.position_of(min(index, self.next_index - 1))
+        if self.retention != NO_RETENTION:
+            bound = min(bound, self._retained_from(bound))
+        deleted = set(self.ledger.delete_ledgers_before(bound))
         if deleted:
             keep = [r for r in self._rows if r[0] not in deleted]
             self._rows = keep
             self._ids = [r[0] for r in keep]
             self.first_index = keep[0][1] if keep else self.next_index
+
+    def _retained_from(self, bound: Position) -> Position:
+        """Where retention starts keeping ledgers that every cursor is past, as Pulsar's
+        trimming decides: oldest first, a ledger goes when its last write is older than the
+        retention time, or when what stays after it goes is still at least the retention size
+        (-1: no limit of that kind); the first ledger that neither lets go is kept, with all
+        after it."""
+        minutes, megabytes = self.retention
+        files = self.ledger.ledger_files()
+        total = sum(size for _, _, size in files)
+        freed = 0
+        now = time.time()
+        for ledger_id, path, size in files[:-1]:
+            if ledger_id >= bound.ledger_id:
+                break
+            freed += size
+            over_size = megabytes >= 0 and total - freed >= megabytes * MiB
+            try:
+                expired = minutes >= 0 and now - os.stat(path).st_mtime > minutes * 60
+            except FileNotFoundError:
+                expired = True
+            if not (over_size or expired):
+                return Position(ledger_id, 0)
+        return bound
 
     def close(self) -> None:
         self.ledger.close()
@@ -386,12 +415,19 @@ class LedgerStorage:
         while True:
             await asyncio.sleep(self._interval_s / TICKS_PER_INTERVAL)
             try:
-                await self.flush_cursors()
-            except Exception:  # each failed topic is logged with its name where it failed
-                pass
+                await self._flush(everything=False)
+            except Exception:  # not a write (those are logged by topic): still, go on
+                log.exception("saving cursors failed")
 
     async def flush_cursors(self, everything: bool = False) -> None:
-        """Snapshot due cursors on the loop, write them on a thread.
+        """Snapshot due cursors on the loop, write them on a thread; raises the first topic's
+        write error (each is logged and counted, and its writes kept pending)."""
+        failed = await self._flush(everything)
+        if failed:
+            raise failed[0]
+
+    async def _flush(self, everything: bool) -> list[Exception]:
+        """The write errors of the topics whose cursors could not be written.
 
         One write at a time: two would race on the same cursor log (appends at one offset,
         a compaction's temporary file replaced twice). A write outlives a cancelled caller on
@@ -410,7 +446,7 @@ class LedgerStorage:
             ]
             batches = [(name, w, ws) for name, w, ws in taken if ws.saves or ws.deletes]
             if not batches:
-                return
+                return []
 
             def write() -> list[tuple[str, ThrottledCursorWriter, CursorWrites, Exception]]:
                 failed = []
@@ -436,8 +472,7 @@ class LedgerStorage:
             self._writing = asyncio.get_running_loop().run_in_executor(None, write)
             self._writing.add_done_callback(settle)
             failed = await asyncio.shield(self._writing)
-        if failed:
-            raise failed[0][3]
+        return [error for *_, error in failed]
 
     async def close(self) -> None:
         if self._task is not None:

@@ -262,6 +262,25 @@ class BroadcastDispatcher(Dispatcher):
         unread = end - start - len(entries)
         return unread + sum(e.num_messages for e in entries if not cursor.is_acked(e.index))
 
+    def skip_behind(self, index: int) -> int:
+        """Move each virtual cursor behind `index` (connected or departed) to it, as if its
+        consumer had acknowledged everything up to it: TTL expiry and backlog eviction take
+        from the slowest consumers only, those at or past `index` are not touched. Also the
+        main cursor, for a subscription with no consumer cursors. How many cursors moved."""
+        moved = 0
+        for cursor in [*self._cursors.values(), *(c for c, _ in self._departed.values())]:
+            if cursor.ack_cumulative(index):
+                moved += 1
+                if cursor.read_index <= cursor.mark_delete:
+                    cursor.read_index = cursor.mark_delete + 1
+        if self.cursor.ack_cumulative(index) and self.cursor.read_index <= index:
+            self.cursor.read_index = index + 1
+        if moved:
+            self._slowest_stale = self._unsaved = True
+            self._cursor_moved()
+            self.schedule_dispatch()
+        return moved
+
     def seek(self, index: int) -> None:
         for cursor in self._cursors.values():
             cursor.seek(index)

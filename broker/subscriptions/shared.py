@@ -22,8 +22,10 @@ class RoundRobinDispatcher(Dispatcher):
             if consumer.permits <= 0 or not consumer.wire.writable:
                 idle_rounds += 1
                 continue
-            # One entry per turn keeps the spread even across consumers.
-            entries, _ = self.next_entries(1 if len(self.consumers) > 1 else READ_BATCH)
+            # One entry per turn keeps the spread even across consumers; a lone consumer gets
+            # a batch, never more entries than its permits (a slow consumer's FLOW of 1).
+            limit = 1 if len(self.consumers) > 1 else min(READ_BATCH, consumer.permits)
+            entries, _ = self.next_entries(limit)
             if not entries:
                 return
             idle_rounds = 0

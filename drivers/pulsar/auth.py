@@ -14,8 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from gevent import socket
+
 from drivers.base import DriverError
 from drivers.config import InvalidValue, describe
+from pulsar_protocol import events as ev
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.connection import MAX_PROTOCOL_VERSION, Connection
+from pulsar_protocol.errors import ProtocolError
+from pulsar_protocol.state import CLIENT
 
 TOKEN_PLUGINS = frozenset({"org.apache.pulsar.client.impl.auth.AuthenticationToken", "token"})
 """The plugin names Pulsar's clients take for token authentication (the class, or the short
@@ -84,3 +91,32 @@ def authentication(value: object) -> Authentication | None:
             'data: expected the token as token:<jwt>, file:///path, or {"token": "<jwt>"}'
         )
     return Authentication(plugin.strip(), data)
+
+
+def connect_refusal(
+    sock: socket.socket, client_version: str, method: str, data: bytes
+) -> str | None:
+    """Send CONNECT with these credentials on a connected socket; the broker's refusal
+    ("AuthenticationError: ...") or None when it accepted, closed or did not answer in the
+    socket's timeout (the coordinator's check before a run: a token the broker refuses stops
+    the run before any worker starts, instead of failing every producer and consumer)."""
+    codec = Connection(CLIENT)
+    codec.send(
+        ev.Connect(client_version, MAX_PROTOCOL_VERSION, auth_method_name=method, auth_data=data)
+    )
+    try:
+        sock.sendall(codec.data_to_send())
+        while True:
+            chunk = sock.recv(65536)
+            codec.receive_data(chunk)
+            event = codec.next_event()
+            if isinstance(event, ev.ConnectionRefused):
+                try:
+                    name = pb.ServerError.Name(pb.ServerError.ValueType(event.error))
+                except ValueError:
+                    name = f"ServerError {event.error}"
+                return f"{name}: {event.message}"
+            if event is not ev.NEED_DATA or not chunk:
+                return None
+    except (OSError, ProtocolError):
+        return None

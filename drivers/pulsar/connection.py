@@ -35,6 +35,7 @@ from gevent.pool import Group
 
 from drivers.base import BrokerStamps, ConsumerCallback, ConsumerSpec, DriverError
 from drivers.pulsar import rx_timestamps
+from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.consumer import ConsumerState, subscribe_template
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
@@ -132,7 +133,10 @@ class Connection:
         on_closed: Callable[[Connection], None] = lambda conn: None,
         route: Route | None = None,
         on_consumers_lost: Callable[[list[ConsumerState]], None] = lambda states: None,
+        acks: AckFlusher | None = None,
     ) -> None:
+        """`acks` flushes the grouped acks of this connection with those of its pool's others
+        (one of its own when None)."""
         self.id = conn_id
         self.route = route or Route.service(settings)
         self.address = str(self.route)
@@ -177,9 +181,9 @@ class Connection:
         self._writer: gevent.Greenlet | None = None
         self._object_ids = itertools.count(1)
         self._partition_counts: dict[str, AsyncResult[int]] = {}
-        self._ack_wanted = Event()
+        self._own_acks = acks is None
+        self._acks = acks or AckFlusher(settings.ack_group_time_ms, group)
         self._reader: gevent.Greenlet | None = None
-        self._acker: gevent.Greenlet | None = None
         self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
             ev.Message: self._on_message,
             ev.Response: self._on_response,
@@ -240,6 +244,8 @@ class Connection:
                     PROTOCOL_VERSION,
                     supports_broker_entry_metadata=True,
                     proxy_to_broker_url=self.route.proxy_to,
+                    auth_method_name=self._settings.auth_method_name,
+                    auth_data=self._settings.auth_data,
                 )
             )
         except RequestFailed:
@@ -480,8 +486,6 @@ class Connection:
         ids = [cid for cid, _, _ in sent]
         for cid, topic in zip(ids, topics, strict=True):
             self.consumers[cid] = ConsumerState(spec.index, cid, spec, topic)
-        if self._acker is None:
-            self._acker = self._group.spawn(self._ack_loop)
         # The broker dispatches nothing before a consumer's first FLOW: its receiver queue.
         queue = self._settings.receiver_queue_size
         self.send_soon(
@@ -543,9 +547,11 @@ class Connection:
             producer.connection_lost(error)
         self._deadlines.clear()
         current = gevent.getcurrent()
-        for greenlet in (self._acker, self._reader, self._sweeper, self._writer):
+        for greenlet in (self._reader, self._sweeper, self._writer):
             if greenlet is not None and greenlet is not current:
                 greenlet.kill(block=False)
+        if self._own_acks:
+            self._acks.close()
         if self._sock is not None:
             self._sock.close()
         self._on_closed(self)
@@ -625,11 +631,11 @@ class Connection:
             log.info("connection %d: a read without kernel receive time; read time used", self.id)
 
     def _after_batch(self) -> None:
-        """Write the FLOWs and PONGs this recv made the codec queue in one go; wake the ack
-        flusher."""
+        """Write the FLOWs and PONGs this recv made the codec queue in one go; tell the ack
+        flusher when acks are grouped."""
         self._flush()
-        if self._protocol.acks_due and not self._ack_wanted.is_set():
-            self._ack_wanted.set()
+        if self._protocol.acks_due:
+            self._acks.due(self)
 
     def _on_run(self, event: MessageRun, receive_us: int) -> None:
         """Deliveries of one entry to consumers of this connection (most often all of them:
@@ -737,16 +743,9 @@ class Connection:
             if producer is not None:
                 producer.connection_lost(RequestFailed("the broker closed the producer"))
 
-    # -- the ack flusher ------------------------------------------------------------------------
-    def _ack_loop(self) -> None:
-        """Every ackGroupTimeMs while deliveries come in: one write of every consumer's ACK."""
-        delay = self._settings.ack_group_time_ms / 1000
-        while True:
-            self._ack_wanted.wait()
-            gevent.sleep(delay)
-            self._ack_wanted.clear()
-            if self._protocol.flush_acks():
-                try:
-                    self._flush()
-                except RequestFailed:
-                    return
+    # -- grouped acks ----------------------------------------------------------------------------
+    def flush_acks(self) -> None:
+        """The ack flusher's turn: the codec's grouped ACKs go to this connection's writer (which
+        may wait for room in the socket without holding up the flusher)."""
+        if self.error is None and self._protocol.flush_acks():
+            self._write_soon()

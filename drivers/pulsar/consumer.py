@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
+
+import gevent
+from gevent.pool import Group
 
 from drivers.base import ConsumerSpec, DriverError
+from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import SubscribeTemplate, T, command
 from pulsar_protocol.extensions import SUBSCRIPTION_MODES, mode_property, wire_subtype
@@ -89,3 +93,62 @@ class ConsumerState:
     spec: ConsumerSpec | None = None
     topic: str = ""
     """spec.topic or one partition of it."""
+
+
+PACE_TICK_S = 0.1
+"""How often paced consumers get back the permits of what they took meanwhile."""
+
+
+class PacedLink(Protocol):
+    """What the pacer needs of a connection (drivers.pulsar.connection.Connection)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def send_soon(self, *events: ev.Event) -> None: ...
+
+
+class Pacer:
+    """Slow consumers (a workload's `slowConsumers`): a consumer paced by the codec
+    (ConsumerPacing) gets no permits back as messages arrive; here, every PACE_TICK_S, each gets
+    back those of what it may have taken at its rate meanwhile (its credit), so once its receiver
+    queue is full the broker sends it that rate. One greenlet for the process; a consumer
+    whose connection closed is dropped (subscribed again, it is paced again)."""
+
+    def __init__(self, group: Group) -> None:
+        self._group = group
+        self._paced: dict[tuple[PacedLink, int], list[float]] = {}
+        """(connection, consumer id) → [rate, credit]."""
+        self._greenlet: gevent.Greenlet | None = None
+
+    def pace(self, conn: PacedLink, consumer_ids: list[int], spec: ConsumerSpec) -> None:
+        """Tell the codec how `spec`'s consumers consume (as their SUBSCRIBE answered), and
+        give the slow ones their rate."""
+        paced = spec.read_rate is not None
+        if not paced and not spec.ack_skip_every:
+            return
+        conn.send_soon(
+            *(ev.ConsumerPacing(cid, paced, spec.ack_skip_every) for cid in consumer_ids)
+        )
+        if spec.read_rate:
+            for cid in consumer_ids:
+                self._paced[conn, cid] = [spec.read_rate, 0.0]
+            if self._greenlet is None:
+                self._greenlet = self._group.spawn(self._run)
+
+    def _run(self) -> None:
+        while True:
+            gevent.sleep(PACE_TICK_S)
+            for key, state in list(self._paced.items()):
+                conn, cid = key
+                if conn.closed:
+                    del self._paced[key]
+                    continue
+                state[1] += state[0] * PACE_TICK_S
+                permits = int(state[1])
+                if permits:
+                    state[1] -= permits
+                    try:
+                        conn.send_soon(ev.PermitsBack(cid, permits))
+                    except DriverError:
+                        del self._paced[key]

@@ -20,8 +20,9 @@ from gevent.pool import Group
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
 from drivers.pulsar import backoff
 from drivers.pulsar.admin import create_partitioned_topic, set_topic_policies, topic_stats
-from drivers.pulsar.connection import Connection, RequestFailed, now_us
-from drivers.pulsar.consumer import ConsumerState
+from drivers.pulsar.auth import METHOD, connect_refusal
+from drivers.pulsar.connection import CLIENT_VERSION, Connection, RequestFailed, now_us
+from drivers.pulsar.consumer import ConsumerState, Pacer
 from drivers.pulsar.lookup import Route, find_owner
 from drivers.pulsar.partitions import PartitionedProducer, partition_names
 from drivers.pulsar.pool import ConnectionPool
@@ -38,10 +39,15 @@ TENANT, NAMESPACE = "public", "default"
 class PulsarDriver:
     """BenchmarkDriver over the Pulsar binary protocol.
 
+    `paces_consumers`: it honours ConsumerSpec.read_rate and ack_skip_every (slow and
+    non-acknowledging consumers); the harness refuses those workload keys for drivers without.
+
     `subscribe` answers a refused, timed-out or disconnected subscribe with ok=False; it
     raises DriverError only for what would fail every consumer alike (an unknown subscription
     type, a lookup that keeps redirecting, more connections than the process may open).
     """
+
+    paces_consumers = True
 
     def __init__(self) -> None:
         self._group = Group()
@@ -53,6 +59,8 @@ class PulsarDriver:
         """client.authentication's token for the admin API, on both sides (parse_config and
         initialize keep it)."""
         self._owners: dict[tuple[int, str], AsyncResult] = {}
+        self._pacer = Pacer(self._group)
+        """Slow and non-acknowledging consumers (ConsumerSpec.read_rate, ack_skip_every)."""
         self.resubscribed = 0
         """Consumers subscribed again after a lost connection, over the driver's life."""
 
@@ -69,15 +77,27 @@ class PulsarDriver:
         return f"{domain}://{TENANT}/{NAMESPACE}/{name}"
 
     def check_reachable(self, service_url: str, timeout: float) -> None:
+        """A TCP connection, then CONNECT with the driver file's credentials: a broker that
+        refuses them stops the run here, with its reason."""
         host, port = parse_service_url(service_url)
+        token = self._admin_token
         try:
-            with socket.create_connection((host, port), timeout=timeout):
-                pass
+            with socket.create_connection((host, port), timeout=timeout) as sock:
+                refused = connect_refusal(
+                    sock, CLIENT_VERSION, METHOD if token else "", (token or "").encode()
+                )
         except OSError as exc:
             raise DriverError(
                 f"broker at {service_url} is unreachable ({exc.strerror or exc}); start it, or "
                 "drop client.serviceUrl from the driver file to use the bundled broker"
             ) from None
+        if refused is not None:
+            hint = (
+                "check the token of client.authentication"
+                if token
+                else "it requires authentication: set client.authentication in the driver file"
+            )
+            raise DriverError(f"broker at {service_url} refused CONNECT ({refused}); {hint}")
 
     def topic_stats(
         self, topics: list[str], partitions: int, *, admin_url: str | None
@@ -236,16 +256,15 @@ class PulsarDriver:
         owner.wait_ready()
         return owner
 
-    @staticmethod
-    def _subscribe_on(spec: ConsumerSpec, by_owner: dict[Connection, list[str]]) -> int:
+    def _subscribe_on(self, spec: ConsumerSpec, by_owner: dict[Connection, list[str]]) -> int:
         """Subscribe on every owner at once; all or nothing. Returns the last SUCCESS time."""
         if len(by_owner) == 1:
             [(conn, topics)] = by_owner.items()
-            return conn.subscribe(spec, topics)[0]
+            return self._subscribe_paced(conn, spec, topics)[0]
 
         def attempt(conn: Connection, topics: list[str]):
             try:
-                return conn.subscribe(spec, topics)
+                return self._subscribe_paced(conn, spec, topics)
             except DriverError as exc:
                 return exc
 
@@ -259,6 +278,15 @@ class PulsarDriver:
                     conn.close_consumers(outcome[1])
             raise errors[0]
         return max(outcome[0] for outcome in outcomes.values())
+
+    def _subscribe_paced(
+        self, conn: Connection, spec: ConsumerSpec, topics: list[str]
+    ) -> tuple[int, list[int]]:
+        """`conn.subscribe`, then the consumers' pacing when the workload made them slow or
+        leave acknowledgement holes (drivers.pulsar.consumer.Pacer)."""
+        success_us, ids = conn.subscribe(spec, topics)
+        self._pacer.pace(conn, ids, spec)
+        return success_us, ids
 
     def _consumers_lost(self, states: list[ConsumerState]) -> None:
         """A connection failed, or the broker closed consumers (a topic moving, a restart):
@@ -274,7 +302,7 @@ class PulsarDriver:
             try:
                 conn = pool.for_consumer(spec.index)
                 conn.wait_ready()
-                self._owner(spec.index, conn, topic).subscribe(spec, [topic])
+                self._subscribe_paced(self._owner(spec.index, conn, topic), spec, [topic])
             except DriverError as exc:
                 log.debug("consumer %s: subscribing again failed (%s)", spec.name, exc)
                 continue

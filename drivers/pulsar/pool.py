@@ -18,6 +18,7 @@ import gevent
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, DriverError
+from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.connection import Connection
 from drivers.pulsar.consumer import ConsumerState
 from drivers.pulsar.lookup import Route
@@ -63,6 +64,7 @@ class ConnectionPool:
         self._live: set[Connection] = set()
         self._pinger = group.spawn(self._ping_loop)
         self._on_consumers_lost = on_consumers_lost
+        self._acks = AckFlusher(settings.ack_group_time_ms, group)
 
     @property
     def service(self) -> Route:
@@ -105,6 +107,7 @@ class ConnectionPool:
             self._live.discard,
             route,
             self._on_consumers_lost,
+            self._acks,
         )
         self._live.add(conn)
         conn.will_open()
@@ -123,6 +126,7 @@ class ConnectionPool:
         for conn in list(self._live):
             conn.close()
         self._pinger.kill(block=False)
+        self._acks.close()
 
     def _ping_loop(self) -> None:
         """PING every open connection every 30 s, as the official clients do."""

@@ -1,6 +1,9 @@
 """The deploy path of issue 13 for real: `deploy/bench_remote.py` (what `make aws-bench` runs)
-drives the Ansible playbooks over SSH into three hosts, runs a fan-out workload across them
-and brings the run folder home, where it is analysed and reported.
+drives the Ansible playbooks over SSH into three hosts, runs a fan-out workload across them,
+analyses it on the Spark standalone cluster the playbooks start on the two client hosts
+(`--spark-master cluster`: master on the coordinator, a worker on each client host, the
+analysis driven from the coordinator) and brings the run folder home, where it is reported.
+Its summary.json must equal a local-mode analysis of the same raw files.
 
 The hosts are Linux network namespaces on this machine (tests/netns.py), each with a real
 `sshd` started by the test with its own configuration, host key and authorized key; a fourth
@@ -40,7 +43,7 @@ HOSTS = {"broker": "bench-broker", "coordinator": "bench-client-0", "worker": "b
 CONSUMERS = 300
 RATE, WARMUP, MEASURE = 10, 2, 5
 RAW_FILES = ["connections.csv", "deliveries.csv", "histograms.hlog", "stages.csv", "timeline.csv"]
-DEPLOY_TIMEOUT = 170.0
+DEPLOY_TIMEOUT = 230.0
 WORKERS = ["w0", "w1", "w2"]  # one local worker on the coordinator, two on the worker host
 NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 
@@ -137,6 +140,9 @@ def _inventory(lan: NamespaceLan, tmp_path: Path, key: Path, known_hosts: Path) 
                 "bench_coordinator_workers": 1,
                 "bench_broker_settings": {"journalSyncData": False, "statsIntervalSeconds": 1},
                 "bench_run_timeout": 120,
+                # Two Spark workers on a 2-core machine beside everything else: one core each.
+                "bench_spark_worker_cores": 1,
+                "bench_spark_worker_memory": "1g",
                 # limits.d is this machine's (no global tuning): the hard limit is what it is.
                 "bench_nofile": NOFILE,
             },
@@ -203,7 +209,7 @@ def test_the_playbooks_deploy_run_and_bring_the_results_home(tmp_path, lan):
         done = lan.run(
             "operator",
             ["env", *env, sys.executable, str(BENCH_REMOTE), "--inventory", str(inventory)]
-            + ["--results", str(results), str(_workload(tmp_path))],
+            + ["--results", str(results), "--spark-master", "cluster", str(_workload(tmp_path))],
             timeout=DEPLOY_TIMEOUT,
         )
     finally:
@@ -262,6 +268,57 @@ def test_the_playbooks_deploy_run_and_bring_the_results_home(tmp_path, lan):
     nofile = next(line for line in limits.splitlines() if line.startswith("Max open files"))
     assert nofile.split()[3:5] == [str(NOFILE), str(NOFILE)], nofile
 
+    # The shipped tree has no .git: the playbook wrote REVISION, and the manifest has it.
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    shipped = hosts_dir / "coordinator" / "src" / head
+    assert not (shipped / ".git").exists()
+    assert (shipped / "REVISION").read_text().strip() == head
+    assert manifest["git_revision"] == head
+    # The broker's clock was measured over its admin API (one kernel: nothing to apply).
+    assert manifest["broker_clock"]["how"] == "measured", manifest["broker_clock"]
+    assert manifest["broker_clock"]["host"] == lan["broker"].address
+    assert manifest["broker_clock"]["applied_ms"] == 0.0
+
+    _check_cluster_analysis(hosts_dir, run_dir)
+
+
+def _check_cluster_analysis(hosts_dir: Path, run_dir: Path) -> None:
+    """The analysis ran on the playbooks' Spark cluster and equals local mode's."""
+    logs = hosts_dir / "coordinator" / "logs"
+    master_log = (logs / "fanout-spark-master.log").read_text(errors="replace")
+    assert "Registered app fanout-bench-analysis" in master_log, master_log[-3000:]
+    for host in ("coordinator", "worker"):
+        worker_log = hosts_dir / host / "logs" / "fanout-spark-worker.log"
+        text = worker_log.read_text(errors="replace")
+        assert "Successfully registered with master" in text, (host, text[-3000:])
+        # Each client host's worker ran an executor of the analysis.
+        assert "Asked to launch executor" in text, (host, text[-3000:])
+    # Started for the analysis only: stopped again, on every client host.
+    for host in ("coordinator", "worker"):
+        for service in ("fanout-spark-master", "fanout-spark-worker"):
+            assert not (hosts_dir / host / "services" / f"{service}.pid").exists(), (host, service)
+    # The summary came from the coordinator's run folder...
+    remote = hosts_dir / "coordinator" / "results" / run_dir.name / "summary.json"
+    assert remote.read_bytes() == (run_dir / "summary.json").read_bytes()
+    # ...and says what a local-mode analysis of the same raw files says.
+    local = run_dir.parent / "local-copy"
+    outputs = shutil.ignore_patterns("summary.json", "omb-result.json", "report.html")
+    shutil.copytree(run_dir, local, ignore=outputs)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "analyze", str(local), "--spark-master", "local[2]"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((local / "summary.json").read_text()) == json.loads(
+        (run_dir / "summary.json").read_text()
+    )
+    assert (local / "omb-result.json").read_text() == (run_dir / "omb-result.json").read_text()
+
 
 def test_ansible_lint_passes_on_the_playbooks(tmp_path):
     lint = _tool("ansible-lint")
@@ -276,7 +333,7 @@ def test_ansible_lint_passes_on_the_playbooks(tmp_path):
     }
     # --offline (also in .ansible-lint): no Galaxy, the playbooks use ansible.builtin only.
     result = subprocess.run(
-        [str(lint), "--offline", "--nocolor", "site.yml", "run.yml"],
+        [str(lint), "--offline", "--nocolor", "site.yml", "run.yml", "analyze.yml"],
         cwd=ANSIBLE_DIR,
         env=env,
         capture_output=True,

@@ -115,3 +115,53 @@ def test_a_failed_run_on_other_hosts_repeats_its_own_command():
     hint = bench_remote._retry_hint(args, argv)
     assert hint.endswith("deploy/bench_remote.py --inventory onprem.yml w.yaml")
     assert "aws-down" not in hint
+
+
+def test_a_spark_master_not_local_means_the_analysis_runs_on_the_coordinator():
+    assert bench_remote.analyses_remotely("cluster")
+    assert bench_remote.analyses_remotely("spark://10.0.1.5:7077")
+    assert not bench_remote.analyses_remotely("local[*]")
+    assert not bench_remote.analyses_remotely("local[2]")
+
+
+def test_the_coordinators_analysis_lands_in_the_run_folder_at_home(tmp_path):
+    """analyze.yml fetches paths relative to the coordinator's results folder."""
+    base = tmp_path / "results" / "s"
+    (base / "00-a" / "raw").mkdir(parents=True)
+    fetched = tmp_path / "analysed"
+    for rel in ("s/sweep-summary.json", "s/00-a/summary.json", "s/00-a/omb-result.json"):
+        (fetched / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fetched / rel).write_text(rel)
+    placed = bench_remote.bring_analysis_home(fetched, base)
+    assert sorted(p.relative_to(base).as_posix() for p in placed) == [
+        "00-a/omb-result.json",
+        "00-a/summary.json",
+        "sweep-summary.json",
+    ]
+    assert (base / "00-a" / "summary.json").read_text() == "s/00-a/summary.json"
+
+
+def test_an_analysis_for_another_run_or_none_at_all_is_refused(tmp_path):
+    base = tmp_path / "results" / "run-a"
+    base.mkdir(parents=True)
+    other = tmp_path / "other"
+    (other / "run-b").mkdir(parents=True)
+    (other / "run-b" / "summary.json").write_text("{}")
+    with pytest.raises(bench_remote.RemoteRunError, match="outside the run folder"):
+        bench_remote.bring_analysis_home(other, base)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(bench_remote.RemoteRunError, match="sent nothing"):
+        bench_remote.bring_analysis_home(empty, base)
+
+
+def test_a_failed_aws_run_on_the_cluster_retries_on_the_cluster():
+    args = argparse.Namespace(
+        inventory=bench_remote.AWS_INVENTORY,
+        workload=Path("w.yaml"),
+        driver=None,
+        spark_master="cluster",
+    )
+    assert "make aws-bench WORKLOAD=w.yaml SPARK_MASTER=cluster" in bench_remote._retry_hint(
+        args, []
+    )

@@ -237,3 +237,17 @@ def test_the_memset_reset_is_hdrhs_reset() -> None:
     for hist in (ours, hdrh):
         hist.record_value(777, 2)
     assert ours.encode() == hdrh.encode()
+
+
+def test_deliveries_call_the_activity_hook_at_most_every_50_ms(tmp_path: Path) -> None:
+    """The worker's loop-lag probe runs only while deliveries come in: the recorder calls its
+    hook on the first delivery, then not again until ACTIVITY_US of read time have passed."""
+    recorder = Recorder(tmp_path, 0.0, {})
+    calls: list[int] = []
+    body = stamp(bytes(64), 1_000, 1_000, 0)
+    for receive_us in (10_000, 20_000, 59_999, 60_000, 60_001, 200_000):
+        recorder.on_deliveries = lambda at=receive_us: calls.append(at)
+        recorder.messages_received([0, 1], body, receive_us, None, 0)
+    assert calls == [10_000, 60_000, 200_000]
+    assert recorder.received == 12
+    recorder.close()

@@ -123,11 +123,12 @@ def test_torn_tail_is_cut_and_everything_before_it_kept(tmp_path: Path, tear, in
 
 
 def _size_of_first(file: Path, records: int) -> int:
-    """Bytes taken by the first records of a ledger file (8-byte header + body each)."""
+    """Bytes taken by the first records of a ledger file (8-byte header + body each; the
+    length's top bit marks a version 2 record)."""
     raw = file.read_bytes()
     offset = 0
     for _ in range(records):
-        offset += 8 + int.from_bytes(raw[offset : offset + 4], "big")
+        offset += 8 + (int.from_bytes(raw[offset : offset + 4], "big") & 0x7FFF_FFFF)
     return offset
 
 
