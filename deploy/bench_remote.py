@@ -118,6 +118,14 @@ def _safe_extract(archive: Path, into: Path) -> list[str]:
     return sorted({m.name.split("/")[0] for m in members if m.name not in (".", "")})
 
 
+def run_dirs_of(base: Path) -> list[Path]:
+    """The run folders of a run folder: itself, or a sweep's cases."""
+    sweep = base / "sweep.json"
+    if not sweep.exists():
+        return [base]
+    return [base / case for case in json.loads(sweep.read_text())["cases"]]
+
+
 def bring_home(fetched: Path, results: Path) -> Path:
     """The run folder into `results`, the broker's stats and log into each run's broker/."""
     results.mkdir(parents=True, exist_ok=True)
@@ -125,13 +133,7 @@ def bring_home(fetched: Path, results: Path) -> Path:
     if len(tops) != 1:
         raise RemoteRunError(f"the fetched run folder holds {tops}, expected one folder")
     base = results / tops[0]
-    sweep = base / "sweep.json"
-    run_dirs = (
-        [base / case for case in json.loads(sweep.read_text())["cases"]]
-        if sweep.exists()
-        else [base]
-    )
-    for run_dir in run_dirs:
+    for run_dir in run_dirs_of(base):
         broker = run_dir / BROKER_DIR
         broker.mkdir(exist_ok=True)
         _safe_extract(fetched / "broker.tar.gz", broker)
@@ -259,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
                     {
                         **common,
                         "bench_run_name": base.name,
+                        # The broker's stats go back beside each run's raw files there.
+                        "bench_run_dirs": [
+                            d.relative_to(base.parent).as_posix() for d in run_dirs_of(base)
+                        ],
+                        "bench_broker_archive": str(fetched / "broker.tar.gz"),
                         "bench_analysis_master": args.spark_master,
                         "bench_fetch_dir": str(analysed),
                     },

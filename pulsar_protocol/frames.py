@@ -40,7 +40,8 @@ _ACK_START = b"\x08\x0a\x52"  # BaseCommand.type = ACK, then the ack field
 _MESSAGE_START = b"\x08\x09\x4a"  # BaseCommand.type = MESSAGE, then the message field
 _MAX_COMMON_MESSAGE = 4 + 127  # parse_message takes one-byte body sizes
 _KEEP_BUFFER = 1 << 20
-"""A decoder's buffer larger than this (grown for a large frame) is dropped once empty."""
+"""A decoder's buffer larger than this and its reads' room (grown for a large frame) is dropped
+once empty."""
 _BULK_MIN = 4
 """Frames of one size from which _same_frames compares them at once, not one by one."""
 
@@ -87,6 +88,8 @@ class FrameDecoder:
         self._oversize: int = pb.UnknownError
         self._oversize_context = ""
         self._last_payload = b""
+        self._room = 0
+        """The largest read get_buffer was last asked room for: kept beside _KEEP_BUFFER."""
         self._run: _Run | None = None
         """The entry whose MESSAGEs came last (next_message_run)."""
 
@@ -107,6 +110,7 @@ class FrameDecoder:
         worker at 10,000 consumers of 10 KB (perf: memmove and page faults, 6 % of it).
         Release the view (`with`) before the next call."""
         self._compact()
+        self._room = size
         buf, end = self._buffer, self._end
         if len(buf) < end + size:
             buf += bytes(end + size - len(buf))
@@ -126,7 +130,7 @@ class FrameDecoder:
         buf = self._buffer
         if end > pos:
             buf[: end - pos] = buf[pos:end]
-        elif len(buf) > _KEEP_BUFFER:
+        elif len(buf) > _KEEP_BUFFER + self._room:
             self._buffer = bytearray()
         self._pos, self._end = 0, end - pos
 

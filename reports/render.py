@@ -37,6 +37,7 @@ from results_contract.metrics import (
     stage_metric,
 )
 from results_contract.paths import REPORT_FILE
+from results_contract.policy_events import POLICIES, POLICY_COUNTERS
 
 PERCENTILES = ("min", "p50", "p75", "p95", "p99", "p99_9", "p99_99", "max", "mean")
 
@@ -50,6 +51,8 @@ RUN_CHARTS = (
     "broker-resources",
 )
 SWEEP_CHARTS = ("connection-vs-consumers", "e2e-p99-vs-consumers")
+POLICY_CHART = "policy-events-over-time"
+"""Only in the report of a run whose topic policies did something (see policy_rows)."""
 
 
 def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -200,6 +203,49 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
     return {chart.chart_id: chart for chart in built}
 
 
+def policy_rows(run: RunSummary) -> list[tuple[str, str, int, float | None]]:
+    """(counter, what it counts, total over the measure phase, highest rate) of each topic
+    policy counter that moved; none when the policies did nothing (or there were none)."""
+    section = run.section(POLICIES)
+    totals = section.get("totals") or {}
+    per_s = section.get("per_s") or {}
+    rows = []
+    for name, label in POLICY_COUNTERS.items():
+        total = totals.get(name) or 0
+        if total > 0:
+            rates = [v for v in per_s.get(name) or [] if v is not None]
+            rows.append((name, label, int(total), max(rates, default=None)))
+    return rows
+
+
+def policy_chart(run: RunSummary) -> Chart | None:
+    """What the topic policies did per second, beside the end-to-end P99: only when they did
+    something, so a run without policies has no empty chart."""
+    rows = policy_rows(run)
+    if not rows:
+        return None
+    section = run.section(POLICIES)
+    per_s = section.get("per_s") or {}
+    series = run.section("series")
+    t = section.get("t_s") or []
+    panels = [
+        TimePanel(label, "per s", [Series(name, per_s.get(name) or [], PALETTE[i % 6])])
+        for i, (name, label, _, _) in enumerate(rows)
+    ]
+    # The latency tail at the same instants (the per-second P99 at each snapshot's second).
+    p99 = series.get("e2e_p99_ms") or []
+    at = [p99[int(s)] if 0 <= int(s) < len(p99) else None for s in t]
+    panels.append(TimePanel("End-to-end P99", "ms", [Series("e2e P99", at, PALETTE[1])]))
+    return charts.time_chart(
+        POLICY_CHART,
+        "Topic policies at work",
+        t,
+        panels,
+        note="Events per second between the broker's stats snapshots, with the end-to-end P99 "
+        "of the second each snapshot was taken in.",
+    )
+
+
 def _latency_label(run: RunSummary, name: str) -> str:
     """Without broker timestamps `stage.producing` spans stages 1 to 5, and says so."""
     if (
@@ -227,6 +273,8 @@ def render_run(summary_path: Path, out: Path | None = None) -> Path:
         e2e_kernel=latency.get(E2E_KERNEL) or {},
         client_delay=latency.get(CLIENT_DELAY) or {},
         charts=run_charts(run),
+        policy_rows=policy_rows(run),
+        policy_chart=policy_chart(run),
         percentiles=PERCENTILES,
         latency_rows=[
             (_latency_label(run, name), values)

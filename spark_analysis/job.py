@@ -49,6 +49,7 @@ from spark_analysis.histograms import (
 )
 from spark_analysis.inputs import Manifest, load_json, load_manifest, raw_files
 from spark_analysis.outputs import write_json_atomic
+from spark_analysis.policy_events import policy_events, read_policy_counters
 from spark_analysis.session import DEFAULT_MASTER, session_scope
 from spark_analysis.stages import analyze_stages, read_stages
 from spark_analysis.summary import build_summary
@@ -82,6 +83,7 @@ def analyze_run(
     broker_counters = read_broker_counters(run_dir)
     broker_lag = read_broker_loop_lag(run_dir)
     broker_process = read_broker_process(run_dir)
+    policy_counters = read_policy_counters(run_dir)
 
     with session_scope(spark, master) as session:
         merged = merge_histograms(
@@ -129,6 +131,7 @@ def analyze_run(
             _broker_cost(manifest, broker_counters, broker_process, timeline.measure_received),
             broker_loop_lag(broker_lag, manifest.measure_start, manifest.measure_end),
         ),
+        policy_events(policy_counters, manifest.measure_start, manifest.measure_end),
     )
     result = omb.omb_result(manifest, timeline.series, merged.windows, merged.totals)
     write_json_atomic(run_dir / OMB_RESULT_FILE, result)

@@ -7,6 +7,7 @@ from typing import Any
 
 from results_contract.harness_cost import HARNESS_COST
 from results_contract.metrics import E2E, E2E_KERNEL, METRICS
+from results_contract.policy_events import POLICIES
 from results_contract.schemas import SUMMARY_SCHEMA, SUMMARY_UNITS
 from spark_analysis.histograms import MergedHistograms
 from spark_analysis.inputs import Manifest
@@ -24,6 +25,7 @@ def build_summary(
     missing: list[Path],
     deliveries: dict[str, Any] | None = None,
     cost: dict[str, Any] | None = None,
+    policies: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary document; `missing` raw files (of a partial run) join partial_reasons."""
     e2e = merged.totals.get(E2E)
@@ -80,6 +82,7 @@ def build_summary(
         "stages": stages,
         "client_bound": client_bound,
         HARNESS_COST: cost,
+        POLICIES: policies,
         "broker": manifest.broker,
         "omb": omb_section(manifest, timeline),
     }

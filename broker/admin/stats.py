@@ -78,6 +78,7 @@ def topic_summary(topic: Topic, persistence: CursorPersistence | None = None) ->
         "msgOutCounter": sum(s.messages_out for s in subs),
         "msgBacklog": sum(s.backlog() for s in subs),
         **throttling.topic_throttling(topic),
+        **throttling.subscription_totals(topic),
         "publisherCount": len(topic.producers),
         "subscriptionCount": len(topic.subscriptions),
         "consumerCount": sum(len(s.consumers) for s in subs),

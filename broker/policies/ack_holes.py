@@ -8,12 +8,15 @@ never acknowledged): those are what a lost ACK or a consumer that forgot leaves 
 pass sends back at most MAX_PER_PASS of them per subscription, through the subscription's own
 redelivery (so they carry a redelivery count), to whichever consumer has permits.
 
-Broadcast subscriptions keep a cursor per consumer and are not compensated here yet.
+A Broadcast subscription keeps a cursor per consumer: each consumer's own holes are written to
+it again (BroadcastDispatcher.resend_holes), without rewinding its cursor, so what it did
+acknowledge after a hole is not sent twice.
 """
 
 from __future__ import annotations
 
 from broker.core.topic import Topic
+from broker.subscriptions.broadcast import BroadcastDispatcher
 from broker.subscriptions.subscription import Subscription
 
 MAX_PER_PASS = 1000
@@ -29,8 +32,15 @@ def hole_ranges(sub: Subscription) -> int:
 
 def compensate(topic: Topic, sub: Subscription, min_age_ms: int, now_ms: int) -> int:
     """Send back the held holes published before `now_ms - min_age_ms`; how many."""
+    dispatcher = sub.dispatcher
+    if isinstance(dispatcher, BroadcastDispatcher):
+        messages = dispatcher.resend_holes(now_ms - min_age_ms, MAX_PER_PASS)
+        if messages:
+            events = dispatcher.policy_events
+            events[REDELIVERED] = events.get(REDELIVERED, 0) + messages
+        return messages
     cursor = sub.cursor
-    if sub.mode == "Broadcast" or not cursor.acked:
+    if not cursor.acked:
         return 0
     highest = max(cursor.acked)
     oldest = now_ms - min_age_ms

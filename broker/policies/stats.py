@@ -42,6 +42,23 @@ def subscription_throttling(sub: Subscription) -> dict[str, int]:
     return out
 
 
+SUBSCRIPTION_TOTALS = (*DISPATCH_COUNTERS, EXPIRED, EVICTED, REDELIVERED, CURSORS_SKIPPED)
+
+
+def subscription_totals(topic: Topic) -> dict[str, int]:
+    """The subscriptions' counters summed per topic, for the periodic snapshot
+    (broker/stats-*.json), which lists no subscriptions: one look at each subscription's
+    events, most of them empty."""
+    totals = dict.fromkeys(SUBSCRIPTION_TOTALS, 0)
+    for sub in topic.subscriptions.values():
+        events = sub.dispatcher.policy_events
+        if events:
+            for name, n in events.items():
+                if name in totals:
+                    totals[name] += n
+    return totals
+
+
 def topic_throttling(topic: Topic) -> dict[str, Any]:
     events = topic.policy_events
     return {

@@ -29,6 +29,8 @@ from pulsar_protocol.message_template import MessageTemplate
 # Consumers served per slice before yielding to the event loop, so acks, flows and new
 # subscribes are handled during a broadcast to tens of thousands.
 SLICE = 512
+HOLE_SCAN = 10_000
+"""Indexes after a consumer's mark-delete position the hole compensation looks at per pass."""
 
 
 class BroadcastDispatcher(Dispatcher):
@@ -280,6 +282,42 @@ class BroadcastDispatcher(Dispatcher):
             self._cursor_moved()
             self.schedule_dispatch()
         return moved
+
+    def resend_holes(self, oldest_ms: int, limit: int) -> int:
+        """The acknowledgement-hole compensation (broker.policies.ack_holes) for Broadcast: to
+        each connected consumer with holes (entries it was sent and never acknowledged, below
+        one it acknowledged), those published before `oldest_ms` are written again now, with
+        their redelivery count, as far as its permits go. Nothing else is sent again and no
+        cursor moves, so the dispatch path knows nothing of it. At most `limit` messages in
+        all (and HOLE_SCAN indexes looked at per consumer); how many were sent."""
+        sent = 0
+        dispatch_us = now_us()
+        for consumer, cursor in list(self._cursors.items()):
+            if sent >= limit:
+                break
+            if not cursor.acked or consumer.permits <= 0 or not consumer.wire.writable:
+                continue
+            first = cursor.mark_delete + 1
+            end = min(max(cursor.acked), cursor.read_index, first + HOLE_SCAN)
+            room = min(consumer.permits, limit - sent)
+            entries: list[Entry] = []
+            for index in range(first, end):
+                if len(entries) >= room:
+                    break
+                if index in cursor.acked:
+                    continue
+                found = self.log.read(index, 1)
+                if found and found[0].index == index and found[0].publish_time_ms <= oldest_ms:
+                    entries.append(found[0])
+            if entries:
+                counts = cursor.redelivery_counts
+                for entry in entries:
+                    counts[entry.index] = counts.get(entry.index, 0) + 1
+                consumer.wire.write_frames(consumer.frames_for(entries, dispatch_us, counts))
+                n = sum(e.num_messages for e in entries)
+                self.messages_out += n
+                sent += n
+        return sent
 
     def seek(self, index: int) -> None:
         for cursor in self._cursors.values():

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.integration
 
 FAKETIME = shutil.which("faketime")
 SKEW_S = 3
+HALF_SKEW_MS = SKEW_S * 1000 / 2
 
 
 def _write(path: Path, text: str) -> Path:
@@ -126,23 +127,24 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
     assert all(int(r["producing_us"]) > 2_900_000 for r in rows)
     assert all(int(r["broadcasting_us"]) < -2_900_000 for r in rows)
 
-    # ...and the analysis took it off: every stage a loopback figure, none near 3 s.
+    # ...and the analysis took it off: no stage negative, none near the 3 s (a loaded 2-core
+    # machine can make a loopback stage take hundreds of ms, never seconds here).
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["environment"]["broker_clock"] == clock
     stages = summary["stages"]
     assert stages["broker_timestamps"] is True
     p99 = stages["p99_ms"]
-    assert all(0 <= value < 500 for value in p99.values()), p99
+    assert all(0 <= value < HALF_SKEW_MS for value in p99.values()), p99
     assert all(0 <= share <= 1 for share in stages["tail"]["share"].values()), stages["tail"]
     # The stage histograms are moved back too: producing loses its 3 s. Broadcasting came out
     # negative, which the worker's histogram clamped to its floor: those values are unknown
     # (left out), not made up as 3 s.
     latency = summary["latency"]
-    assert 0 <= latency["stage.producing"]["p99"] < 500, latency["stage.producing"]
+    assert 0 <= latency["stage.producing"]["p99"] < HALF_SKEW_MS, latency["stage.producing"]
     assert "stage.broadcasting" not in latency, latency.get("stage.broadcasting")
-    # The stages add up to e2e, whose ends are both on the workers' clock.
+    # e2e, whose ends are both on the workers' clock, never had the skew in it.
     e2e_p99 = summary["headline"]["e2e_p99_ms"]
-    assert e2e_p99 is not None and e2e_p99 < 500
+    assert e2e_p99 is not None and e2e_p99 < HALF_SKEW_MS
 
 
 def test_the_bundled_broker_answers_its_clock_on_this_hosts_clock(broker):

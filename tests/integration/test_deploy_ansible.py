@@ -281,11 +281,12 @@ def test_the_playbooks_deploy_run_and_bring_the_results_home(tmp_path, lan):
     assert manifest["broker_clock"]["host"] == lan["broker"].address
     assert manifest["broker_clock"]["applied_ms"] == 0.0
 
-    _check_cluster_analysis(hosts_dir, run_dir)
+    _check_cluster_analysis(hosts_dir, run_dir, shipped)
 
 
-def _check_cluster_analysis(hosts_dir: Path, run_dir: Path) -> None:
-    """The analysis ran on the playbooks' Spark cluster and equals local mode's."""
+def _check_cluster_analysis(hosts_dir: Path, run_dir: Path, shipped: Path) -> None:
+    """The analysis ran on the playbooks' Spark cluster and equals local mode's (run from the
+    shipped tree: the revision the cluster ran, whatever this working tree holds meanwhile)."""
     logs = hosts_dir / "coordinator" / "logs"
     master_log = (logs / "fanout-spark-master.log").read_text(errors="replace")
     assert "Registered app fanout-bench-analysis" in master_log, master_log[-3000:]
@@ -308,7 +309,7 @@ def _check_cluster_analysis(hosts_dir: Path, run_dir: Path) -> None:
     shutil.copytree(run_dir, local, ignore=outputs)
     done = subprocess.run(
         [sys.executable, "-m", "harness", "analyze", str(local), "--spark-master", "local[2]"],
-        cwd=ROOT,
+        cwd=shipped,
         capture_output=True,
         text=True,
         timeout=180,

@@ -1,10 +1,12 @@
 """Topic policies on a Broadcast subscription (seed 000, docs/policies.md), with the official
 pulsar-client: each consumer has its own (virtual) cursor, and backlog eviction or TTL expiry
-moves the slowest ones, those of stalled consumers, and leaves the others alone.
+moves the slowest ones, those of stalled consumers, and leaves the others alone; the hole
+compensation sends a consumer its own holes again, and nothing else.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pulsar
@@ -126,6 +128,63 @@ def test_ttl_expires_only_for_the_stalled_broadcast_consumer(tmp_path):
         _wait_for(lambda: all(len(f.got) == 21 for f in fast))
         for f in fast:
             assert f.got == [*sent, b"fresh"]
+    finally:
+        client.close()
+        broker.stop()
+
+
+def test_hole_compensation_resends_only_a_broadcast_consumers_own_holes(tmp_path):
+    extra = (
+        "--set",
+        "journalSyncData=false",
+        "--set",
+        "ackHoleRedeliveryIntervalSeconds=0.5",
+        "--set",
+        "ackHoleRedeliveryMinAgeSeconds=1.5",
+    )
+    broker = _admin_ready(start_broker(tmp_path / "data", extra=extra))
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        complete = Acking()
+        client.subscribe(
+            "bc-holes",
+            "all",
+            consumer_name="complete",
+            properties=BROADCAST,
+            message_listener=complete,
+        )
+        forgetful = client.subscribe(
+            "bc-holes", "all", consumer_name="forgetful", properties=BROADCAST
+        )
+        producer = client.create_producer("bc-holes", batching_enabled=False)
+        for i in range(20):
+            producer.send(f"m{i}".encode())
+        first_seen = {}
+        for _ in range(20):
+            msg = forgetful.receive(timeout_millis=5000)
+            first_seen[msg.data()] = time.time()
+            if msg.data() not in (b"m3", b"m7"):  # it "forgets" two, acknowledges the rest
+                forgetful.acknowledge(msg)
+
+        # Only the two holes come again, once old enough, with a redelivery count; nothing it
+        # acknowledged after them, and nothing to the consumer that acknowledged everything.
+        again = [forgetful.receive(timeout_millis=10_000) for _ in range(2)]
+        assert sorted(m.data() for m in again) == [b"m3", b"m7"]
+        assert all(m.redelivery_count() == 1 for m in again)
+        assert all(time.time() - first_seen[m.data()] >= 1.0 for m in again)
+        for m in again:
+            forgetful.acknowledge(m)
+
+        def sub() -> dict[str, Any]:
+            return _stats(broker, "bc-holes")["subscriptions"]["all"]
+
+        _wait_for(lambda: sub()["msgBacklog"] == 0)
+        assert sub()["ackHoleRedeliveries"] == 2
+        time.sleep(1.0)  # two more passes: nothing left to send
+        with pytest.raises(pulsar.Timeout):
+            forgetful.receive(timeout_millis=200)
+        assert len(complete.got) == 20
+        assert sub()["ackHoleRedeliveries"] == 2
     finally:
         client.close()
         broker.stop()

@@ -72,3 +72,16 @@ def test_without_the_keys_every_consumer_reads_and_acknowledges(tmp_path):
 def test_bad_values_are_refused_with_the_reason(tmp_path, text, reason):
     with pytest.raises(ConfigError, match=reason):
         _load(tmp_path, text + "\n")
+
+
+def test_the_seed_001_workload_stalls_one_percent_of_a_broadcast():
+    root = Path(__file__).resolve().parents[2]
+    spec = load_workload(root / "workloads" / "seed-001-broadcast-eviction.yaml")
+    (case,) = spec.cases
+    assert case.subscription_type == "Broadcast" and case.total_consumers == 200
+    stalled = [i for i in range(200) if case.read_rate(i) == 0]
+    assert stalled == [99, 199]
+    assert [i for i in range(200) if case.ack_skip_every(i) == 1] == stalled
+    quota = case.topic_policy_map["backlogQuota"]["destination_storage"]
+    assert quota["policy"] == "consumer_backlog_eviction"
+    assert [p.name for p in spec.drivers] == ["bundled-policy-checks.yaml"]
