@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -110,7 +111,8 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
             broker.kill()
             broker.wait()
     assert run.returncode == 0, run.stderr[-3000:]
-    assert f"clock +{SKEW_S}" in run.stderr  # the coordinator says what it found
+    # The coordinator says what it found.
+    assert re.search(r"broker at 127\.0\.0\.1: clock \+(2999|3000)\.\d ms", run.stderr), run.stderr
     run_dir = Path(run.stdout.strip().splitlines()[-1]).parent  # the last line: report.html
     manifest = json.loads((run_dir / "manifest.json").read_text())
     clock = manifest["broker_clock"]
