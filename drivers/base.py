@@ -143,6 +143,16 @@ class TopicPolicyDriver(Protocol):
         of `topics`; raises DriverError, with the broker's reason, when one is refused."""
 
 
+class BrokerClockDriver(Protocol):
+    """A driver that can read its broker's clock, for the clock offset of a broker on another
+    host (harness/broker_clock.py); optional: without it the offset is recorded as not
+    measured."""
+
+    def broker_clock_sample(self, admin_url: str) -> tuple[int, int, int]:
+        """One reading: (sent µs, the broker's realtime µs, received µs), the first and last
+        on this host's realtime clock; raises DriverError, saying why, when it cannot read it."""
+
+
 class BenchmarkDriver(Protocol[ConfigT]):
     """Loaded by name (`driverClass`) and made with no arguments, on the coordinator and in
     every worker. The coordinator uses the first group of methods on a driver it never

@@ -165,8 +165,9 @@ class Coordinator:
 
     def _measure_broker_clock(self) -> None:
         """The broker's clock offset: 0 for the one started here, measured for one elsewhere."""
+        sampler = getattr(self.driver.driver, "broker_clock_sample", None)
         record = self.broker_clock = broker_clock_record(
-            self.plan.admin_url, same_host=self.broker is not None
+            sampler, self.plan.admin_url, same_host=self.broker is not None
         )
         applied = record["applied_ms"]
         if applied:

@@ -96,7 +96,9 @@ def sweep_summary(sweep_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The sweep-summary.json document; a case without a connection time is left out of fits.
     Each row gets its `series`: its subscription type, prefixed by its driver when the sweep
     ran several."""
-    several = len({row.get("driver") for row in rows}) > 1
+    # A case whose summary names no driver (analyzed from an older manifest) is not a driver
+    # of its own.
+    several = len({row.get("driver") for row in rows} - {None}) > 1
     for row in rows:
         kind = row["subscription_type"]
         row["series"] = f"{row.get('driver')} {kind}" if several else kind

@@ -9,12 +9,15 @@ Each call takes the token of the driver file's `client.authentication` (None: no
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from drivers.base import DriverError
+from pulsar_protocol.extensions import now_us
 from pulsar_protocol.topic_names import admin_path
 
 TIMEOUT_SECONDS = 30.0
@@ -145,3 +148,37 @@ def set_topic_policies(
         if status not in (200, 204):
             hint = _refused(status, token)
             raise DriverError(f"POST {url} answered {status}: {reply[:300]!r}{hint}")
+
+
+CLOCK_PATH = "/admin/v2/brokers/clock"
+"""The bundled broker's realtime clock (µs), for the harness's clock-offset estimate."""
+
+
+def broker_clock_sample(admin_url: str, token: str | None = None) -> tuple[int, int, int]:
+    """One reading of the broker's clock: (sent µs, the broker's µs, received µs), the first
+    and last on this host's clock. The connection is made before the send time is taken: the
+    handshake's round trip would otherwise sit on one side of the broker's reading only."""
+    url = urllib.parse.urlsplit(admin_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise DriverError(f"admin URL {admin_url!r} is not http://host:port")
+    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    conn = kind(url.hostname, url.port, timeout=TIMEOUT_SECONDS)
+    try:
+        conn.connect()
+        sent_us = now_us()
+        conn.request("GET", CLOCK_PATH, headers=_headers(token, json_body=False))
+        reply = conn.getresponse()
+        body = reply.read()
+        received_us = now_us()
+    except (OSError, http.client.HTTPException) as exc:
+        raise DriverError(f"GET {admin_url}{CLOCK_PATH}: {exc!r}") from None
+    finally:
+        conn.close()
+    if reply.status != 200:
+        hint = _refused(reply.status, token)
+        raise DriverError(f"GET {admin_url}{CLOCK_PATH} answered {reply.status}{hint}")
+    try:
+        broker_us = int(json.loads(body)["realtime_us"])
+    except (ValueError, KeyError, TypeError):
+        raise DriverError(f"GET {admin_url}{CLOCK_PATH} answered {body[:100]!r}") from None
+    return sent_us, broker_us, received_us

@@ -56,11 +56,18 @@ __all__ = ["Connection", "RequestFailed", "RequestTimeout", "connect_socket", "n
 log = logging.getLogger("drivers.pulsar")
 
 RECV_SIZE = 1024 * 1024
-"""Bytes asked of each recv. A read's own cost (the syscall, a turn of the loop, the codec's
-and the recorder's setup) is shared by the deliveries it brings: a broadcast client's 10 KB
-MESSAGEs cost 3.06 µs each in reads of 64 KB, 1.71 in 256 KB and 1.37 in 1 MB
-(benchmarks/client_receive.py), a connection of 100 consumers getting 1 MB per entry. The
-buffer is the connection's for good: ~1 MB each once that much has come at once."""
+"""The most bytes asked of one recv. A read's own cost (the syscall, a turn of the loop, the
+codec's and the recorder's setup) is shared by the deliveries it brings: a broadcast client's
+10 KB MESSAGEs cost 3.06 µs each in reads of 64 KB, 1.71 in 256 KB and 1.37 in 1 MB
+(benchmarks/client_receive.py), a connection of 100 consumers getting 1 MB per entry; at
+10,000 consumers the workers' CPU per delivery fell from 4.4-5.0 to 3.7-4.1 µs (harness-cost
+runs, docs/benchmarks.md). The kernel gives one receive time per read, that of its last
+bytes, so bigger reads can only make a delivery's time at the kernel later, never earlier."""
+RECV_START = 64 * 1024
+"""A connection's first reads ask this much, doubling after each read that fills it up to
+RECV_SIZE: a connect storm's reads are answers of a few bytes, and 1,000 buffers of 1 MB,
+zeroed as they grow, cost the storm 5 % of its CPU (py-spy, benchmarks/client_connect.py)."""
+
 CLIENT_VERSION = "fanout-bench"
 PROTOCOL_VERSION = MAX_PROTOCOL_VERSION
 IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
@@ -572,10 +579,11 @@ class Connection:
         assert sock is not None
         recvmsg_into = sock.recvmsg_into if self.kernel_timestamps else None
         kernel_time_us = rx_timestamps.kernel_time_us
+        size = RECV_START
         try:
             while True:
                 # Straight into the codec's buffer (get_buffer): no bytes object per recv.
-                with protocol.get_buffer(RECV_SIZE) as room:
+                with protocol.get_buffer(size) as room:
                     if recvmsg_into is None:
                         nbytes = sock.recv_into(room)
                         receive_us = now_us()  # one clock read for everything this recv returned
@@ -586,6 +594,8 @@ class Connection:
                         if nbytes and (kernel_us != 0) is not self.kernel_timestamps:
                             self._kernel_times_changed(kernel_us != 0)
                 protocol.buffer_updated(nbytes)
+                if nbytes == size and size < RECV_SIZE:
+                    size *= 2
                 handle_read(receive_us)
                 # A recv that finds data never yields: without this, one busy connection would
                 # starve the others, the subscribers and the timers.

@@ -19,7 +19,12 @@ from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
 from drivers.pulsar import backoff
-from drivers.pulsar.admin import create_partitioned_topic, set_topic_policies, topic_stats
+from drivers.pulsar.admin import (
+    broker_clock_sample,
+    create_partitioned_topic,
+    set_topic_policies,
+    topic_stats,
+)
 from drivers.pulsar.auth import METHOD, connect_refusal
 from drivers.pulsar.connection import CLIENT_VERSION, Connection, RequestFailed, now_us
 from drivers.pulsar.consumer import ConsumerState, Pacer
@@ -117,6 +122,10 @@ class PulsarDriver:
             raise DriverError("topicPolicies need the broker's admin API: give adminUrl")
         for topic in topics:
             set_topic_policies(admin_url, topic, policies, self._admin_token)
+
+    def broker_clock_sample(self, admin_url: str) -> tuple[int, int, int]:
+        """The bundled broker's clock endpoint (drivers.base.BrokerClockDriver)."""
+        return broker_clock_sample(admin_url, self._admin_token)
 
     # -- a worker's side ---------------------------------------------------------------------
     def initialize(

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,8 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from drivers.pulsar.driver import PulsarDriver
 from harness.broker_clock import broker_clock_record
 from tests.conftest import ROOT, free_port
+
+SAMPLER = PulsarDriver().broker_clock_sample
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +69,7 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1"},
+            start_new_session=True,  # faketime runs the broker as its child: end both
         )
     try:
         _wait_tcp(port, broker, log)
@@ -104,22 +109,26 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
             timeout=240,
         )
     finally:
-        broker.terminate()
+        os.killpg(broker.pid, signal.SIGTERM)
         try:
             broker.wait(10)
         except subprocess.TimeoutExpired:
-            broker.kill()
+            os.killpg(broker.pid, signal.SIGKILL)
             broker.wait()
     assert run.returncode == 0, run.stderr[-3000:]
     # The coordinator says what it found.
-    assert re.search(r"broker at 127\.0\.0\.1: clock \+(2999|3000)\.\d ms", run.stderr), run.stderr
+    said = re.search(r"broker at 127\.0\.0\.1: clock \+(\d+\.\d) ms", run.stderr)
+    assert said, run.stderr
     run_dir = Path(run.stdout.strip().splitlines()[-1]).parent  # the last line: report.html
     manifest = json.loads((run_dir / "manifest.json").read_text())
     clock = manifest["broker_clock"]
     assert clock["how"] == "measured", clock
     assert clock["host"] == "127.0.0.1"
-    assert abs(clock["offset_ms"] - SKEW_S * 1000) < 5, clock
-    assert clock["uncertainty_ms"] < 5, clock
+    assert float(said.group(1)) == pytest.approx(clock["offset_ms"], abs=0.05)
+    # NTP-style: the true offset lies within half the shortest round trip of the estimate (a
+    # loaded machine lengthens the round trip, not the error's bound).
+    assert clock["uncertainty_ms"] < 100, clock
+    assert abs(clock["offset_ms"] - SKEW_S * 1000) <= clock["uncertainty_ms"] + 1, clock
     assert clock["applied_ms"] == pytest.approx(clock["offset_ms"], abs=0.001)
 
     # The raw stage samples carry the skew as the broker stamped it...
@@ -151,14 +160,14 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
 
 def test_the_bundled_broker_answers_its_clock_on_this_hosts_clock(broker):
     """Same host, same clock: the offset lies inside the round trip, and nothing is applied."""
-    record = broker_clock_record(broker.admin, same_host=False)
+    record = broker_clock_record(SAMPLER, broker.admin, same_host=False)
     assert record["how"] == "measured", record
     offset, uncertainty = record["offset_ms"], record["uncertainty_ms"]
     assert isinstance(offset, float) and isinstance(uncertainty, float)
     assert uncertainty < 50
     assert abs(offset) <= uncertainty + 0.001
     assert record["applied_ms"] == 0.0
-    assert broker_clock_record(broker.admin, same_host=True)["how"] == "same_host"
+    assert broker_clock_record(SAMPLER, broker.admin, same_host=True)["how"] == "same_host"
 
 
 def test_a_broker_without_the_clock_endpoint_is_recorded_as_not_measured(broker):
@@ -167,12 +176,15 @@ def test_a_broker_without_the_clock_endpoint_is_recorded_as_not_measured(broker)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    gone = broker_clock_record(f"http://127.0.0.1:{closed}", same_host=False)
+    gone = broker_clock_record(SAMPLER, f"http://127.0.0.1:{closed}", same_host=False)
     assert gone["how"] == "not_measured" and gone["applied_ms"] == 0.0
     assert "Connection refused" in str(gone["reason"]), gone
     # The broker's broker port speaks Pulsar, not HTTP: what a wrong adminUrl looks like.
-    wrong = broker_clock_record(f"http://127.0.0.1:{broker.port}", same_host=False)
+    wrong = broker_clock_record(SAMPLER, f"http://127.0.0.1:{broker.port}", same_host=False)
     assert wrong["how"] == "not_measured", wrong
-    assert broker_clock_record(None, same_host=False)["reason"] == (
+    assert broker_clock_record(SAMPLER, None, same_host=False)["reason"] == (
         "the driver file names no adminUrl"
+    )
+    assert broker_clock_record(None, broker.admin, same_host=False)["reason"] == (
+        "the driver cannot read the broker's clock"
     )
