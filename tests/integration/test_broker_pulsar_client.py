@@ -365,6 +365,9 @@ def test_stats_carry_cumulative_cpu_seconds_and_deliveries(tmp_path):
     # Cumulative: never decreasing from one snapshot to the next.
     cpu = [s[BROKER_CPU_SECONDS] for s in snapshots]
     assert cpu == sorted(cpu)
-    # The loop's lag since the previous snapshot: sampled (a timer every 5 ms), ordered.
-    lag = last[BROKER_LOOP_LAG]
-    assert 0 < lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]
+    # The loop's lag since the previous snapshot: sampled (a timer every 20 ms), ordered. The
+    # last snapshot, written as the broker stops, may follow the one before it too closely to
+    # hold a sample (all zeros then), so the samples are looked for in every snapshot.
+    lags = [s[BROKER_LOOP_LAG] for s in snapshots]
+    assert all(0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"] for lag in lags), lags
+    assert any(lag["p50_ms"] > 0 for lag in lags), lags
