@@ -18,24 +18,15 @@ consumers for the rest of the run (they show as short deliveries): no resubscrib
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from drivers.base import ConsumerCallback, ConsumerSpec, SubscribeResult
-from drivers.config import check_keys
 from drivers.nats.connection import NatsConnection
 from drivers.peer.connection import RequestFailed, now_us
 from drivers.peer.driver import PeerDriver
 from drivers.peer.pool import Connections
-from drivers.peer.settings import (
-    ClientConfig,
-    check_source_addresses,
-    client_keys,
-    parse_client,
-    section_dict,
-)
+from drivers.peer.settings import ClientConfig, ClientOnlyConfig, client_keys
 
-_CLIENT = client_keys("nats")
 REFUSED = {
     "Exclusive": "NATS has no exclusive subscription (a second subscriber is never refused)",
     "Failover": "NATS has no active/standby subscription",
@@ -43,30 +34,9 @@ REFUSED = {
 }
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NatsConfig:
-    client: ClientConfig = field(default_factory=ClientConfig)
-
-    @classmethod
-    def parse(cls, sections: Mapping[Any, object], where: str) -> NatsConfig:
-        check_keys(sections, ["client"], where)
-        client = ClientConfig(**parse_client(sections, _CLIENT, where))
-        check_source_addresses(client, where)
-        return cls(client=client)
-
-    @property
-    def service_url(self) -> str | None:
-        return self.client.service_url
-
-    @property
-    def admin_url(self) -> str | None:
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"client": section_dict(self.client, _CLIENT)}
-
-    def partitions_problem(self, partitions: int) -> str | None:
-        return None if partitions <= 1 else "is not possible: a NATS subject has no partitions"
+class NatsConfig(ClientOnlyConfig):
+    KEYS = client_keys("nats")
+    TOPIC = "a NATS subject"
 
 
 class NatsProducer:

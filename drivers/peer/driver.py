@@ -3,6 +3,7 @@ no admin API, no partitions) and a worker's connections, made by the subclass.""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import ClassVar, Generic, TypeVar
 
@@ -17,7 +18,7 @@ from drivers.peer.settings import ClientConfig, check_service_url, source_spread
 ConnT = TypeVar("ConnT", bound=PeerConnection)
 
 
-class PeerDriver(Generic[ConnT]):
+class PeerDriver(ABC, Generic[ConnT]):
     SCHEME: ClassVar[str]
     DEFAULT_PORT: ClassVar[int]
     SYSTEM: ClassVar[str]
@@ -47,6 +48,7 @@ class PeerDriver(Generic[ConnT]):
         return None
 
     # -- a worker's side -----------------------------------------------------------------------
+    @abstractmethod
     def _make_connection(
         self,
         conn_id: int,

@@ -9,12 +9,20 @@ speaks to; `check_service_url` turns that into a message saying what to add.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from drivers.base import DriverError
-from drivers.config import ConfigError, Parser, integer, nullable, parse_section, url
+from drivers.config import (
+    ConfigError,
+    Parser,
+    check_keys,
+    integer,
+    nullable,
+    parse_section,
+    url,
+)
 from drivers.pulsar.settings import is_loopback, resolve_host
 
 
@@ -83,3 +91,36 @@ def check_source_addresses(client: ClientConfig, where: str) -> None:
 def source_spread(client: ClientConfig, host: str) -> int:
     """How many 127.x.y.z source addresses connections to `host` use (0: the kernel's)."""
     return client.source_addresses if is_loopback(resolve_host(host)) else 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientOnlyConfig:
+    """A driver file whose only section is `client` (NATS, Redis): a subclass names the URL
+    schemes it takes and what a topic is on its broker."""
+
+    KEYS: ClassVar[dict[str, tuple[str, Parser]]]
+    TOPIC: ClassVar[str]
+    """What a topic is on the broker, for the refusal of partitions ("a NATS subject")."""
+
+    client: ClientConfig = field(default_factory=ClientConfig)
+
+    @classmethod
+    def parse(cls, sections: Mapping[Any, object], where: str) -> Any:
+        check_keys(sections, ["client"], where)
+        client = ClientConfig(**parse_client(sections, cls.KEYS, where))
+        check_source_addresses(client, where)
+        return cls(client=client)
+
+    @property
+    def service_url(self) -> str | None:
+        return self.client.service_url
+
+    @property
+    def admin_url(self) -> str | None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"client": section_dict(self.client, self.KEYS)}
+
+    def partitions_problem(self, partitions: int) -> str | None:
+        return None if partitions <= 1 else f"is not possible: {self.TOPIC} has no partitions"

@@ -17,24 +17,15 @@ connection loses its consumer for the rest of the run: no resubscribe.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from drivers.base import ConsumerCallback, ConsumerSpec, SubscribeResult
-from drivers.config import check_keys
 from drivers.peer.connection import RequestFailed, now_us
 from drivers.peer.driver import PeerDriver
 from drivers.peer.pool import Connections
-from drivers.peer.settings import (
-    ClientConfig,
-    check_source_addresses,
-    client_keys,
-    parse_client,
-    section_dict,
-)
+from drivers.peer.settings import ClientConfig, ClientOnlyConfig, client_keys
 from drivers.redis.connection import RedisConnection, command
 
-_CLIENT = client_keys("redis")
 REFUSED = {
     "Shared": "Redis pub/sub has no consumer groups (every subscriber gets every message)",
     "Key_Shared": "Redis pub/sub has no consumer groups",
@@ -43,30 +34,9 @@ REFUSED = {
 }
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RedisConfig:
-    client: ClientConfig = field(default_factory=ClientConfig)
-
-    @classmethod
-    def parse(cls, sections: Mapping[Any, object], where: str) -> RedisConfig:
-        check_keys(sections, ["client"], where)
-        client = ClientConfig(**parse_client(sections, _CLIENT, where))
-        check_source_addresses(client, where)
-        return cls(client=client)
-
-    @property
-    def service_url(self) -> str | None:
-        return self.client.service_url
-
-    @property
-    def admin_url(self) -> str | None:
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"client": section_dict(self.client, _CLIENT)}
-
-    def partitions_problem(self, partitions: int) -> str | None:
-        return None if partitions <= 1 else "is not possible: a Redis channel has no partitions"
+class RedisConfig(ClientOnlyConfig):
+    KEYS = client_keys("redis")
+    TOPIC = "a Redis channel"
 
 
 class RedisProducer:
