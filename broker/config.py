@@ -49,6 +49,9 @@ class BrokerConfig:
     # Delayed delivery for Shared and Key_Shared (a topic's delayedDelivery policy overrides).
     delayedDeliveryEnabled: bool = True
     delayedDeliveryTickTimeMillis: int = 1000
+    # PIP-315: a SEND asking for a longer delay than this (deliver_at_time - publish_time, ms)
+    # is refused with NotAllowedError; 0 allows any.
+    delayedDeliveryMaxDelayInMillis: int = 0
     # Backlog quotas (-1: none), overridden by a topic's backlogQuota policy; the check
     # interval is Pulsar's name, in seconds, here with fractions allowed.
     backlogQuotaCheckEnabled: bool = True

@@ -119,6 +119,9 @@ class Topic:
         """Told of each subscription created after the topic opened (topic policies)."""
         self.on_delayed_message: Callable[[], None] | None = None
         """Told of a SEND with a deliver_at_time (topic policies: delayed delivery); once."""
+        self.max_delivery_delay_ms = 0
+        """Longest delay a SEND may ask for (delayed delivery's maxDeliveryDelayInMillis);
+        0: any."""
         self._trim_handle: asyncio.TimerHandle | None = None
         if hasattr(log, "on_readable"):
             log.on_readable = self._entries_readable

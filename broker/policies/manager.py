@@ -185,7 +185,7 @@ class PolicyManager:
             return {
                 "active": c.delayedDeliveryEnabled,
                 "tickTime": c.delayedDeliveryTickTimeMillis,
-                "maxDeliveryDelayInMillis": 0,
+                "maxDeliveryDelayInMillis": c.delayedDeliveryMaxDelayInMillis,
             }
         return None
 
@@ -316,6 +316,10 @@ class PolicyManager:
             topic.publish_gate = gate
         else:
             topic.publish_gate = None
+        delayed = policies.get(DELAYED_DELIVERY.path) or self._broker_default(DELAYED_DELIVERY.path)
+        topic.max_delivery_delay_ms = (
+            max(0, delayed["maxDeliveryDelayInMillis"]) if delayed["active"] else 0
+        )
         if self._rate(policies, SUBSCRIPTION_DISPATCH_RATE.path).limited:
             self._sub_limited.add(topic.name)
         else:

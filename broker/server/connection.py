@@ -458,6 +458,18 @@ class ServerConnection(asyncio.Protocol):
             return
         meta = send.metadata
         assert meta is not None  # a server's codec always parses it
+        topic = producer.topic
+        if meta.deliver_at_time and topic.max_delivery_delay_ms:
+            if meta.deliver_at_time - meta.publish_time > topic.max_delivery_delay_ms:
+                # Pulsar refuses it before it is stored (PIP-315): this SEND fails, not the
+                # producer, and the next ones go on.
+                self._send_error(
+                    send,
+                    pb.NotAllowedError,
+                    f"Exceeds max allowed delivery delay of {topic.max_delivery_delay_ms} "
+                    "milliseconds",
+                )
+                return
         key = meta.ordering_key or meta.partition_key.encode()
         producer.messages_in += 1
         producer.bytes_in += len(send.payload)

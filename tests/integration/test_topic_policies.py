@@ -10,6 +10,7 @@ clock here.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,10 @@ from typing import Any
 import pulsar
 import pytest
 
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.commands import T, command
+from pulsar_protocol.frames import FrameDecoder, encode_frame
+from pulsar_protocol.payload import encode_payload
 from tests.conftest import ROOT, start_broker
 
 pytestmark = pytest.mark.integration
@@ -465,6 +470,58 @@ def test_delayed_delivery_policy_off_and_exclusive_deliver_at_once(ready):
             assert time.time() - asked < 3.0
     finally:
         client.close()
+
+
+def test_a_topics_max_delivery_delay_refuses_longer_delays_and_keeps_shorter(ready):
+    """The refusal itself is checked on the wire (tests/unit/test_broker_max_delivery_delay.py):
+    the official C++ client answers SEND_ERROR by reconnecting and sending the same message
+    again, so here a raw socket sends the refused one and the official client the rest."""
+    from datetime import timedelta
+
+    broker = ready
+    topic = "delay-capped"
+    body = {"active": True, "tickTime": 100, "maxDeliveryDelayInMillis": 1000}
+    assert _call(broker, "POST", f"{TOPIC_PATH}/{topic}/delayedDelivery", body)[0] == 204
+    assert _call(broker, "GET", f"{TOPIC_PATH}/{topic}/delayedDelivery")[1] == body
+    refused = _raw_delayed_send(broker, f"persistent://public/default/{topic}", 5000)
+    assert refused.type == T.SEND_ERROR and refused.send_error.error == pb.NotAllowedError
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer(topic, batching_enabled=False)
+        asked = time.time()
+        producer.send(b"in-time", deliver_after=timedelta(milliseconds=500))
+        producer.send(b"now")
+        got = [consumer.receive(timeout_millis=5000) for _ in range(2)]
+        assert [m.data() for m in got] == [b"now", b"in-time"]
+        assert time.time() - asked >= 0.5 - 0.002
+        assert _stats(broker, topic)["msgInCounter"] == 2
+    finally:
+        client.close()
+
+
+def _raw_delayed_send(broker, topic: str, delay_ms: int) -> pb.BaseCommand:
+    """CONNECT, PRODUCER and one SEND asking for `delay_ms` over a plain socket: the answer."""
+    host, port = broker.url.removeprefix("pulsar://").rsplit(":", 1)
+    now = int(time.time() * 1000)
+    meta = pb.MessageMetadata(
+        producer_name="raw", sequence_id=0, publish_time=now, deliver_at_time=now + delay_ms
+    )
+    frames = [
+        encode_frame(command(T.CONNECT, client_version="raw", protocol_version=20)),
+        encode_frame(command(T.PRODUCER, topic=topic, producer_id=1, request_id=1)),
+        encode_frame(command(T.SEND, producer_id=1, sequence_id=0), encode_payload(meta, b"x")),
+    ]
+    decoder = FrameDecoder()
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"".join(frames))
+        while True:
+            data = sock.recv(65536)
+            assert data, "the broker closed the connection"
+            decoder.receive_data(data)
+            for frame in decoder.frames():
+                if frame.command.type in (T.SEND_ERROR, T.SEND_RECEIPT):
+                    return frame.command
 
 
 BACKLOG_BROKER = (
