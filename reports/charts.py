@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from math import ceil, floor, isfinite, log10
 from typing import Any
 
-from reports.formatting import fmt_ms, fmt_pct, fmt_s, percentile_label, sig, tick_label
+from reports.formatting import (
+    fmt_ms,
+    fmt_pct,
+    fmt_s,
+    fmt_value,
+    percentile_label,
+    sig,
+    tick_label,
+)
 from reports.metrics import STAGE_LABELS
 from results_contract.metrics import STAGES
 
@@ -680,7 +688,7 @@ def time_chart(
         values = [v for s in spec.series for v in _finite(s.values)]
         y_vals = _zero_based([*values, *(th.value for th in spec.thresholds)])
         y = Scale(0, y_vals[-1], top + plot_h, top)
-        lines = []
+        lines, dots = [], []
         for s in spec.series:
             points = []
             for ti, vi in zip(t, s.values, strict=False):
@@ -688,6 +696,20 @@ def time_chart(
                 points.append(None if tv is None or vv is None else (x(tv), y(vv)))
             if any(points):
                 lines.append(Line(_path(points), s.color, s.name))
+            # A sample between two gaps is a path of one point, which draws nothing: a P99
+            # of every other second (deliveries in bursts, seed 004) would vanish.
+            dots += [
+                Dot(
+                    point[0],
+                    point[1],
+                    s.color,
+                    f"{s.name}: {fmt_value(_numeric_or_none(s.values[i]), spec.unit)}",
+                )
+                for i, point in enumerate(points)
+                if point is not None
+                and (i == 0 or points[i - 1] is None)
+                and (i + 1 == len(points) or points[i + 1] is None)
+            ]
             if len(spec.series) > 1:
                 legend.setdefault(s.name, LegendItem(s.name, s.color))
         refs = tuple(
@@ -715,6 +737,7 @@ def time_chart(
                 y_ticks=_y_ticks(y, y_vals),
                 x_title="seconds" if n == len(usable) - 1 else "",
                 lines=tuple(lines),
+                dots=tuple(dots),
                 refs=refs,
             )
         )

@@ -38,11 +38,21 @@ class CursorSink(Protocol):
     def deleted(self, topic: str, subscription: str) -> None: ...
 
 
+class ProducerReader(Protocol):
+    """A producer's connection as a publish gate sees it: its reading can be paused."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
 class PublishGate(Protocol):
     """Publish rate limits and backlog quotas (broker.policies.rate_limit), told of each SEND
-    as it is read, and asked before a producer is admitted."""
+    as it is handled, and asked before a producer is admitted."""
 
-    def admit(self, messages: int, size: int, transport: asyncio.Transport) -> None: ...
+    def admit(self, messages: int, size: int, reader: ProducerReader) -> None: ...
 
     def refusal(self) -> tuple[int, str] | None:
         """(ServerError, message) refusing new producers now; None admits them."""

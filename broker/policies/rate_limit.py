@@ -2,13 +2,16 @@
 
 Windows are aligned on the wall clock (window k is [k·p, (k+1)·p) seconds since the epoch), so
 that a report or a test can attribute what it saw to the broker's windows. Both limits are
-soft, as Pulsar's: a request already read still completes, and what it takes beyond the quota
-is carried into the next windows, which stay closed until it is paid off: a producer that
-pipelines many SENDs into one read gets bursts, but never more than the rate over time.
+soft, as Pulsar's: a request already handled still completes, and what it takes beyond the
+quota (a batch of many messages, a large message under a byte limit) is carried into the next
+windows, which stay closed until it is paid off: never more than the rate over time.
 
-- Publish: each SEND is counted on arrival (Pulsar's precise publish limiter). When the window's
-  quota is used, the producer's connection stops being read until the next window starts; the
-  SENDs of the bytes already read are still published.
+- Publish: each SEND is counted as it is handled (Pulsar's precise publish limiter). The SEND
+  that uses the window's quota completes; then the producer's connection stops being read, and
+  the frames of the same socket read after that SEND wait unhandled in the codec
+  (ServerConnection.pause_reading), until the next window starts. So a producer at 250 msg/s
+  against a limit of 100 gets 100 a window, the 101st waiting for the next one (seed 004), not
+  a whole 256 KB read of SENDs at once and then nothing for seconds.
 - Dispatch: while a throttled dispatcher runs, its entry log is seen through `QuotaLog`, which
   hands out no more entries than the windows allow; once they are used, delivery pauses until the
   next window (broker.policies.dispatch). A dispatcher without a limit has `policy = None` and
@@ -22,7 +25,7 @@ import time
 
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog
-from broker.core.topic import Topic
+from broker.core.topic import ProducerReader, Topic
 from broker.policies.topic_policies import Rate
 from pulsar_protocol import pulsar_api_pb2 as pb
 
@@ -95,31 +98,31 @@ class PublishLimiter:
     def __init__(self, topic: Topic, rate: Rate | None) -> None:
         self.topic = topic
         self.window = RateWindow(rate) if rate is not None and rate.limited else None
-        self._paused: dict[asyncio.Transport, asyncio.TimerHandle] = {}
+        self._paused: dict[ProducerReader, asyncio.TimerHandle] = {}
         self.held = False
-        self._held: set[asyncio.Transport] = set()
+        self._held: set[ProducerReader] = set()
         self.refusing = False
         """A `producer_exception` backlog quota is exceeded: new producers are refused."""
 
-    def admit(self, messages: int, size: int, transport: asyncio.Transport) -> None:
+    def admit(self, messages: int, size: int, reader: ProducerReader) -> None:
         if self.held:
-            if transport not in self._held:
-                self._held.add(transport)
+            if reader not in self._held:
+                self._held.add(reader)
                 events = self.topic.policy_events
                 events[HOLD_TIMES] = events.get(HOLD_TIMES, 0) + 1
-                transport.pause_reading()
+                reader.pause_reading()
             return
         window = self.window
         if window is None:
             return
         now = time.time()
         window.charge(messages, size, now)
-        if window.exhausted(now) is None or transport in self._paused:
+        if window.exhausted(now) is None or reader in self._paused:
             return
         self.topic.publish_rate_limited_times += 1
-        transport.pause_reading()
+        reader.pause_reading()
         delay = window.window_end() - now + WAKE_MARGIN_S
-        self._paused[transport] = self.topic.loop.call_later(delay, self._resume, transport)
+        self._paused[reader] = self.topic.loop.call_later(delay, self._resume, reader)
 
     def refusal(self) -> tuple[int, str] | None:
         if not self.refusing:
@@ -146,32 +149,32 @@ class PublishLimiter:
         """The backlog check's verdict; released connections are read again now."""
         self.held = held
         if not held:
-            for transport in self._held:
-                if transport not in self._paused and not transport.is_closing():
-                    transport.resume_reading()
+            for reader in self._held:
+                if reader not in self._paused and not reader.is_closing():
+                    reader.resume_reading()
             self._held.clear()
 
-    def _resume(self, transport: asyncio.Transport) -> None:
-        self._paused.pop(transport, None)
+    def _resume(self, reader: ProducerReader) -> None:
+        self._paused.pop(reader, None)
         window = self.window
         now = time.time()
         if window is not None and window.exhausted(now) is not None:
             # What the last reads took beyond the quota is still owed (a pipelining producer
             # has many SENDs in one read): stay paused until a window has room again.
             delay = window.window_end() - now + WAKE_MARGIN_S
-            self._paused[transport] = self.topic.loop.call_later(delay, self._resume, transport)
+            self._paused[reader] = self.topic.loop.call_later(delay, self._resume, reader)
             return
-        if transport not in self._held and not transport.is_closing():
-            transport.resume_reading()
+        if reader not in self._held and not reader.is_closing():
+            reader.resume_reading()
 
     def close(self) -> None:
         """The limit was removed or replaced: connections it paused are read again now."""
         self.hold(False)
         self.refusing = False
         self.window = None
-        for transport, handle in list(self._paused.items()):
+        for reader, handle in list(self._paused.items()):
             handle.cancel()
-            self._resume(transport)
+            self._resume(reader)
 
 
 Limits = list[tuple[RateWindow, str]]

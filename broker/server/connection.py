@@ -116,6 +116,11 @@ class ServerConnection(asyncio.Protocol):
         one cost of keep-alive per read."""
         self._pinged = False
         """The sweep sent a PING and nothing has been read since."""
+        self.reading_paused = False
+        """A publish rate limit or backlog hold stopped reading: frames already read wait,
+        unhandled, in the codec until `resume_reading`."""
+        self._paused_read_us = 0
+        """The wire time of the read the waiting frames came in."""
         self.producers: dict[int, Producer] = {}
         self._waiting_producers: dict[int, Producer] = {}
         """WaitForExclusive producers told "not ready yet", by producer id."""
@@ -185,19 +190,49 @@ class ServerConnection(asyncio.Protocol):
         # One clock read per read from the socket: the wire timestamp of everything in it.
         received_us = now_us()
         self.seen = True
+        self.conn.receive_data(data)
+        self._handle(received_us)
+
+    def _handle(self, received_us: int) -> None:
+        """Handle the frames the codec holds, until they run out or reading is paused."""
         conn, handlers = self.conn, self._handlers
-        conn.receive_data(data)
         try:
-            while (event := conn.next_event()) is not ev.NEED_DATA:
+            while not self.reading_paused and (event := conn.next_event()) is not ev.NEED_DATA:
                 if type(event) is ev.ConnectionClosed:
                     break  # the client's EOF (eof_received): asyncio closes the transport
                 handlers[type(event)](event, received_us)
+            if self.reading_paused:
+                self._paused_read_us = received_us
         except RemoteProtocolError as exc:
             log.warning("closing %s: %s", self.address, exc)
             self._flush()  # the codec's ERROR reply goes out before the close
             self.close()
             return
         self._flush()
+
+    def pause_reading(self) -> None:
+        """Stop reading, and stop handling what was read: a publish limit's window holds to
+        the SEND that used its quota, not to the end of the socket read it came in (a read
+        holds up to 256 KB here: 250 SENDs of 1 KB, which would all be published). Pulsar's
+        precise publish limiter stops the connection's reads likewise; ACKs, FLOWs and PINGs
+        on the connection wait too, as they do there."""
+        self.reading_paused = True
+        if self._open():
+            assert self.transport is not None
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read again, first the frames that waited since `pause_reading`."""
+        if not self.reading_paused:
+            return
+        self.reading_paused = False
+        if self._open():
+            assert self.transport is not None
+            self.transport.resume_reading()
+            self._handle(self._paused_read_us)
+
+    def is_closing(self) -> bool:
+        return not self._open()
 
     def eof_received(self) -> bool | None:
         self.data_received(b"")
@@ -222,7 +257,9 @@ class ServerConnection(asyncio.Protocol):
         interval later is closed. Before the handshake, the handshake timeout applies."""
         if self.conn.state is not ConnectionState.CONNECTED or not self._open():
             return
-        if self.seen:
+        if self.seen or self.reading_paused:
+            # A paused connection's PONG waits unread: Pulsar's ServerCnx likewise closes
+            # for a missing answer only while auto-read is on.
             self.seen = self._pinged = False
         elif not self._pinged:
             self._pinged = True
@@ -475,8 +512,8 @@ class ServerConnection(asyncio.Protocol):
         producer.bytes_in += len(send.payload)
         gate = producer.topic.publish_gate
         if gate is not None and self.transport is not None:
-            # A publish rate limit: this SEND completes; the next ones wait to be read.
-            gate.admit(send.num_messages, len(send.payload), self.transport)
+            # A publish rate limit: this SEND completes; the next ones wait to be handled.
+            gate.admit(send.num_messages, len(send.payload), self)
         if meta.deliver_at_time and (on_delayed := producer.topic.on_delayed_message) is not None:
             on_delayed()  # the topic's Shared subscriptions start tracking delayed entries
         task = asyncio.ensure_future(

@@ -233,6 +233,37 @@ def test_publish_rate_holds_a_producer_to_n_messages_per_window(ready):
         client.close()
 
 
+def test_publish_rate_holds_pipelined_sends_to_the_window_not_the_read(ready):
+    """200 SENDs sent at once reach the broker in one or two socket reads; a limit of 50 still
+    publishes 50 a window: what follows the SEND that used the quota waits unhandled."""
+    broker = ready
+    limit = 50
+    body = {"publishThrottlingRateInMsg": limit, "publishThrottlingRateInByte": -1}
+    assert _call(broker, "POST", f"{TOPIC_PATH}/pub-pipelined/publishRate", body)[0] == 204
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(
+            "pub-pipelined", batching_enabled=False, send_timeout_millis=20_000
+        )
+        done: list[float] = []
+        failed: list[object] = []
+
+        def receipt(result, _msg_id) -> None:
+            (done if result == pulsar.Result.Ok else failed).append(
+                time.time() if result == pulsar.Result.Ok else result
+            )
+
+        for i in range(4 * limit):
+            producer.send_async(f"m{i:03d}".encode() * 25, receipt)
+        _wait_for(lambda: len(done) + len(failed) == 4 * limit, timeout_s=15)
+        assert not failed
+        windows = _within_rate(done, limit)
+        assert len(windows) >= 4, windows
+        assert _stats(broker, "pub-pipelined")["msgInCounter"] == 4 * limit
+    finally:
+        client.close()
+
+
 def test_publish_byte_rate_counts_payload_bytes(ready):
     broker = ready
     body = {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": 10 * 1024}

@@ -162,6 +162,17 @@ def test_series_gaps_break_the_line_instead_of_dropping_to_zero(tmp_path: Path) 
     assert path is not None and path.group(1).count("M") == 2
 
 
+def test_a_sample_between_two_gaps_is_drawn_as_a_dot(tmp_path: Path) -> None:
+    """Deliveries every other second (a publish limit's bursts) leave P99s with gaps on both
+    sides: a line of one point draws nothing, so each is a dot."""
+    doc = sample_summary(seconds=10)
+    doc["series"]["e2e_p99_ms"] = [None, 41.5, None, 43.0, None, None, 44.0, 45.0, None, 47.25]
+    html = render_run(write_run(tmp_path / "run", doc)).read_text()
+    figure = figures(html)["e2e-p99-over-time"]
+    dots = re.findall(r'class="mark dot"[^>]*><title>([^<]+)</title>', figure)
+    assert len(dots) == 3, dots  # 41.5, 43.0 and 47.25; 44.0-45.0 is a line
+    assert [d.split(": ")[1] for d in dots] == ["41.5 ms", "43.0 ms", "47.2 ms"]
+
 def test_without_broker_timestamps_stages_one_to_five_are_one_span(tmp_path: Path) -> None:
     html = render_run(
         write_run(tmp_path / "run", sample_summary(broker_timestamps=False))
