@@ -6,11 +6,11 @@ process reports is the client's alone. `--consumers` consumers of one Broadcast 
 
 - `--via driver`: a greenlet per consumer calling `PulsarDriver.subscribe` under a semaphore
   of connectConcurrency (500), nothing of the harness;
-- `--via worker`: a greenlet per consumer calling a real `WorkerRun.subscribe_one` (Locust's
-  `request.measure` with its stats, the semaphore, the recorder's connection row);
+- `--via worker`: a greenlet per consumer calling a real `WorkerRun.subscribe_one` (the
+  semaphore, the recorder's connection row);
 - `--via locust` (the default): a Locust `ConsumerUser` per consumer started as Locust's
-  spawner starts them (`User.start` → `run_user` → `on_start` → `subscribe_one`), then its
-  `hold` task: the whole path of a real run but the master.
+  spawner starts them (`User.start` → `run_user` → `on_start` → `subscribe_one`, then parked):
+  the whole path of a real run but the master.
 
 It prints the client's CPU (time.process_time of this process) per consumer over the storm,
 and the wall time from the first subscribe to the last answer. What it leaves out is the

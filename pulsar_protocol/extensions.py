@@ -69,11 +69,13 @@ def mode_property(mode: str) -> pb.KeyValue | None:
 def requested_mode(subscribe: pb.CommandSubscribe) -> str | None:
     """The mode a SUBSCRIBE asks for by property (the reverse of `mode_property`), by its
     canonical name; None when it asks for none, or for a mode this protocol does not name."""
-    by_lower = {mode.lower(): mode for mode in SUBSCRIPTION_MODES}
     for kv in (*subscribe.metadata, *subscribe.subscription_properties):
-        if kv.key == SUBSCRIPTION_MODE_PROPERTY and kv.value.lower() in by_lower:
-            return by_lower[kv.value.lower()]
+        if kv.key == SUBSCRIPTION_MODE_PROPERTY and kv.value.lower() in _MODE_BY_LOWER:
+            return _MODE_BY_LOWER[kv.value.lower()]
     return None
+
+
+_MODE_BY_LOWER = {mode.lower(): mode for mode in SUBSCRIPTION_MODES}
 
 
 def wire_subtype(mode: str) -> SubType:

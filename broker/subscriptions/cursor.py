@@ -27,7 +27,8 @@ class Cursor:
 
     def __init__(self, mark_delete: int = -1, acked: Iterable[int] = ()) -> None:
         self.mark_delete = mark_delete
-        self.acked: set[int] = {i for i in acked if i > mark_delete}
+        # Most cursors start with no acks (each Broadcast consumer gets one): no comprehension.
+        self.acked: set[int] = {i for i in acked if i > mark_delete} if acked else set()
         """Indexes above mark_delete acknowledged one by one."""
         self.redeliver: set[int] | None = None
         """Indexes sent and handed back (a consumer left, or asked): read before new ones.
