@@ -51,7 +51,9 @@ class QuietRunner:
         pass
 
 
-def _run(consumers: int, per_connection: int, via: str, profile: str | None) -> None:
+def _run(
+    consumers: int, per_connection: int, via: str, profile: str | None, concurrency: int = 500
+) -> None:
     driver_file = load_driver_file(None)
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
@@ -67,6 +69,7 @@ def _run(consumers: int, per_connection: int, via: str, profile: str | None) -> 
                 subscription_type="Broadcast",
                 consumer_per_subscription=consumers,
                 consumers_per_connection=per_connection,
+                connect_concurrency=concurrency,
             )
             plan = RunPlan.make("cc", workload, driver_file).with_broker(
                 broker.service_url, broker.admin_url
@@ -155,8 +158,11 @@ def main() -> None:
     parser.add_argument("--per-connection", type=int, default=100)
     parser.add_argument("--via", choices=("driver", "worker", "locust"), default="locust")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the storm into FILE")
+    parser.add_argument(
+        "--concurrency", type=int, default=500, help="connectConcurrency: subscribes in flight"
+    )
     args = parser.parse_args()
-    _run(args.consumers, args.per_connection, args.via, args.profile)
+    _run(args.consumers, args.per_connection, args.via, args.profile, args.concurrency)
 
 
 if __name__ == "__main__":
