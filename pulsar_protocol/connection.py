@@ -48,6 +48,7 @@ from pulsar_protocol.commands import (
     command,
     encode_varint,
     flow_command_bytes,
+    success_command_bytes,
     type_name,
 )
 from pulsar_protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -551,6 +552,24 @@ class Connection:
             raise
         self._pending[request_id] = (T.SUBSCRIBE, consumer_id)
         cmd = template.command_bytes(consumer_id, request_id, consumer_name)
+        self._out.append(frame_sizes(len(cmd), 0) + cmd)
+
+    def send_success(self, request_id: int) -> None:
+        """Queue SUCCESS for `request_id`: what `send(Response(command(T.SUCCESS, ...)))` does,
+        built from bytes (a broker answers one per consumer of a connect storm)."""
+        if self.state is ConnectionState.ERROR:
+            raise LocalProtocolError("cannot send: the connection is in ERROR")
+        left = self._unanswered.get(request_id, 0)
+        if self.role is not SERVER or left <= 0:
+            self._set_state(ConnectionState.ERROR)
+            if self.role is not SERVER:
+                raise LocalProtocolError(f"a {self.role.value} cannot answer with SUCCESS")
+            raise LocalProtocolError(f"no request {request_id} waits for an answer")
+        if left == 1:
+            del self._unanswered[request_id]
+        else:
+            self._unanswered[request_id] = left - 1
+        cmd = success_command_bytes(request_id)
         self._out.append(frame_sizes(len(cmd), 0) + cmd)
 
     def send_frames(self, frames: list[bytes]) -> None:

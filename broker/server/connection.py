@@ -295,6 +295,12 @@ class ServerConnection(asyncio.Protocol):
         """The Response to a request: `fields` carry its request_id, echoed."""
         self._send(ev.Response(command(type_, **fields)))
 
+    def _succeed(self, request_id: int) -> None:
+        """SUCCESS for `request_id`, from bytes (`_answer` builds a protobuf command)."""
+        if self._open():
+            self.conn.send_success(request_id)
+            self._write_soon()
+
     def write_frames(self, frames: list[bytes]) -> None:
         if self._open():
             self.conn.send_frames(frames)
@@ -555,7 +561,7 @@ class ServerConnection(asyncio.Protocol):
             return
         if req.consumer_id in self.consumers:
             # The client re-subscribes after a timeout with the same id: answer success again.
-            self._answer(T.SUCCESS, request_id=req.request_id)
+            self._succeed(req.request_id)
             return
         if req.HasField("schema"):
             try:
@@ -619,7 +625,7 @@ class ServerConnection(asyncio.Protocol):
             self._error(req.request_id, exc.server_error, str(exc))
             return
         self.consumers[req.consumer_id] = consumer
-        self._answer(T.SUCCESS, request_id=req.request_id)
+        self._succeed(req.request_id)
 
     def _consumer(self, consumer_id: int) -> Consumer | None:
         consumer = self.consumers.get(consumer_id)
@@ -703,7 +709,7 @@ class ServerConnection(asyncio.Protocol):
             return
         self._detach_consumer(consumer)
         sub.topic.remove_subscription(sub.name)
-        self._answer(T.SUCCESS, request_id=req.request_id)
+        self._succeed(req.request_id)
 
     def _on_close_producer(self, req: pb.CommandCloseProducer) -> None:
         producer = self.producers.pop(req.producer_id, None) or self._waiting_producers.pop(
@@ -711,13 +717,13 @@ class ServerConnection(asyncio.Protocol):
         )
         if producer is not None:
             producer.topic.producer_access.remove(producer)
-        self._answer(T.SUCCESS, request_id=req.request_id)
+        self._succeed(req.request_id)
 
     def _on_close_consumer(self, req: pb.CommandCloseConsumer) -> None:
         consumer = self.consumers.get(req.consumer_id)
         if consumer is not None:
             self._detach_consumer(consumer)
-        self._answer(T.SUCCESS, request_id=req.request_id)
+        self._succeed(req.request_id)
 
     def _on_get_last_message_id(self, req: pb.CommandGetLastMessageId) -> None:
         consumer = self._consumer(req.consumer_id)
@@ -773,7 +779,7 @@ class ServerConnection(asyncio.Protocol):
             if isinstance(consumer.wire, ServerConnection):
                 consumer.wire.disconnect_consumer(consumer)
         sub.seek(index)
-        self._answer(T.SUCCESS, request_id=request_id)
+        self._succeed(request_id)
         if not sub.durable:  # kept for its consumers to come back; not forever
             asyncio.get_running_loop().call_later(SEEK_RETURN_S, _drop_if_abandoned, sub)
 

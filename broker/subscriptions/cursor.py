@@ -27,8 +27,7 @@ class Cursor:
 
     def __init__(self, mark_delete: int = -1, acked: Iterable[int] = ()) -> None:
         self.mark_delete = mark_delete
-        # Most cursors start with no acks (each Broadcast consumer gets one): no comprehension.
-        self.acked: set[int] = {i for i in acked if i > mark_delete} if acked else set()
+        self.acked: set[int] = set()
         """Indexes above mark_delete acknowledged one by one."""
         self.redeliver: set[int] | None = None
         """Indexes sent and handed back (a consumer left, or asked): read before new ones.
@@ -36,12 +35,15 @@ class Cursor:
         tens of thousands of them, and those never hand back (216 bytes each saved)."""
         self.redelivery_counts: dict[int, int] = {}
         """How often each unacknowledged index was handed back: the MESSAGE redelivery_count."""
-        self._advance()
-        self.read_index = self.mark_delete + 1
-        self.rewound_from = max(self.acked, default=self.mark_delete) + 1
+        self.rewound_from = mark_delete + 1
         """Where read_index stood before the last rewind: what was sent may reach up to here.
         A rewind or seek is rare; keeping this there, not per dispatch, keeps `can_ack` O(1)
         and off the dispatch path."""
+        if acked:  # a restored cursor; each Broadcast consumer's new one has none
+            self.acked = {i for i in acked if i > mark_delete}
+            self._advance()
+            self.rewound_from = max(self.acked, default=self.mark_delete) + 1
+        self.read_index = self.mark_delete + 1
 
     def can_ack(self, index: int) -> bool:
         """Whether `index` can have been sent from this cursor: below what was read (before

@@ -282,6 +282,30 @@ def test_a_server_echoes_request_ids_and_never_keys_on_them():
         p.server.send(lookup_answer(7))
 
 
+def test_success_from_bytes_settles_a_request_as_the_event_does():
+    """`send_success` is `send(Response(SUCCESS))` built from bytes: the same frames on the wire,
+    and the server's count of what it owes is kept the same way."""
+    p = ConnectionPair()
+    p.handshake()
+    for cid, rid in enumerate((5, 5, 1 << 40)):
+        sub = command(
+            T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=cid, request_id=rid
+        )
+        assert feed(p.server, encode_frame(sub)) == [ev.Request(sub)]
+    p.server.send_success(5)
+    p.server.send_success(5)
+    p.server.send_success(1 << 40)
+    with pytest.raises(LocalProtocolError, match="no request 5"):
+        p.server.send_success(5)
+    assert p.server.state is ConnectionState.ERROR
+    decoder = FrameDecoder()
+    decoder.receive_data(p.server.data_to_send())
+    answers = [frame.command for frame in decoder.frames()]
+    assert answers == [command(T.SUCCESS, request_id=r) for r in (5, 5, 1 << 40)]
+    with pytest.raises(LocalProtocolError, match="cannot answer"):
+        p.client.send_success(5)
+
+
 def test_only_a_client_requests_and_only_a_server_answers(pair):
     with pytest.raises(LocalProtocolError):
         pair.server.next_request_id()

@@ -173,6 +173,7 @@ def test_a_sample_between_two_gaps_is_drawn_as_a_dot(tmp_path: Path) -> None:
     assert len(dots) == 3, dots  # 41.5, 43.0 and 47.25; 44.0-45.0 is a line
     assert [d.split(": ")[1] for d in dots] == ["41.5 ms", "43.0 ms", "47.2 ms"]
 
+
 def test_without_broker_timestamps_stages_one_to_five_are_one_span(tmp_path: Path) -> None:
     html = render_run(
         write_run(tmp_path / "run", sample_summary(broker_timestamps=False))

@@ -16,6 +16,7 @@ from pulsar_protocol.commands import (
     encode_varint,
     flow_command_bytes,
     message_command_bytes,
+    success_command_bytes,
 )
 from pulsar_protocol.errors import RemoteProtocolError
 from pulsar_protocol.frames import (
@@ -149,6 +150,12 @@ def test_hand_built_ack_command_matches_protobuf(consumer_id, ack_type, ids):
     ).SerializeToString()
     id_bytes = [m.SerializeToString() for m in ids]
     assert ack_command_bytes(consumer_id, ack_type, id_bytes) == expected
+
+
+@pytest.mark.parametrize("request_id", [0, 1, 127, 128, 16383, 16384, 1 << 40, (1 << 64) - 1])
+def test_hand_built_success_command_matches_protobuf(request_id):
+    expected = command(T.SUCCESS, request_id=request_id).SerializeToString()
+    assert success_command_bytes(request_id) == expected
 
 
 @pytest.mark.parametrize("bem", [None, b"", b"\x08\x01" * 40])
