@@ -13,6 +13,7 @@ import copy
 import functools
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -326,7 +327,7 @@ class PolicyManager:
             self._sub_limited.discard(topic.name)
         per_topic = self._rate(policies, DISPATCH_RATE.path)
         if per_topic.limited:
-            self._topic_windows[topic.name] = RateWindow(per_topic)
+            self._topic_windows[topic.name] = RateWindow(per_topic, _publish_rate(topic))
         else:
             self._topic_windows.pop(topic.name, None)
         for sub in topic.subscriptions.values():
@@ -360,7 +361,7 @@ class PolicyManager:
             limits.append((window, "Topic"))
         own = self._rate(policies, SUBSCRIPTION_DISPATCH_RATE.path)
         if own.limited:
-            limits.append((RateWindow(own), "Subscription"))
+            limits.append((RateWindow(own, _publish_rate(topic)), "Subscription"))
         delayed = policies.get(DELAYED_DELIVERY.path) or self._broker_default(DELAYED_DELIVERY.path)
         delays = self._delays.get(topic.name)
         if delays is not None and delayed["active"] and sub.mode in DELAYED_MODES:
@@ -376,6 +377,11 @@ class PolicyManager:
             dispatcher.policy = None
         if old is not None:
             dispatcher.resume()  # it may have been waiting for a window that no longer applies
+
+
+def _publish_rate(topic: Topic) -> Callable[[], tuple[float, float]]:
+    """The topic's msgRateIn and msgThroughputIn now: a relative dispatch rate's base."""
+    return lambda: (topic.rate_messages, topic.rate_bytes)
 
 
 def _base(topic: str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog
@@ -38,25 +39,39 @@ _UNLIMITED = 1 << 62
 class RateWindow:
     """Messages and bytes taken in the current window of one rate."""
 
-    __slots__ = ("rate", "window", "messages", "size")
+    __slots__ = ("rate", "window", "messages", "size", "quota_messages", "quota_size", "_publish")
 
-    def __init__(self, rate: Rate) -> None:
+    def __init__(self, rate: Rate, publish_rate: Callable[[], tuple[float, float]] | None = None):
         self.rate = rate
+        self._publish = publish_rate if rate.relative else None
+        """The topic's publish rate now (messages/s, bytes/s), for a relative rate."""
         self.window = -1
         self.messages = 0
         self.size = 0
+        self.quota_messages = rate.messages
+        """What the current window allows (a relative rate's limit plus the publish rate)."""
+        self.quota_size = rate.size
 
     def _roll(self, now: float) -> None:
         window = int(now // self.rate.period_s)
         if window == self.window:
             return
-        rate = self.rate
         if window == self.window + 1:  # what the last window took beyond its quota
-            self.messages = max(0, self.messages - rate.messages) if rate.messages > 0 else 0
-            self.size = max(0, self.size - rate.size) if rate.size > 0 else 0
+            quota = self.quota_messages
+            self.messages = max(0, self.messages - quota) if quota > 0 else 0
+            self.size = max(0, self.size - self.quota_size) if self.quota_size > 0 else 0
         else:
             self.messages = self.size = 0
         self.window = window
+        if self._publish is not None:
+            # As Pulsar's DispatchRateLimiter with relativeToPublishRate: the limit plus what
+            # the topic took in (msgRateIn, msgThroughputIn, updated once a second).
+            rate, (per_s, bytes_per_s) = self.rate, self._publish()
+            period = rate.period_s
+            if rate.messages > 0:
+                self.quota_messages = rate.messages + round(per_s * period)
+            if rate.size > 0:
+                self.quota_size = rate.size + round(bytes_per_s * period)
 
     def charge(self, messages: int, size: int, now: float) -> None:
         self._roll(now)
@@ -66,16 +81,16 @@ class RateWindow:
     def exhausted(self, now: float) -> str | None:
         """ "Msg" or "Bytes" when that quota of the current window is used, else None."""
         self._roll(now)
-        rate = self.rate
-        if 0 < rate.messages <= self.messages:
+        if 0 < self.quota_messages <= self.messages:
             return "Msg"
-        if 0 < rate.size <= self.size:
+        if 0 < self.quota_size <= self.size:
             return "Bytes"
         return None
 
     def messages_left(self, now: float) -> int:
         self._roll(now)
-        return self.rate.messages - self.messages if self.rate.messages > 0 else _UNLIMITED
+        quota = self.quota_messages
+        return quota - self.messages if quota > 0 else _UNLIMITED
 
     def window_end(self) -> float:
         return (self.window + 1) * self.rate.period_s

@@ -119,8 +119,6 @@ BODY_KINDS: dict[str, PolicyKind] = {
 def validate(kind: str, value: dict[str, Any]) -> None:
     """Rules beyond field types, as Pulsar's admin checks them."""
     if kind in (DISPATCH_RATE.path, SUBSCRIPTION_DISPATCH_RATE.path):
-        if value["relativeToPublishRate"]:
-            raise PolicyError(f"{kind}: relativeToPublishRate=true is not supported by this broker")
         if value["ratePeriodInSecond"] < 1:
             raise PolicyError(f"{kind}: ratePeriodInSecond must be at least 1")
     if kind == RETENTION.path:
@@ -154,6 +152,9 @@ class Rate:
     messages: int
     size: int
     period_s: int = 1
+    relative: bool = False
+    """Dispatch rates' relativeToPublishRate: each window allows the topic's publish rate of
+    the last second on top of the limit (for each unit that has a limit)."""
 
     @property
     def limited(self) -> bool:
@@ -173,4 +174,5 @@ def dispatch_rate(value: dict[str, Any] | None) -> Rate | None:
         value["dispatchThrottlingRateInMsg"],
         value["dispatchThrottlingRateInByte"],
         value["ratePeriodInSecond"],
+        value["relativeToPublishRate"],
     )

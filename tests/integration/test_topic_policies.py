@@ -334,6 +334,47 @@ def test_subscription_dispatch_rate_paces_delivery(ready):
         client.close()
 
 
+def test_a_relative_dispatch_rate_adds_the_publish_rate_to_the_limit(ready):
+    """relativeToPublishRate: a backlog drains at the limit while nothing is published, and at
+    the limit plus the publish rate while a producer runs."""
+    broker = ready
+    limit = 5
+    body = {
+        "dispatchThrottlingRateInMsg": limit,
+        "dispatchThrottlingRateInByte": -1,
+        "relativeToPublishRate": True,
+        "ratePeriodInSecond": 1,
+    }
+    assert _call(broker, "POST", f"{TOPIC_PATH}/rel/subscriptionDispatchRate", body)[0] == 204
+    assert _call(broker, "GET", f"{TOPIC_PATH}/rel/subscriptionDispatchRate")[1] == body
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        client.subscribe("rel", "s", consumer_type=pulsar.ConsumerType.Shared).close()
+        producer = client.create_producer("rel", batching_enabled=False)
+        for i in range(80):
+            producer.send_async(f"backlog{i}".encode(), None)
+        producer.flush()
+        time.sleep(2.5)  # msgRateIn, measured each second, is back to 0
+        assert _stats(broker, "rel")["msgRateIn"] == 0
+        arrivals = Arrivals()
+        client.subscribe(
+            "rel", "s", consumer_type=pulsar.ConsumerType.Shared, message_listener=arrivals
+        )
+        time.sleep(3.0)
+        quiet = _within_rate(list(arrivals.times), limit)
+        # Now 25 msg/s are published for 4 s: each window allows 5 plus about 25.
+        started = time.time()
+        for i in range(100):
+            producer.send_async(f"live{i}".encode(), None)
+            time.sleep(max(0.0, started + (i + 1) / 25 - time.time()))
+        producer.flush()
+        busy = Counter(int(t) for t in arrivals.times if t >= started + 1.5)
+        assert max(busy.values()) > 2 * limit, (quiet, busy)
+        assert max(busy.values()) <= limit + 2 * 25, busy
+    finally:
+        client.close()
+
+
 def test_topic_dispatch_rate_is_shared_by_its_subscriptions(ready):
     broker = ready
     limit = 20
