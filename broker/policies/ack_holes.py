@@ -26,7 +26,10 @@ REDELIVERED = "ackHoleRedeliveries"
 
 def hole_ranges(sub: Subscription) -> int:
     """Pulsar's nonContiguousDeletedMessagesRanges: the individually acknowledged ranges, each
-    with a hole before it."""
+    with a hole before it; a Broadcast subscription's, over its consumers' own cursors."""
+    own = sub.dispatcher.consumer_hole_ranges()
+    if own is not None:
+        return own
     return len(sub.cursor.acked_ranges()) if sub.cursor.acked else 0
 
 

@@ -142,6 +142,11 @@ class Dispatcher(ABC):
         (Broadcast) have any."""
         return None
 
+    def consumer_hole_ranges(self) -> int | None:
+        """Acknowledged ranges with a hole before each, summed over the consumers' own
+        cursors; None for modes without such cursors (only Broadcast has them)."""
+        return None
+
     def restore_consumer_cursors(self, cursors: dict[str, Cursor]) -> None:  # noqa: B027
         """Consumers' own cursors as storage saved them (modes that keep one: Broadcast)."""
 

@@ -166,6 +166,11 @@ def test_hole_compensation_resends_only_a_broadcast_consumers_own_holes(tmp_path
             if msg.data() not in (b"m3", b"m7"):  # it "forgets" two, acknowledges the rest
                 forgetful.acknowledge(msg)
 
+        def sub() -> dict[str, Any]:
+            return _stats(broker, "bc-holes")["subscriptions"]["all"]
+
+        # Its cursor's two holes (m3, m7), each before an acknowledged range, in the stats.
+        _wait_for(lambda: sub()["nonContiguousDeletedMessagesRanges"] == 2)
         # Only the two holes come again, once old enough, with a redelivery count; nothing it
         # acknowledged after them, and nothing to the consumer that acknowledged everything.
         again = [forgetful.receive(timeout_millis=10_000) for _ in range(2)]
@@ -174,11 +179,8 @@ def test_hole_compensation_resends_only_a_broadcast_consumers_own_holes(tmp_path
         assert all(time.time() - first_seen[m.data()] >= 1.0 for m in again)
         for m in again:
             forgetful.acknowledge(m)
-
-        def sub() -> dict[str, Any]:
-            return _stats(broker, "bc-holes")["subscriptions"]["all"]
-
         _wait_for(lambda: sub()["msgBacklog"] == 0)
+        assert sub()["nonContiguousDeletedMessagesRanges"] == 0
         assert sub()["ackHoleRedeliveries"] == 2
         time.sleep(1.0)  # two more passes: nothing left to send
         with pytest.raises(pulsar.Timeout):
