@@ -36,7 +36,7 @@ from drivers.peer.driver import PeerDriver
 from drivers.peer.pool import Connections
 from drivers.peer.settings import (
     ClientConfig,
-    check_source_addresses,
+    PeerUrls,
     client_keys,
     parse_client,
     section_dict,
@@ -91,7 +91,7 @@ class QosConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MqttConfig:
+class MqttConfig(PeerUrls):
     client: MqttClientConfig = field(default_factory=MqttClientConfig)
     producer: QosConfig = field(default_factory=QosConfig)
     consumer: QosConfig = field(default_factory=QosConfig)
@@ -99,21 +99,11 @@ class MqttConfig:
     @classmethod
     def parse(cls, sections: Mapping[Any, object], where: str) -> MqttConfig:
         check_keys(sections, ["client", "producer", "consumer"], where)
-        client = MqttClientConfig(**parse_client(sections, _CLIENT, where))
-        check_source_addresses(client, where)
         return cls(
-            client=client,
+            client=parse_client(sections, MqttClientConfig, _CLIENT, where),
             producer=QosConfig(**parse_section(sections, "producer", _QOS, where)),
             consumer=QosConfig(**parse_section(sections, "consumer", _QOS, where)),
         )
-
-    @property
-    def service_url(self) -> str | None:
-        return self.client.service_url
-
-    @property
-    def admin_url(self) -> str | None:
-        return None
 
     @property
     def version(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 from drivers.base import DriverError
@@ -37,6 +37,9 @@ class ClientConfig:
     """How long a subscribe or a publish may wait for the broker's answer."""
 
 
+C = TypeVar("C", bound=ClientConfig)
+
+
 def client_keys(*schemes: str) -> dict[str, tuple[str, Parser]]:
     """YAML key -> (ClientConfig field, parser) for a driver whose URLs use `schemes`."""
     return {
@@ -48,10 +51,16 @@ def client_keys(*schemes: str) -> dict[str, tuple[str, Parser]]:
 
 
 def parse_client(
-    sections: Mapping[Any, object], keys: Mapping[str, tuple[str, Parser]], where: str
-) -> dict[str, Any]:
-    """The `client` section's given values, typed, by field name."""
-    return parse_section(sections, "client", keys, where)
+    sections: Mapping[Any, object],
+    config: type[C],
+    keys: Mapping[str, tuple[str, Parser]],
+    where: str,
+) -> C:
+    """The `client` section as `config` (ClientConfig or a driver's subclass), typed and its
+    source addresses checked against the service URL."""
+    client = config(**parse_section(sections, "client", keys, where))
+    _check_source_addresses(client, where)
+    return client
 
 
 def section_dict(obj: object, keys: Mapping[str, tuple[str, Parser]]) -> dict[str, Any]:
@@ -77,7 +86,7 @@ def check_service_url(service_url: str, scheme: str, default_port: int) -> tuple
     return parts.hostname, port
 
 
-def check_source_addresses(client: ClientConfig, where: str) -> None:
+def _check_source_addresses(client: ClientConfig, where: str) -> None:
     """Source addresses in 127/8 reach only a loopback broker (the embedded one always is)."""
     if client.source_addresses and client.service_url is not None:
         host = urlsplit(client.service_url).hostname or ""
@@ -93,8 +102,24 @@ def source_spread(client: ClientConfig, host: str) -> int:
     return client.source_addresses if is_loopback(resolve_host(host)) else 0
 
 
+class PeerUrls:
+    """A peer driver config's URLs (drivers.base.DriverConfig): the service URL from its
+    `client` section; peers have no admin API."""
+
+    __slots__ = ()
+    client: ClientConfig
+
+    @property
+    def service_url(self) -> str | None:
+        return self.client.service_url
+
+    @property
+    def admin_url(self) -> str | None:
+        return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ClientOnlyConfig:
+class ClientOnlyConfig(PeerUrls):
     """A driver file whose only section is `client` (NATS, Redis): a subclass names the URL
     schemes it takes and what a topic is on its broker."""
 
@@ -107,17 +132,7 @@ class ClientOnlyConfig:
     @classmethod
     def parse(cls, sections: Mapping[Any, object], where: str) -> Any:
         check_keys(sections, ["client"], where)
-        client = ClientConfig(**parse_client(sections, cls.KEYS, where))
-        check_source_addresses(client, where)
-        return cls(client=client)
-
-    @property
-    def service_url(self) -> str | None:
-        return self.client.service_url
-
-    @property
-    def admin_url(self) -> str | None:
-        return None
+        return cls(client=parse_client(sections, ClientConfig, cls.KEYS, where))
 
     def to_dict(self) -> dict[str, Any]:
         return {"client": section_dict(self.client, self.KEYS)}
