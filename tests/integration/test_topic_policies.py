@@ -95,6 +95,17 @@ def _within_rate(times: list[float], limit: int) -> Counter[int]:
     return windows
 
 
+def _messages_per_window(limit: int, relative: bool = False) -> dict[str, Any]:
+    """A dispatch rate body (dispatchRate, subscriptionDispatchRate): `limit` messages a 1 s
+    window, bytes unlimited."""
+    return {
+        "dispatchThrottlingRateInMsg": limit,
+        "dispatchThrottlingRateInByte": -1,
+        "relativeToPublishRate": relative,
+        "ratePeriodInSecond": 1,
+    }
+
+
 BODIES = {
     "publishRate": {"publishThrottlingRateInMsg": 100, "publishThrottlingRateInByte": 1_000_000},
     "dispatchRate": {
@@ -305,12 +316,7 @@ class Arrivals:
 def test_subscription_dispatch_rate_paces_delivery(ready):
     broker = ready
     limit = 15
-    body = {
-        "dispatchThrottlingRateInMsg": limit,
-        "dispatchThrottlingRateInByte": -1,
-        "relativeToPublishRate": False,
-        "ratePeriodInSecond": 1,
-    }
+    body = _messages_per_window(limit)
     assert _call(broker, "POST", f"{TOPIC_PATH}/disp/subscriptionDispatchRate", body)[0] == 204
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
@@ -339,12 +345,7 @@ def test_a_relative_dispatch_rate_adds_the_publish_rate_to_the_limit(ready):
     the limit plus the publish rate while a producer runs."""
     broker = ready
     limit = 5
-    body = {
-        "dispatchThrottlingRateInMsg": limit,
-        "dispatchThrottlingRateInByte": -1,
-        "relativeToPublishRate": True,
-        "ratePeriodInSecond": 1,
-    }
+    body = _messages_per_window(limit, relative=True)
     assert _call(broker, "POST", f"{TOPIC_PATH}/rel/subscriptionDispatchRate", body)[0] == 204
     assert _call(broker, "GET", f"{TOPIC_PATH}/rel/subscriptionDispatchRate")[1] == body
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
@@ -378,12 +379,7 @@ def test_a_relative_dispatch_rate_adds_the_publish_rate_to_the_limit(ready):
 def test_topic_dispatch_rate_is_shared_by_its_subscriptions(ready):
     broker = ready
     limit = 20
-    body = {
-        "dispatchThrottlingRateInMsg": limit,
-        "dispatchThrottlingRateInByte": -1,
-        "relativeToPublishRate": False,
-        "ratePeriodInSecond": 1,
-    }
+    body = _messages_per_window(limit)
     assert _call(broker, "POST", f"{TOPIC_PATH}/disp-topic/dispatchRate", body)[0] == 204
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
@@ -838,12 +834,7 @@ def test_subscription_dispatch_rate_paces_a_broadcast_subscriptions_entries(read
     every consumer, so each consumer gets at most the rate per window."""
     broker = ready
     limit = 10
-    body = {
-        "dispatchThrottlingRateInMsg": limit,
-        "dispatchThrottlingRateInByte": -1,
-        "relativeToPublishRate": False,
-        "ratePeriodInSecond": 1,
-    }
+    body = _messages_per_window(limit)
     assert _call(broker, "POST", f"{TOPIC_PATH}/bc-rate/subscriptionDispatchRate", body)[0] == 204
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
