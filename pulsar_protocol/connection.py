@@ -559,16 +559,11 @@ class Connection:
         built from bytes (a broker answers one per consumer of a connect storm)."""
         if self.state is ConnectionState.ERROR:
             raise LocalProtocolError("cannot send: the connection is in ERROR")
-        left = self._unanswered.get(request_id, 0)
-        if self.role is not SERVER or left <= 0:
+        try:
+            self._settle(T.SUCCESS, request_id)
+        except LocalProtocolError:
             self._set_state(ConnectionState.ERROR)
-            if self.role is not SERVER:
-                raise LocalProtocolError(f"a {self.role.value} cannot answer with SUCCESS")
-            raise LocalProtocolError(f"no request {request_id} waits for an answer")
-        if left == 1:
-            del self._unanswered[request_id]
-        else:
-            self._unanswered[request_id] = left - 1
+            raise
         cmd = success_command_bytes(request_id)
         self._out.append(frame_sizes(len(cmd), 0) + cmd)
 
@@ -649,20 +644,21 @@ class Connection:
         self._pending[request_id] = (t, object_id)
 
     def _write_response(self, event: Response) -> None:
-        t = event.command.type
+        # WaitForExclusive: "queued" does not settle the request; the ready answer will.
+        self._settle(event.command.type, event.request_id, not _queued_producer(event.command))
+        self._queue(event.command)
+
+    def _settle(self, t: int, request_id: int, settles: bool = True) -> None:
+        """Check that this side may answer `request_id` with a `t` (a server, a request
+        waiting), and count the answer unless it leaves the request waiting."""
         if self.role is not SERVER or t not in CLIENT_BOUND_RESPONSES:
             raise LocalProtocolError(f"a {self.role.value} cannot answer with {type_name(t)}")
-        request_id = event.request_id
         if self._unanswered[request_id] <= 0:
             raise LocalProtocolError(f"no request {request_id} waits for an answer")
-        if _queued_producer(event.command):
-            # WaitForExclusive: "queued" does not settle the request; the ready answer will.
-            self._queue(event.command)
-            return
-        self._unanswered[request_id] -= 1
-        if not self._unanswered[request_id]:
-            del self._unanswered[request_id]
-        self._queue(event.command)
+        if settles:
+            self._unanswered[request_id] -= 1
+            if not self._unanswered[request_id]:
+                del self._unanswered[request_id]
 
     def _write_notice(self, event: Notice) -> None:
         t = event.command.type

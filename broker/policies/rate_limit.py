@@ -174,8 +174,8 @@ class PublishLimiter:
         window = self.window
         now = time.time()
         if window is not None and window.exhausted(now) is not None:
-            # What the last reads took beyond the quota is still owed (a pipelining producer
-            # has many SENDs in one read): stay paused until a window has room again.
+            # What the last SEND took beyond the quota is still owed (a batch of many
+            # messages, a large one under a byte limit): stay paused until a window has room.
             delay = window.window_end() - now + WAKE_MARGIN_S
             self._paused[reader] = self.topic.loop.call_later(delay, self._resume, reader)
             return
