@@ -121,12 +121,17 @@ def start_broker(
         stderr=subprocess.STDOUT,
         cwd=ROOT,
     )
+    # Ready when both listen: the broker's port opens before its admin API does, and a test
+    # that sets a policy or reads stats at once would be refused.
+    waiting = [port, admin_port]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"broker exited: {log_path.read_text()[-2000:]}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.2):
+                waiting.pop(0)
+            if not waiting:
                 return BrokerProcess(port, admin_port, data_dir, proc, log_path, extra)
         except OSError:
             time.sleep(0.05)

@@ -15,7 +15,6 @@ import pytest
 from tests.conftest import start_broker
 from tests.integration.test_topic_policies import (
     TOPIC_PATH,
-    _admin_ready,
     _call,
     _stats,
     _wait_for,
@@ -71,7 +70,7 @@ def _setup(client, topic: str, n: int) -> tuple[list[Acking], Any, list[bytes]]:
 
 
 def test_backlog_eviction_moves_only_the_stalled_consumers_cursor(tmp_path):
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=BROKER))
+    broker = start_broker(tmp_path / "data", extra=BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         fast, stalled, sent = _setup(client, "bc-evict", 50)
@@ -106,7 +105,7 @@ def test_backlog_eviction_moves_only_the_stalled_consumers_cursor(tmp_path):
 
 
 def test_ttl_expires_only_for_the_stalled_broadcast_consumer(tmp_path):
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=BROKER))
+    broker = start_broker(tmp_path / "data", extra=BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         fast, stalled, sent = _setup(client, "bc-ttl", 20)
@@ -142,7 +141,7 @@ def test_hole_compensation_resends_only_a_broadcast_consumers_own_holes(tmp_path
         "--set",
         "ackHoleRedeliveryMinAgeSeconds=1.5",
     )
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=extra))
+    broker = start_broker(tmp_path / "data", extra=extra)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         complete = Acking()

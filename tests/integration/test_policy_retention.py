@@ -20,7 +20,6 @@ import pytest
 from tests.conftest import start_broker
 from tests.integration.test_topic_policies import (
     TOPIC_PATH,
-    _admin_ready,
     _call,
     _internal,
     _stats,
@@ -48,7 +47,7 @@ def _ledger_files(data_dir: Path, topic: str) -> list[Path]:
 
 def test_retention_keeps_acknowledged_ledgers_until_their_time_passes(tmp_path):
     data = tmp_path / "data"
-    broker = _admin_ready(start_broker(data, extra=RETENTION_BROKER))
+    broker = start_broker(data, extra=RETENTION_BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         path = f"{TOPIC_PATH}/keep/retention"
@@ -98,7 +97,7 @@ def test_ttl_moves_cursors_and_retention_size_keeps_the_newest_ledgers(tmp_path)
     retention size, not the cursor, decides which ledgers stay: the oldest go while what
     stays is still at least the size."""
     data = tmp_path / "data"
-    broker = _admin_ready(start_broker(data, extra=RETENTION_BROKER))
+    broker = start_broker(data, extra=RETENTION_BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         client.subscribe("ttl-keep", "s", consumer_type=pulsar.ConsumerType.Shared).close()
@@ -137,7 +136,7 @@ def test_broker_default_retention_uses_pulsars_names(tmp_path):
         "--set",
         "defaultRetentionSizeInMB=-1",
     )
-    broker = _admin_ready(start_broker(data, extra=extra))
+    broker = start_broker(data, extra=extra)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         applied = _call(broker, "GET", f"{TOPIC_PATH}/dflt/retention?applied=true")

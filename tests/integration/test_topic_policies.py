@@ -46,24 +46,6 @@ def _call(broker, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return exc.code, json.loads(exc.read().decode() or "null")
 
 
-def _admin_ready(broker):
-    """The broker's port opens before its admin API does: wait for the latter."""
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            urllib.request.urlopen(f"{broker.admin}/admin/v2/brokers/health", timeout=1).close()
-            return broker
-        except OSError:
-            assert time.monotonic() < deadline, "admin API did not start"
-            time.sleep(0.05)
-
-
-@pytest.fixture
-def ready(broker):
-    """The conftest's broker, its admin API up."""
-    return _admin_ready(broker)
-
-
 def _stats(broker, topic: str) -> dict[str, Any]:
     status, stats = _call(broker, "GET", f"{TOPIC_PATH}/{topic}/stats")
     assert status == 200
@@ -126,7 +108,7 @@ BODIES = {
 
 
 def test_each_policy_is_set_read_and_removed_as_pulsar_admin_does(tmp_path):
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false")))
+    broker = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
     try:
         base = f"{TOPIC_PATH}/pol"
         for kind, body in BODIES.items():
@@ -152,7 +134,7 @@ def test_each_policy_is_set_read_and_removed_as_pulsar_admin_does(tmp_path):
         assert _call(broker, "GET", f"{base}/publishRate")[1] == BODIES["publishRate"]
 
         # A restart keeps them all.
-        broker = _admin_ready(broker.restart())
+        broker = broker.restart()
         for kind, body in BODIES.items():
             assert _call(broker, "GET", f"{base}/{kind}") == (200, body), kind
         assert _call(broker, "GET", f"{base}/messageTTL") == (200, 120)
@@ -164,7 +146,7 @@ def test_each_policy_is_set_read_and_removed_as_pulsar_admin_does(tmp_path):
         assert _call(broker, "DELETE", f"{base}/messageTTL") == (204, None)
         assert _call(broker, "DELETE", path) == (204, None)
         assert _call(broker, "GET", f"{base}/backlogQuotaMap") == (200, {})
-        broker = _admin_ready(broker.restart())
+        broker = broker.restart()
         assert _call(broker, "GET", f"{base}/publishRate") == (204, None)
     finally:
         broker.stop()
@@ -182,7 +164,6 @@ def test_broker_defaults_use_pulsars_names_and_show_as_applied(tmp_path):
             "dispatchThrottlingRatePerSubscriptionInMsg=7",
         ),
     )
-    _admin_ready(broker)
     try:
         base = f"{TOPIC_PATH}/defaults"
         assert _call(broker, "GET", f"{base}/publishRate") == (204, None)
@@ -208,8 +189,7 @@ def test_broker_defaults_use_pulsars_names_and_show_as_applied(tmp_path):
         broker.stop()
 
 
-def test_publish_rate_holds_a_producer_to_n_messages_per_window(ready):
-    broker = ready
+def test_publish_rate_holds_a_producer_to_n_messages_per_window(broker):
     limit = 20
     body = {"publishThrottlingRateInMsg": limit, "publishThrottlingRateInByte": -1}
     assert _call(broker, "POST", f"{TOPIC_PATH}/pub-limited/publishRate", body)[0] == 204
@@ -244,10 +224,9 @@ def test_publish_rate_holds_a_producer_to_n_messages_per_window(ready):
         client.close()
 
 
-def test_publish_rate_holds_pipelined_sends_to_the_window_not_the_read(ready):
+def test_publish_rate_holds_pipelined_sends_to_the_window_not_the_read(broker):
     """200 SENDs sent at once reach the broker in one or two socket reads; a limit of 50 still
     publishes 50 a window: what follows the SEND that used the quota waits unhandled."""
-    broker = ready
     limit = 50
     body = {"publishThrottlingRateInMsg": limit, "publishThrottlingRateInByte": -1}
     assert _call(broker, "POST", f"{TOPIC_PATH}/pub-pipelined/publishRate", body)[0] == 204
@@ -275,8 +254,7 @@ def test_publish_rate_holds_pipelined_sends_to_the_window_not_the_read(ready):
         client.close()
 
 
-def test_publish_byte_rate_counts_payload_bytes(ready):
-    broker = ready
+def test_publish_byte_rate_counts_payload_bytes(broker):
     body = {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": 10 * 1024}
     assert _call(broker, "POST", f"{TOPIC_PATH}/pub-bytes/publishRate", body)[0] == 204
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
@@ -313,8 +291,7 @@ class Arrivals:
         return self.times
 
 
-def test_subscription_dispatch_rate_paces_delivery(ready):
-    broker = ready
+def test_subscription_dispatch_rate_paces_delivery(broker):
     limit = 15
     body = _messages_per_window(limit)
     assert _call(broker, "POST", f"{TOPIC_PATH}/disp/subscriptionDispatchRate", body)[0] == 204
@@ -340,10 +317,9 @@ def test_subscription_dispatch_rate_paces_delivery(ready):
         client.close()
 
 
-def test_a_relative_dispatch_rate_adds_the_publish_rate_to_the_limit(ready):
+def test_a_relative_dispatch_rate_adds_the_publish_rate_to_the_limit(broker):
     """relativeToPublishRate: a backlog drains at the limit while nothing is published, and at
     the limit plus the publish rate while a producer runs."""
-    broker = ready
     limit = 5
     body = _messages_per_window(limit, relative=True)
     assert _call(broker, "POST", f"{TOPIC_PATH}/rel/subscriptionDispatchRate", body)[0] == 204
@@ -376,8 +352,7 @@ def test_a_relative_dispatch_rate_adds_the_publish_rate_to_the_limit(ready):
         client.close()
 
 
-def test_topic_dispatch_rate_is_shared_by_its_subscriptions(ready):
-    broker = ready
+def test_topic_dispatch_rate_is_shared_by_its_subscriptions(broker):
     limit = 20
     body = _messages_per_window(limit)
     assert _call(broker, "POST", f"{TOPIC_PATH}/disp-topic/dispatchRate", body)[0] == 204
@@ -425,7 +400,7 @@ TTL_BROKER = (
 
 
 def test_ttl_moves_the_cursor_and_storage_follows_whole_ledgers(tmp_path):
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=TTL_BROKER))
+    broker = start_broker(tmp_path / "data", extra=TTL_BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         client.subscribe("ttl", "s", consumer_type=pulsar.ConsumerType.Shared).close()
@@ -461,7 +436,7 @@ def test_ttl_moves_the_cursor_and_storage_follows_whole_ledgers(tmp_path):
 def test_ttl_does_not_expire_a_delayed_message_before_it_is_deliverable(tmp_path):
     from datetime import timedelta
 
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=TTL_BROKER))
+    broker = start_broker(tmp_path / "data", extra=TTL_BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         client.subscribe("ttl-delay", "s", consumer_type=pulsar.ConsumerType.Shared).close()
@@ -489,10 +464,9 @@ def test_ttl_does_not_expire_a_delayed_message_before_it_is_deliverable(tmp_path
 @pytest.mark.parametrize(
     "mode", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared], ids=["Shared", "KeyShared"]
 )
-def test_delayed_message_is_delivered_no_earlier_than_asked(ready, mode):
+def test_delayed_message_is_delivered_no_earlier_than_asked(broker, mode):
     from datetime import timedelta
 
-    broker = ready
     topic = f"delayed-{mode}"
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
@@ -518,10 +492,9 @@ def test_delayed_message_is_delivered_no_earlier_than_asked(ready, mode):
         client.close()
 
 
-def test_delayed_delivery_policy_off_and_exclusive_deliver_at_once(ready):
+def test_delayed_delivery_policy_off_and_exclusive_deliver_at_once(broker):
     from datetime import timedelta
 
-    broker = ready
     body = {"active": False, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}
     assert _call(broker, "POST", f"{TOPIC_PATH}/delay-off/delayedDelivery", body)[0] == 204
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
@@ -540,13 +513,12 @@ def test_delayed_delivery_policy_off_and_exclusive_deliver_at_once(ready):
         client.close()
 
 
-def test_a_topics_max_delivery_delay_refuses_longer_delays_and_keeps_shorter(ready):
+def test_a_topics_max_delivery_delay_refuses_longer_delays_and_keeps_shorter(broker):
     """The refusal itself is checked on the wire (tests/unit/test_broker_max_delivery_delay.py):
     the official C++ client answers SEND_ERROR by reconnecting and sending the same message
     again, so here a raw socket sends the refused one and the official client the rest."""
     from datetime import timedelta
 
-    broker = ready
     topic = "delay-capped"
     body = {"active": True, "tickTime": 100, "maxDeliveryDelayInMillis": 1000}
     assert _call(broker, "POST", f"{TOPIC_PATH}/{topic}/delayedDelivery", body)[0] == 204
@@ -601,7 +573,7 @@ BACKLOG_BROKER = (
 
 
 def test_backlog_quota_eviction_drops_the_oldest_for_a_subscription_over_it(tmp_path):
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=BACKLOG_BROKER))
+    broker = start_broker(tmp_path / "data", extra=BACKLOG_BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         client.subscribe("evict", "slow", consumer_type=pulsar.ConsumerType.Shared).close()
@@ -633,7 +605,7 @@ def test_backlog_quota_eviction_drops_the_oldest_for_a_subscription_over_it(tmp_
 
 
 def test_backlog_quota_hold_stops_reading_the_producer_until_the_backlog_drains(tmp_path):
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=BACKLOG_BROKER))
+    broker = start_broker(tmp_path / "data", extra=BACKLOG_BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         client.subscribe("hold", "s", consumer_type=pulsar.ConsumerType.Shared).close()
@@ -681,18 +653,16 @@ def test_backlog_quota_hold_stops_reading_the_producer_until_the_backlog_drains(
 
 
 def test_ack_holes_are_counted_and_redelivered_by_the_compensation_task(tmp_path):
-    broker = _admin_ready(
-        start_broker(
-            tmp_path / "data",
-            extra=(
-                "--set",
-                "journalSyncData=false",
-                "--set",
-                "ackHoleRedeliveryIntervalSeconds=0.5",
-                "--set",
-                "ackHoleRedeliveryMinAgeSeconds=1.5",
-            ),
-        )
+    broker = start_broker(
+        tmp_path / "data",
+        extra=(
+            "--set",
+            "journalSyncData=false",
+            "--set",
+            "ackHoleRedeliveryIntervalSeconds=0.5",
+            "--set",
+            "ackHoleRedeliveryMinAgeSeconds=1.5",
+        ),
     )
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
@@ -778,7 +748,7 @@ def test_a_policy_the_broker_refuses_stops_the_run_with_its_reason(tmp_path):
 
 
 def test_backlog_quota_exception_fails_the_producer_until_the_backlog_drains(tmp_path):
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=BACKLOG_BROKER))
+    broker = start_broker(tmp_path / "data", extra=BACKLOG_BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         client.subscribe("exc", "s", consumer_type=pulsar.ConsumerType.Shared).close()
@@ -829,10 +799,9 @@ def test_backlog_quota_exception_fails_the_producer_until_the_backlog_drains(tmp
         broker.stop()
 
 
-def test_subscription_dispatch_rate_paces_a_broadcast_subscriptions_entries(ready):
+def test_subscription_dispatch_rate_paces_a_broadcast_subscriptions_entries(broker):
     """For Broadcast the rate counts the entries the subscription reads: each of them goes to
     every consumer, so each consumer gets at most the rate per window."""
-    broker = ready
     limit = 10
     body = _messages_per_window(limit)
     assert _call(broker, "POST", f"{TOPIC_PATH}/bc-rate/subscriptionDispatchRate", body)[0] == 204
@@ -865,7 +834,7 @@ def test_subscription_dispatch_rate_paces_a_broadcast_subscriptions_entries(read
 def test_a_delayed_message_stays_delayed_across_a_restart(tmp_path):
     from datetime import timedelta
 
-    broker = _admin_ready(start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false")))
+    broker = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
     try:
         client = pulsar.Client(broker.url, operation_timeout_seconds=10)
         client.subscribe("delay-restart", "s", consumer_type=pulsar.ConsumerType.Shared).close()
@@ -874,7 +843,7 @@ def test_a_delayed_message_stays_delayed_across_a_restart(tmp_path):
         producer.send(b"later", deliver_after=timedelta(seconds=5))
         producer.send(b"now")
         client.close()
-        broker = _admin_ready(broker.restart())
+        broker = broker.restart()
         client = pulsar.Client(broker.url, operation_timeout_seconds=10)
         try:
             arrivals: dict[bytes, float] = {}
