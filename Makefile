@@ -7,7 +7,7 @@ WORKLOAD ?= workloads/laptop-sweep.yaml
 DRIVER ?=
 BENCH_ARGS ?=
 
-.PHONY: bench test test-fast lint proto clean java-check
+.PHONY: bench test test-fast lint proto clean java-check tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +26,15 @@ java-check: $(STAMP)
 	  $(BIN)/pip install --quiet -e '.[dev,jre]'; }
 	@$(JAVA_HOME_OF) >/dev/null
 
+# The Debian tools the tests use (chromium, faketime, iproute2, sshd, the peer brokers):
+# installed when missing and possible (root and apt-get), else the tests that need them skip.
+tools:
+	@bash .ci/install-tools.sh
+
 bench: $(STAMP) java-check
 	$(WITH_JAVA) $(BIN)/bench run $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_ARGS)
 
-test: $(STAMP) java-check
+test: $(STAMP) java-check tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider

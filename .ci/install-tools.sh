@@ -1,22 +1,49 @@
 #!/usr/bin/env bash
-# Debian tools the integration tests use: faketime (a worker with a skewed clock) and iproute2
-# (network namespaces as separate hosts).
-set -euo pipefail
+# The Debian tools the tests use, installed when missing and possible (root, or sudo without a
+# password, and apt-get); otherwise this says what is missing and the tests that need it skip,
+# each naming the package. `make test` runs it first (as `make tools`), and so does CI: one step.
+#   chromium           report tests in headless Chromium (tests/integration/test_report_browser.py)
+#   faketime           a worker with a skewed clock
+#   iproute2           network namespaces as separate hosts
+#   openssh-server     sshd in each namespace for the Ansible deploy test
+#   nats-server redis-server mosquitto   the peer brokers the peer drivers' tests start
+set -uo pipefail
+
 missing=()
-command -v faketime >/dev/null 2>&1 || missing+=(faketime)
-command -v ip >/dev/null 2>&1 || missing+=(iproute2)
-# sshd in each namespace for the Ansible deploy test (tests/integration/test_deploy_ansible.py).
-[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
-# Peer brokers the peer drivers' tests start on loopback (tests/integration/test_driver_*.py).
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/bin/$1" ]; }
+have chromium || missing+=(chromium fonts-dejavu-core)
+have faketime || missing+=(faketime)
+have ip || missing+=(iproute2)
+have sshd || missing+=(openssh-server)
 peers=()
 for peer in nats-server redis-server mosquitto; do
-  command -v "$peer" >/dev/null 2>&1 || [ -x "/usr/sbin/$peer" ] || peers+=("$peer")
+  have "$peer" || peers+=("$peer")
 done
 missing+=("${peers[@]}")
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    SUDO=(sudo -n)
+  else
+    echo "tools: missing ${missing[*]}; not root, so not installed: the tests that need them skip" >&2
+    exit 0
+  fi
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "tools: missing ${missing[*]}; no apt-get here: the tests that need them skip" >&2
+  exit 0
+fi
+echo "tools: installing ${missing[*]} (apt-get)"
+if ! { "${SUDO[@]}" apt-get update -qq &&
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null; }; then
+  echo "tools: apt-get could not install ${missing[*]}: the tests that need them skip" >&2
+  exit 0
 fi
 # The tests start their own servers; the system services the packages may have started idle.
 if [ ${#peers[@]} -gt 0 ] && command -v systemctl >/dev/null 2>&1; then
-  systemctl disable --now "${peers[@]}" >/dev/null 2>&1 || true
+  "${SUDO[@]}" systemctl disable --now "${peers[@]}" >/dev/null 2>&1 || true
 fi
+exit 0

@@ -14,6 +14,7 @@ from drivers.mqtt.driver import MqttConfig, MqttDriver
 from drivers.nats.driver import NatsConfig, NatsDriver
 from drivers.redis.driver import RedisConfig, RedisDriver
 from harness.driver_config import load_driver_file
+from tests.peers import program
 
 ROOT = Path(__file__).resolve().parents[2]
 W = "f.yaml: "
@@ -28,6 +29,7 @@ W = "f.yaml: "
     ],
 )
 def test_the_shipped_files_load_start_their_server_and_round_trip(name, driver_class, types):
+    program(name)  # the file names its server program: skips, saying what to install
     driver_file = load_driver_file(ROOT / "drivers" / f"{name}.yaml")
     assert isinstance(driver_file.driver, driver_class)
     assert driver_file.config.service_url is None  # embedded: the harness starts the server
