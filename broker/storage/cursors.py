@@ -104,6 +104,12 @@ class CursorStore:
     or corrupt tail (a crash mid-append) is cut at the first bad record, keeping every whole
     record before it, and logged. A failed append is cut back, so the log holds the old state.
 
+    Tombstones: a damaged log falls back on the previous generation for the subscriptions it
+    lacks, so a deleted subscription must not look merely missing (issue 27: it came back). A
+    delete record therefore stays in the log until the previous generation itself records the
+    deletion: a compaction that keeps the log it replaces as PREVIOUS_NAME drops them (that log
+    holds them), one that keeps the older generation writes them into the new snapshot.
+
     Compaction: once the log is larger than COMPACT_FACTOR times one snapshot of the live
     states (and COMPACT_FLOOR_BYTES), it is rewritten as that snapshot (temporary file, fsync,
     rename, directory fsync), so it never grows without bound. The store keeps each live
@@ -131,6 +137,9 @@ class CursorStore:
         """Each live subscription's last whole record, as written; None until loaded."""
         self._consumer_records: dict[str, bytes] = {}
         """Each live Broadcast subscription's last record of its consumers' cursors."""
+        self._tombstones: dict[str, bytes] = {}
+        """Delete records the previous generation may not know of: each subscription deleted
+        (and not saved again) since the last compaction that kept the log as PREVIOUS_NAME."""
         self._live_bytes = 0
         """Size of a snapshot: the sum of those records."""
         self._log_bytes = 0
@@ -172,9 +181,11 @@ class CursorStore:
                 live -= len(old)
             if record is None:
                 live -= len(self._consumer_records.pop(name, b""))
+                self._tombstones[name] = _encode_delete(name)
             else:
                 records[name] = record
                 live += len(record)
+                self._tombstones.pop(name, None)
         for name, record in consumer_batch:
             live += len(record) - len(self._consumer_records.get(name, b""))
             self._consumer_records[name] = record
@@ -197,9 +208,12 @@ class CursorStore:
     def compact(self, keep_previous: bool = True) -> None:
         """Rewrite the log as one snapshot of the live states: temporary file, rename; the log
         it replaces becomes the previous generation (unless `keep_previous` is False: after a
-        damaged load, the generation to keep is the one already there)."""
+        damaged load, the generation to keep is the one already there, and the tombstones of
+        the subscriptions deleted since it was written go into the snapshot)."""
         records = self._loaded()
         data = b"".join(records.values()) + b"".join(self._consumer_records.values())
+        if not keep_previous:
+            data += b"".join(self._tombstones.values())
         temporary = self.path.with_name(LOG_NAME + ".tmp")
         try:
             with temporary.open("wb") as file:
@@ -214,6 +228,8 @@ class CursorStore:
             temporary.unlink(missing_ok=True)
             raise
         self._log_bytes = len(data)  # the next append goes here, even if the fsync below fails
+        if keep_previous:
+            self._tombstones.clear()  # the previous generation, the log replaced, holds them
         self.compactions += 1
         self._sync_directory()
 
@@ -257,7 +273,7 @@ class CursorStore:
             # A crash between a compaction's two renames: the previous generation is the log.
             log.warning("%s: missing, reading the previous generation %s", self.path, previous)
             os.replace(previous, self.path)
-        states, records, consumer_records, whole, size, damaged = _replay(self.path)
+        states, records, consumer_records, whole, size, damaged, deleted = _replay(self.path)
         if whole < size:
             self.truncated_bytes = size - whole
             log.warning(
@@ -282,7 +298,8 @@ class CursorStore:
             )
         if (damaged or whole < size) and previous.exists():
             old_states, old_records, old_consumers, *_ = _replay(previous)
-            restored = sorted(set(old_states) - set(states))
+            # A subscription the log deleted stays deleted: only what it lost comes back.
+            restored = sorted(set(old_states) - set(states) - set(deleted))
             for name in restored:
                 states[name] = old_states[name]
                 records[name] = old_records[name]
@@ -299,6 +316,7 @@ class CursorStore:
                 )
         self._records = records
         self._consumer_records = consumer_records
+        self._tombstones = {name: _encode_delete(name) for name in deleted}
         self._live_bytes = self._snapshot_bytes()
         self._log_bytes = whole
         self.path.with_name(LOG_NAME + ".tmp").unlink(missing_ok=True)
@@ -337,23 +355,26 @@ class CursorStore:
 
 # -- replaying ------------------------------------------------------------------------------------
 
-_Replayed = tuple[dict[str, CursorState], dict[str, bytes], dict[str, bytes], int, int, list[int]]
+_Replayed = tuple[
+    dict[str, CursorState], dict[str, bytes], dict[str, bytes], int, int, list[int], set[str]
+]
 
 
 def _replay(path: Path) -> _Replayed:
     """(states, records, consumer records, end of the last whole record, file size, offsets
-    of damaged records skipped). A record that fails its checksum or does not decode is
-    skipped when whole records follow it (found as the ledgers find them), else it starts
-    the torn tail."""
+    of damaged records skipped, names whose last record is a delete). A record that fails its
+    checksum or does not decode is skipped when whole records follow it (found as the ledgers
+    find them), else it starts the torn tail."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return {}, {}, {}, 0, 0, []
+        return {}, {}, {}, 0, 0, [], set()
     states: dict[str, CursorState] = {}
     records: dict[str, bytes] = {}
     consumers: dict[str, list[ConsumerGroup]] = {}
     consumer_records: dict[str, bytes] = {}
     damaged: list[int] = []
+    deleted: set[str] = set()
     offset, size = 0, len(data)
     while offset < size:
         decoded = _record_at(data, offset, size)
@@ -373,10 +394,12 @@ def _replay(path: Path) -> _Replayed:
             records.pop(name, None)
             consumers.pop(name, None)
             consumer_records.pop(name, None)
+            deleted.add(name)
         else:
             assert isinstance(state, CursorState)
             states[name] = state
             records[name] = data[offset:end]
+            deleted.discard(name)
         offset = end
     for name in list(consumer_records):
         if name not in states:  # consumers of a subscription that is gone
@@ -384,7 +407,7 @@ def _replay(path: Path) -> _Replayed:
     for name, groups in consumers.items():
         if name in states:
             states[name] = replace(states[name], consumers=groups)
-    return states, records, consumer_records, offset, size, damaged
+    return states, records, consumer_records, offset, size, damaged, deleted
 
 
 _Decoded = tuple[str, CursorState | list[ConsumerGroup] | None]

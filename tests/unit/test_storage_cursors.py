@@ -346,6 +346,61 @@ def test_a_truncated_log_falls_back_to_the_previous_generation(tmp_path: Path) -
     assert reopened.restored_from_previous == ["a", "b", "c"]
 
 
+def test_a_deleted_subscription_stays_deleted_when_a_torn_log_falls_back(tmp_path: Path) -> None:
+    """Issue 27: after a compaction (the previous generation holds `victim`), `victim` is
+    deleted, then a crash tears the log's tail: only what the log lost comes back from the
+    previous generation, never what it deleted."""
+    store = CursorStore(tmp_path)
+    store.write([("holes", sample_state("1:1")), ("victim", sample_state("1:1"))])
+    store.compact()
+    store.write([("holes", sample_state("1:2"))])
+    store.compact()  # cursors.log.prev holds holes and victim; the log their snapshot
+    store.delete("victim")
+    store.write([("holes", sample_state("1:3"))])
+    log_file = tmp_path / "cursors.log"
+    log_file.write_bytes(log_file.read_bytes()[:-5])  # a crash mid-append of the last record
+
+    reopened = CursorStore(tmp_path)
+    assert reopened.load_all() == {"holes": sample_state("1:2")}
+    assert reopened.truncated_bytes > 0
+    assert reopened.restored_from_previous == []
+
+
+def test_a_tombstone_outlives_a_compaction_that_keeps_the_older_generation(
+    tmp_path: Path,
+) -> None:
+    """A damaged load compacts without replacing the previous generation, which still holds
+    the deleted subscription: the new snapshot carries the delete, so a later torn log does
+    not bring it back; the next ordinary compaction (its log becomes the previous
+    generation) no longer needs it."""
+    store = CursorStore(tmp_path)
+    store.write([("holes", sample_state("1:1")), ("victim", sample_state("1:1"))])
+    store.compact()
+    store.compact()  # the previous generation holds holes and victim
+    store.delete("victim")
+    first = (tmp_path / "cursors.log").stat().st_size
+    store.write([("holes", sample_state("1:2"))])
+    store.write([("holes", sample_state("1:3"))])
+    data = bytearray((tmp_path / "cursors.log").read_bytes())
+    data[first + 20] ^= 0xFF  # damage inside the log: skipped, compacted clean
+    (tmp_path / "cursors.log").write_bytes(bytes(data))
+    damaged = CursorStore(tmp_path)
+    assert damaged.load_all() == {"holes": sample_state("1:3")}
+    assert damaged.damaged_records == 1
+    log_file = tmp_path / "cursors.log"
+    damaged.write([("holes", sample_state("1:4"))])
+    log_file.write_bytes(log_file.read_bytes()[:-5])
+    assert CursorStore(tmp_path).load_all() == {"holes": sample_state("1:3")}
+    # A subscription deleted, then saved again under its name, is live again.
+    again = CursorStore(tmp_path)
+    again.load_all()
+    again.write([("victim", sample_state("1:5"))])
+    assert CursorStore(tmp_path).load_all() == {
+        "holes": sample_state("1:3"),
+        "victim": sample_state("1:5"),
+    }
+
+
 def test_a_tail_of_zeros_is_cut(tmp_path: Path) -> None:
     # A file system may extend a file before the data lands: a crash leaves zeros.
     CursorStore(tmp_path).save("a", sample_state())

@@ -1,0 +1,74 @@
+"""Issue 27's findings against the real broker and the official client: each test is the
+sequence that went wrong, and what Pulsar does instead."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import pulsar
+import pytest
+
+from broker.storage.cursors import CursorStore
+from tests.conftest import start_broker
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "persistent://public/default/trust"
+
+
+def _subscriptions(admin: str, topic: str) -> list[str]:
+    path = topic.replace("persistent://", "persistent/")
+    with urllib.request.urlopen(f"{admin}/admin/v2/{path}/stats", timeout=10) as response:
+        return sorted(json.load(response)["subscriptions"])
+
+
+def _wait_for(condition, what: str, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_deleted_subscription_does_not_come_back_after_a_crash_tears_the_cursor_log(
+    tmp_path: Path,
+) -> None:
+    """Issue 27: `victim` exists, the cursor log has been compacted (cursors.log.prev holds
+    it), `victim` is unsubscribed, kill -9 and a torn tail: after the restart only `holes`."""
+    data = tmp_path / "data"
+    broker = start_broker(data)
+    try:
+        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        for name in ("holes", "victim"):
+            client.subscribe(TOPIC, name).close()
+        client.close()
+        broker.stop()
+        cursors = data / "topics" / quote(TOPIC, safe="") / "cursors"
+        CursorStore(cursors).compact()  # what a broker does once the log has grown
+        assert (cursors / "cursors.log.prev").exists()
+
+        broker = broker.restart()
+        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        client.subscribe(TOPIC, "victim").unsubscribe()
+        log_file = cursors / "cursors.log"
+        # The delete record: kind 2, the name's length, the name (CursorStore's layout).
+        tombstone = b"\x02\x00\x00\x00\x06victim"
+        _wait_for(lambda: tombstone in log_file.read_bytes(), "the delete to be persisted")
+        broker.kill9()
+        with contextlib.suppress(pulsar.NotConnected):
+            client.close()
+        with log_file.open("ab") as file:  # a crash mid-append: a record's first bytes
+            file.write(b"\x00\x00\x00\x40\x12\x34")
+
+        broker = broker.restart()
+        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+        client.create_producer(TOPIC).close()  # opens the topic
+        assert _subscriptions(broker.admin, TOPIC) == ["holes"]
+        client.close()
+    finally:
+        broker.stop()
