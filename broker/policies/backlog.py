@@ -16,12 +16,15 @@ And what happens when one is exceeded:
   (a SEND already read completes) until a check finds the backlog within the quota;
 - `producer_exception`: the topic's producers are closed (CLOSE_PRODUCER) and, coming back,
   refused with ProducerBlockedQuotaExceededException, so their clients fail what they had
-  pending; until a check finds the backlog within the quota.
+  pending; until a check finds the backlog within the quota. A new producer is measured
+  against the quota when it is created (`exceeds`), as Pulsar's
+  checkIfBacklogQuotaExceeded does, not only at the periodic check.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,31 +68,38 @@ def check_topic(topic: Topic, quotas: list[Quota], now_ms: int | None = None) ->
     (producer_request_hold, producer_exception), for the caller to enforce."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     exceeded: set[str] = set()
-    size = 0
     for quota in quotas:
-        if quota.kind == "destination_storage":
-            size = size or average_entry_size(topic)
-            if size <= 0:
-                continue
-            keep = quota.limit // size  # entries within the quota
-            for sub in list(topic.subscriptions.values()):
-                backlog = topic.log.next_index - 1 - sub.mark_delete
-                if backlog * size <= quota.limit:
-                    continue
-                if quota.policy == "consumer_backlog_eviction":
-                    _evict(topic, sub, topic.log.next_index - 1 - keep)
-                else:
-                    exceeded.add(quota.policy)
-        else:
-            for sub in list(topic.subscriptions.values()):
-                newest, _ = newest_older_than(topic, sub, now_ms - quota.limit * 1000)
-                if newest < 0:
-                    continue
-                if quota.policy == "consumer_backlog_eviction":
-                    _evict(topic, sub, newest)
-                else:
-                    exceeded.add(quota.policy)
+        for sub, within in _over(topic, quota, now_ms):
+            if quota.policy == "consumer_backlog_eviction":
+                _evict(topic, sub, within)
+            else:
+                exceeded.add(quota.policy)
     return exceeded
+
+
+def exceeds(topic: Topic, quotas: list[Quota], now_ms: int | None = None) -> bool:
+    """Whether any subscription's backlog is over any of `quotas` now; changes nothing."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return any(next(_over(topic, quota, now_ms), None) is not None for quota in quotas)
+
+
+def _over(topic: Topic, quota: Quota, now_ms: int) -> Iterator[tuple[Subscription, int]]:
+    """Each subscription over `quota`, with the index its mark-delete position must reach to
+    be within it."""
+    if quota.kind == "destination_storage":
+        size = average_entry_size(topic)
+        if size <= 0:
+            return
+        keep = quota.limit // size  # entries within the quota
+        for sub in list(topic.subscriptions.values()):
+            backlog = topic.log.next_index - 1 - sub.mark_delete
+            if backlog * size > quota.limit:
+                yield sub, topic.log.next_index - 1 - keep
+    else:
+        for sub in list(topic.subscriptions.values()):
+            newest, _ = newest_older_than(topic, sub, now_ms - quota.limit * 1000)
+            if newest >= 0:
+                yield sub, newest
 
 
 def _evict(topic: Topic, sub: Subscription, index: int) -> None:

@@ -312,7 +312,8 @@ class PolicyManager:
         quotas = self.backlog_quotas(topic.name)
         holds = any(q.policy != "consumer_backlog_eviction" for q in quotas)
         if publish.limited or holds:
-            gate = PublishLimiter(topic, publish)
+            refusing = [q for q in quotas if q.policy == "producer_exception"]
+            gate = PublishLimiter(topic, publish, refusing)
             gate.hold(held and holds)
             topic.publish_gate = gate
         else:

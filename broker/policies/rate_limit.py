@@ -27,6 +27,7 @@ from collections.abc import Callable
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog
 from broker.core.topic import ProducerReader, Topic
+from broker.policies.backlog import Quota, exceeds
 from broker.policies.topic_policies import Rate
 from pulsar_protocol import pulsar_api_pb2 as pb
 
@@ -110,8 +111,12 @@ class PublishLimiter:
     A held topic's producers' connections are paused at their next SEND (which completes)
     until the backlog check finds the backlog under its quota again."""
 
-    def __init__(self, topic: Topic, rate: Rate | None) -> None:
+    def __init__(
+        self, topic: Topic, rate: Rate | None, refusing_quotas: list[Quota] | None = None
+    ) -> None:
         self.topic = topic
+        self._refusing_quotas = refusing_quotas or []
+        """The topic's `producer_exception` quotas: a new producer is measured against them."""
         self.window = RateWindow(rate) if rate is not None and rate.limited else None
         self._paused: dict[ProducerReader, asyncio.TimerHandle] = {}
         self.held = False
@@ -140,7 +145,9 @@ class PublishLimiter:
         self._paused[reader] = self.topic.loop.call_later(delay, self._resume, reader)
 
     def refusal(self) -> tuple[int, str] | None:
-        if not self.refusing:
+        """Measured now, as Pulsar measures at producer creation: the flag the periodic
+        check sets may be a whole interval late (issue 27)."""
+        if not self._refusing_quotas or not exceeds(self.topic, self._refusing_quotas):
             return None
         events = self.topic.policy_events
         events[EXCEPTIONS] = events.get(EXCEPTIONS, 0) + 1

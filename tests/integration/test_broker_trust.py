@@ -14,7 +14,8 @@ import pulsar
 import pytest
 
 from broker.storage.cursors import CursorStore
-from tests.conftest import start_broker
+from tests.conftest import BrokerProcess, start_broker
+from tests.integration.test_topic_policies import TOPIC_PATH, _call
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +73,34 @@ def test_a_deleted_subscription_does_not_come_back_after_a_crash_tears_the_curso
         client.close()
     finally:
         broker.stop()
+
+
+def test_a_new_producer_is_refused_over_a_producer_exception_quota(broker: BrokerProcess) -> None:
+    """Issue 27: a 10 KB destination_storage quota, a subscription 60 KB behind: a new
+    producer is refused at once, as Pulsar checks the quota at producer creation (the
+    periodic check, every 60 s by default, has not run yet)."""
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        client.subscribe("quota", "behind").close()
+        producer = client.create_producer("quota", batching_enabled=False)
+        for _ in range(60):
+            producer.send(b"x" * 1000)
+        producer.close()
+        quota = {"limitSize": 10_000, "limitTime": -1, "policy": "producer_exception"}
+        path = f"{TOPIC_PATH}/quota/backlogQuota?backlogQuotaType=destination_storage"
+        assert _call(broker, "POST", path, quota)[0] == 204
+        with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
+            client.create_producer("quota", batching_enabled=False)
+        # Within the quota again (the backlog acknowledged), producers are created.
+        consumer = client.subscribe("quota", "behind")
+        for _ in range(60):
+            consumer.acknowledge(consumer.receive(timeout_millis=5000))
+
+        def backlog() -> int:
+            stats = _call(broker, "GET", f"{TOPIC_PATH}/quota/stats")[1]
+            return int(stats["subscriptions"]["behind"]["msgBacklog"])
+
+        _wait_for(lambda: backlog() == 0, "the backlog to be acknowledged")
+        client.create_producer("quota", batching_enabled=False).send(b"after")
+    finally:
+        client.close()
