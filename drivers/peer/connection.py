@@ -2,7 +2,7 @@
 connection shares, measured at the wire as the native Pulsar driver's is.
 
 The reader reads whole buffers (up to RECV_SIZE at once), takes one clock read per recv and,
-on Linux, the kernel's receive time of those bytes (SO_TIMESTAMPING, drivers.pulsar
+on Linux, the kernel's receive time of those bytes (SO_TIMESTAMPING, drivers.net
 .rx_timestamps), and hands the bytes with both times to the subclass's sans-IO codec
 (`_on_data`), inline: with thousands of consumers a greenlet per message would cost seconds.
 Writes from many greenlets (subscribers, a producer, the reader's acknowledgements and pongs)
@@ -23,9 +23,9 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from drivers.base import DriverError
+from drivers.net import rx_timestamps
+from drivers.net.sockets import connect_socket
 from drivers.peer.settings import check_service_url
-from drivers.pulsar import rx_timestamps
-from drivers.pulsar.connection import connect_socket
 from results_contract.clock import now_us
 
 __all__ = ["PeerConnection", "RequestFailed", "now_us", "reach"]

@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 from gevent.pool import Group
 
 from drivers.base import DriverError
+from drivers.net.sockets import FD_MARGIN, socket_budget, source_address
 from drivers.peer.connection import PeerConnection
-from drivers.pulsar.pool import FD_MARGIN, socket_budget, source_address
 
 ConnT = TypeVar("ConnT", bound=PeerConnection)
 

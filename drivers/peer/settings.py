@@ -23,7 +23,7 @@ from drivers.config import (
     parse_section,
     url,
 )
-from drivers.pulsar.settings import is_loopback, resolve_host
+from drivers.net.hosts import is_loopback, resolve_host
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

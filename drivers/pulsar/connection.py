@@ -34,7 +34,8 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from drivers.base import BrokerStamps, ConsumerCallback, ConsumerSpec, DriverError
-from drivers.pulsar import rx_timestamps
+from drivers.net import rx_timestamps
+from drivers.net.sockets import connect_socket
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.consumer import ConsumerState, subscribe_template
 from drivers.pulsar.delivery import DeliveryDecoder
@@ -70,7 +71,6 @@ zeroed as they grow, cost the storm 5 % of its CPU (py-spy, benchmarks/client_co
 
 CLIENT_VERSION = "fanout-bench"
 PROTOCOL_VERSION = MAX_PROTOCOL_VERSION
-IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
 
 
 class RequestFailed(DriverError):
@@ -104,24 +104,6 @@ def server_error_text(code: int, message: str) -> str:
     except ValueError:
         name = f"ServerError {code}"
     return f"{name}: {message}"
-
-
-def connect_socket(host: str, port: int, source: str | None, timeout: float) -> socket.socket:
-    """A connected TCP socket, optionally from `source` (bind without a port: the kernel picks
-    it at connect time, per destination, so each source address has its own port range)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        if source is not None:
-            sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
-            sock.bind((source, 0))
-        sock.settimeout(timeout)
-        sock.connect((host, port))
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 def _refused(result: AsyncResult[tuple[pb.BaseCommand, int]]) -> bool:

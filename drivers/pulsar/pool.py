@@ -2,22 +2,20 @@
 
 Consumers fill connections in order, consumersPerConnection each (consumer index i rides on
 slot i // consumersPerConnection of each broker it uses), as the official clients multiplex
-consumers on a shared connection; producers get a connection each. A process holds fewer than
-20,000 sockets here (DESIGN.md), so asking for more connections than RLIMIT_NOFILE allows is an
-error that says what to change, not an EMFILE in the middle of the connect storm.
+consumers on a shared connection; producers get a connection each. The socket budget is
+drivers.net.sockets'.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import itertools
-import resource
 from collections.abc import Callable
 
 import gevent
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, DriverError
+from drivers.net.sockets import FD_MARGIN, socket_budget, source_address
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.connection import Connection
 from drivers.pulsar.consumer import ConsumerState
@@ -25,24 +23,6 @@ from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
 
 PING_INTERVAL_SECONDS = 30.0
-FD_MARGIN = 256
-"""File descriptors left for everything else in the process: logs, results, Locust's sockets."""
-_FIRST_SOURCE = int(ipaddress.IPv4Address("127.0.0.2"))
-
-
-def socket_budget() -> int:
-    """Connections this process may open: the open-file limit minus FD_MARGIN."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return 1 << 30
-    return max(0, soft - FD_MARGIN)
-
-
-def source_address(conn_id: int, spread: int) -> str | None:
-    """127.0.0.2, 127.0.0.3, ... round robin over `spread` addresses; None when spread is 0."""
-    if not spread:
-        return None
-    return str(ipaddress.IPv4Address(_FIRST_SOURCE + conn_id % spread))
 
 
 class ConnectionPool:

@@ -10,11 +10,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
-
-from gevent import socket
 
 from drivers.base import DriverError
 from drivers.config import (
@@ -28,6 +25,7 @@ from drivers.config import (
     parse_section,
     url,
 )
+from drivers.net.hosts import is_loopback, resolve_host
 from drivers.pulsar.auth import METHOD, Authentication, authentication
 
 DEFAULT_PORT = 6650
@@ -289,23 +287,3 @@ def _check(s: Settings) -> None:
             f"client.sourceAddresses={s.source_addresses} needs a loopback broker, and the "
             f"broker is {s.address} (set it to 0)"
         )
-
-
-@lru_cache(maxsize=64)
-def resolve_host(host: str) -> str:
-    """The IPv4 address of a host, or the name itself when it does not resolve."""
-    try:
-        return str(ipaddress.ip_address(host))  # a literal: no resolver, no yield under gevent
-    except ValueError:
-        pass
-    try:
-        return socket.gethostbyname(host)
-    except OSError:
-        return host
-
-
-def is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from drivers.pulsar import rx_timestamps
-from drivers.pulsar.rx_timestamps import SCM_TIMESTAMPING, enable, kernel_time_us
+from drivers.net import rx_timestamps
+from drivers.net.rx_timestamps import SCM_TIMESTAMPING, enable, kernel_time_us
 
 
 def timestamping(seconds: int, nanoseconds: int) -> tuple[int, int, bytes]:
