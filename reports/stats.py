@@ -1,0 +1,331 @@
+"""How a change between a baseline and a run is estimated, and the one function that decides
+what the change means (regression, improvement, within noise, inconclusive).
+
+Gate, compare, sweep compare and history all call `decide`; nothing else in the project says
+"worse". The estimates come from scipy:
+
+- **Several runs per side** (the runs are the independent units): Welch's t-test on the
+  logarithms of the per-run values (`scipy.stats.ttest_ind`), so the change and its interval
+  are ratios (−5 % … +12 %). Calibrated for few runs: unit-tested by simulation
+  (tests/unit/test_stats.py). A bootstrap over 5 runs per side would be narrower than the truth.
+- **One run per side**: the only replicates are the run's own measurement intervals (one merged
+  histogram per second, results_contract/intervals.py). A percentile's change is bootstrapped
+  (`scipy.stats.bootstrap`) over those intervals, merging the resampled histograms and reading
+  the percentile from the sum; the interval then says nothing about run-to-run variation, and
+  every verdict from it says so.
+
+Criterion.rs's rule: a change is called only when it is significant (p below the level, after
+Holm's correction over the metrics of one comparison) **and** its whole interval lies beyond the
+rule's threshold. The minimum detectable effect (80 % power at the level used) is reported
+beside each verdict, and a threshold below it is said to be so.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import stats
+from scipy.optimize import brentq
+
+from reports.metrics import Direction
+
+ALPHA = 0.05
+"""Family-wise false-alarm rate of one comparison: the chance that a comparison of identical
+revisions calls any change (regression or improvement) on any metric."""
+POWER = 0.8
+SEED = 20261126
+"""Every bootstrap is seeded, so the same inputs give the same verdict."""
+RESAMPLES = 2000
+
+
+class Verdict(StrEnum):
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    NOISE = "within noise"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A relative change (run / baseline − 1) with its two-sided interval at level 1 − alpha."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+    p_value: float | None
+    """Two-sided, for "no change at all"."""
+    mde: float | None
+    """Smallest relative change detected with 80 % power at this level and spread."""
+    method: str
+    """How the interval was made, in words a reader can check."""
+    alpha: float = ALPHA
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None and self.high is not None
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+    below_mde: bool = False
+    """The rule's threshold is smaller than the change this comparison can detect."""
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def describe(change: Change) -> str:
+    """ "+3.1 % (−2.0 % … +8.4 %, p 0.21)": the numbers a verdict was decided from."""
+    if not change.has_interval:
+        return f"{_pct(change.estimate)} (no interval)"
+    assert change.low is not None and change.high is not None
+    p = "" if change.p_value is None else f", p {change.p_value:.2g}"
+    return f"{_pct(change.estimate)} ({_pct(change.low)} … {_pct(change.high)}{p})"
+
+
+def decide(
+    change: Change, threshold: float, direction: Direction, significant: bool | None = None
+) -> Decision:
+    """The verdict on one metric: a regression only when the change is significant and its
+    whole interval is worse than `threshold` (a fraction: 0.1 = 10 % worse).
+
+    `significant` is the multiple-comparison procedure's answer (Holm); None: p < alpha.
+    """
+    below_mde = change.mde is not None and threshold < change.mde
+    if change.low is None or change.high is None:
+        return Decision(Verdict.INCONCLUSIVE, f"{describe(change)}: {change.method}", below_mde)
+    if direction is Direction.LOWER_IS_BETTER:
+        worse_low, worse_high = change.low, change.high
+    else:
+        worse_low, worse_high = -change.high, -change.low
+    if significant is None:
+        significant = change.p_value is not None and change.p_value < change.alpha
+    limit = f"threshold {threshold * 100:.0f} %"
+    if significant and worse_low > threshold:
+        return Decision(
+            Verdict.REGRESSION, f"{describe(change)}: worse beyond the {limit}", below_mde
+        )
+    if significant and worse_high < -threshold:
+        return Decision(Verdict.IMPROVEMENT, f"{describe(change)}: better", below_mde)
+    if worse_high <= threshold:
+        return Decision(Verdict.NOISE, f"{describe(change)}: within the {limit}", below_mde)
+    return Decision(
+        Verdict.INCONCLUSIVE,
+        f"{describe(change)}: the interval reaches past the {limit}; more repeats would tell",
+        below_mde,
+    )
+
+
+def holm(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[tuple[float, bool]]:
+    """Holm–Bonferroni step-down: per metric (the level its interval is drawn at, rejected?).
+
+    scipy has Benjamini–Hochberg (false discovery rate) but not Holm (family-wise), and the
+    procedure is four lines: the k-th smallest p is tested at alpha / (m − k); the first one
+    not rejected stops the rest. Metrics without a p-value do not count in m.
+    """
+    ranked = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m = len(ranked)
+    out: list[tuple[float, bool]] = [(alpha, False)] * len(p_values)
+    still = True
+    for k, (p, i) in enumerate(ranked):
+        level = alpha / (m - k)
+        still = still and p < level
+        out[i] = (level, still)
+    return out
+
+
+def _mde_t(se: float, df: int, alpha: float) -> float:
+    """The shift (in the units of `se`) detected with 80 % power by a two-sided t-test, from
+    the noncentral t; df is Welch's lower bound min(n) − 1, so the stated power holds."""
+    return _noncentrality(df, alpha) * se
+
+
+@functools.cache
+def _noncentrality(df: int, alpha: float) -> float:
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(brentq(lambda x: stats.nct.sf(crit, df, x) - POWER, 0.0, 1e3))
+
+
+def _exact(estimate: float, method: str, alpha: float) -> Change:
+    """No spread on either side (identical values): the change is known exactly."""
+    return Change(estimate, estimate, estimate, 1.0 if estimate == 0 else 0.0, 0.0, method, alpha)
+
+
+def compare_runs(base: ArrayLike, run: ArrayLike, alpha: float = ALPHA) -> Change:
+    """Change between per-run values (two or more per side): Welch's t on their logarithms."""
+    a = np.asarray(base, dtype=float)
+    b = np.asarray(run, dtype=float)
+    method = f"Welch t on log values, {len(b)} run(s) against {len(a)}"
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError("compare_runs needs two or more runs per side")
+    if (a <= 0).any() or (b <= 0).any():
+        return _compare_runs_linear(a, b, alpha, method.replace("log values", "values"))
+    la, lb = np.log(a), np.log(b)
+    estimate = float(np.exp(lb.mean() - la.mean()) - 1)
+    se = math.sqrt(la.var(ddof=1) / len(la) + lb.var(ddof=1) / len(lb))
+    df = min(len(la), len(lb)) - 1
+    if se == 0:  # identical values on each side: the change is exact
+        return _exact(estimate, method, alpha)
+    res = stats.ttest_ind(lb, la, equal_var=False)
+    ci = res.confidence_interval(1 - alpha)
+    return Change(
+        estimate,
+        float(np.expm1(ci.low)),
+        float(np.expm1(ci.high)),
+        float(res.pvalue),
+        float(np.expm1(_mde_t(se, df, alpha))),
+        method,
+        alpha,
+    )
+
+
+def _compare_runs_linear(a: np.ndarray, b: np.ndarray, alpha: float, method: str) -> Change:
+    """Values that can be 0: the difference of means, relative to the baseline's mean."""
+    scale = abs(float(a.mean())) or 1.0
+    estimate = float(b.mean() - a.mean()) / scale
+    se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    if se == 0:
+        return _exact(estimate, method, alpha)
+    res = stats.ttest_ind(b, a, equal_var=False)
+    ci = res.confidence_interval(1 - alpha)
+    df = min(len(a), len(b)) - 1
+    return Change(
+        estimate,
+        float(ci.low) / scale,
+        float(ci.high) / scale,
+        float(res.pvalue),
+        _mde_t(se, df, alpha) / scale,
+        method,
+        alpha,
+    )
+
+
+def compare_against_target(values: ArrayLike, target: float, alpha: float = ALPHA) -> Change:
+    """Change of measured values (runs, or seconds of one run) against what was asked."""
+    x = np.asarray(values, dtype=float) / target
+    method = f"one-sample t over {len(x)} value(s) against the asked rate"
+    if len(x) < 2:
+        return Change(float(x.mean() - 1) if len(x) else 0.0, None, None, None, None, method, alpha)
+    se = float(x.std(ddof=1) / math.sqrt(len(x)))
+    estimate = float(x.mean() - 1)
+    if se == 0:
+        return _exact(estimate, method, alpha)
+    res = stats.ttest_1samp(x, 1.0)
+    ci = res.confidence_interval(1 - alpha)
+    return Change(
+        estimate,
+        float(ci.low - 1),
+        float(ci.high - 1),
+        float(res.pvalue),
+        _mde_t(se, len(x) - 1, alpha),
+        method,
+        alpha,
+    )
+
+
+# -- one run per side: bootstrap over the measurement intervals --------------------------------
+def percentile_of_counts(counts: np.ndarray, values: np.ndarray, q: float) -> np.ndarray:
+    """The q-th percentile (0–100) of histograms given as count rows over shared bucket values,
+    as HdrHistogram reads it: the first bucket whose cumulative count reaches q % of the total."""
+    cum = np.cumsum(counts, axis=-1)
+    total = cum[..., -1:]
+    target = np.ceil(total * q / 100.0)
+    target = np.maximum(target, 1)
+    idx = (cum < target).sum(axis=-1)
+    return values[np.minimum(idx, len(values) - 1)]
+
+
+def compare_interval_histograms(
+    base: np.ndarray,
+    run: np.ndarray,
+    values: np.ndarray,
+    q: float,
+    alpha: float = ALPHA,
+    seed: int = SEED,
+) -> Change:
+    """Change of a percentile between two runs from their interval histograms (rows of counts
+    over the bucket `values`): intervals resampled with replacement on each side, merged, the
+    percentile read from each merged sum (scipy.stats.bootstrap, percentile method)."""
+    method = (
+        f"bootstrap over the runs' own measurement intervals ({len(run)} against {len(base)}); "
+        "one run per side says nothing about run-to-run variation"
+    )
+    if len(base) < 2 or len(run) < 2:
+        return Change(0.0, None, None, None, None, "fewer than two measurement intervals", alpha)
+    point = percentile_of_counts(run.sum(0), values, q) / percentile_of_counts(
+        base.sum(0), values, q
+    )
+
+    def log_ratio(ia: np.ndarray, ib: np.ndarray, axis: int = -1) -> np.ndarray:
+        pa = percentile_of_counts(base[ia.astype(int)].sum(axis=-2), values, q)
+        pb = percentile_of_counts(run[ib.astype(int)].sum(axis=-2), values, q)
+        return np.asarray(np.log(pb / pa))
+
+    return _bootstrap(
+        (np.arange(len(base)), np.arange(len(run))), log_ratio, float(point), method, alpha, seed
+    )
+
+
+def compare_interval_means(
+    base: ArrayLike, run: ArrayLike, alpha: float = ALPHA, seed: int = SEED
+) -> Change:
+    """Change of a per-interval mean (a rate per second) between two single runs."""
+    a = np.asarray(base, dtype=float)
+    b = np.asarray(run, dtype=float)
+    method = (
+        f"bootstrap over the runs' own seconds ({len(b)} against {len(a)}); one run per side "
+        "says nothing about run-to-run variation"
+    )
+    if len(a) < 2 or len(b) < 2 or a.mean() <= 0 or b.mean() <= 0:
+        return Change(0.0, None, None, None, None, "fewer than two measured seconds", alpha)
+
+    def log_ratio(xa: np.ndarray, xb: np.ndarray, axis: int = -1) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return np.asarray(np.log(xb.mean(axis=axis) / xa.mean(axis=axis)))
+
+    return _bootstrap((a, b), log_ratio, float(b.mean() / a.mean()), method, alpha, seed)
+
+
+def _bootstrap(
+    data: tuple[np.ndarray, np.ndarray],
+    statistic: Callable[..., np.ndarray],
+    point_ratio: float,
+    method: str,
+    alpha: float,
+    seed: int,
+) -> Change:
+    res = stats.bootstrap(
+        data,
+        statistic,
+        n_resamples=RESAMPLES,
+        vectorized=True,
+        batch=200,
+        confidence_level=1 - alpha,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    dist = res.bootstrap_distribution[np.isfinite(res.bootstrap_distribution)]
+    if len(dist) == 0:
+        return Change(point_ratio - 1, None, None, None, None, method, alpha)
+    # Two-sided p for "no change": how often the resampled change falls on the other side of 0.
+    p = min(1.0, 2 * min(float((dist <= 0).mean()), float((dist >= 0).mean())))
+    se = float(res.standard_error)
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(POWER)
+    return Change(
+        point_ratio - 1,
+        float(np.expm1(res.confidence_interval.low)),
+        float(np.expm1(res.confidence_interval.high)),
+        p,
+        float(np.expm1(z * se)) if math.isfinite(se) else None,
+        method,
+        alpha,
+    )

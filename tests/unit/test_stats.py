@@ -1,0 +1,109 @@
+"""The gate's statistics on synthetic data with a known effect, over many seeded simulations:
+identical revisions raise a false alarm at the stated rate, a change the size of the stated
+minimum detectable effect is caught at least 80 % of the time."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from reports.metrics import Direction
+from reports.stats import (
+    ALPHA,
+    Change,
+    Verdict,
+    compare_against_target,
+    compare_interval_histograms,
+    compare_interval_means,
+    compare_runs,
+    decide,
+    holm,
+)
+
+SIMULATIONS = 1000
+CV = 0.05  # run-to-run spread of a P99 on a quiet machine (issue 24: 3.3–7.1 %)
+N = 5  # runs per side
+
+
+def _called(base: np.ndarray, run: np.ndarray, threshold: float = 0.0) -> Verdict:
+    return decide(compare_runs(base, run), threshold, Direction.LOWER_IS_BETTER).verdict
+
+
+def test_identical_revisions_raise_a_false_alarm_at_the_stated_rate() -> None:
+    rng = np.random.default_rng(7)
+    base = np.exp(rng.normal(0, CV, (SIMULATIONS, N)))
+    run = np.exp(rng.normal(0, CV, (SIMULATIONS, N)))
+    alarms = sum(
+        _called(b, r) in (Verdict.REGRESSION, Verdict.IMPROVEMENT)
+        for b, r in zip(base, run, strict=True)
+    )
+    sd = math.sqrt(ALPHA * (1 - ALPHA) / SIMULATIONS)
+    assert abs(alarms / SIMULATIONS - ALPHA) <= 3 * sd, alarms
+
+
+def test_a_change_of_the_stated_minimum_detectable_effect_is_caught_four_times_in_five() -> None:
+    rng = np.random.default_rng(11)
+    # The stated effect: what the gate prints as the minimum detectable effect for this spread
+    # and N, computed from the true spread (a change with no noise in its estimate).
+    probe = compare_runs(np.exp([-CV, CV, -CV, CV, 0.0]), np.exp([-CV, CV, -CV, CV, 0.0]))
+    true_se = CV * math.sqrt(2 / N)
+    observed_se = np.std(np.array([-CV, CV, -CV, CV, 0.0]), ddof=1) * math.sqrt(2 / N)
+    assert probe.mde is not None
+    effect = math.log1p(probe.mde) * true_se / observed_se
+    base = np.exp(rng.normal(0, CV, (SIMULATIONS, N)))
+    run = np.exp(rng.normal(effect, CV, (SIMULATIONS, N)))
+    caught = sum(_called(b, r) is Verdict.REGRESSION for b, r in zip(base, run, strict=True))
+    assert caught / SIMULATIONS >= 0.8, (caught, math.expm1(effect))
+
+
+def test_a_regression_needs_the_whole_interval_beyond_the_threshold() -> None:
+    lower = Direction.LOWER_IS_BETTER
+    change = Change(0.15, 0.12, 0.18, 0.001, 0.05, "test")
+    assert decide(change, 0.10, lower).verdict is Verdict.REGRESSION
+    straddling = Change(0.15, 0.05, 0.25, 0.001, 0.05, "test")
+    assert decide(straddling, 0.10, lower).verdict is Verdict.INCONCLUSIVE
+    assert decide(Change(0.02, -0.03, 0.07, 0.4, 0.05, "t"), 0.1, lower).verdict is Verdict.NOISE
+    # Higher is better: a drop is the regression.
+    assert decide(change, 0.10, Direction.HIGHER_IS_BETTER).verdict is Verdict.IMPROVEMENT
+    # A threshold below what this comparison can detect is said to be.
+    assert decide(Change(0.0, -0.2, 0.2, 1.0, 0.3, "t"), 0.1, lower).below_mde
+    # No interval (one run, no intervals): never a pass by default, never a regression.
+    assert decide(Change(3.0, None, None, None, None, "t"), 0.1, lower).verdict is (
+        Verdict.INCONCLUSIVE
+    )
+
+
+def test_holm_controls_the_family_and_stops_at_the_first_kept_hypothesis() -> None:
+    out = holm([0.001, 0.04, None, 0.02])
+    assert out[0] == (pytest.approx(ALPHA / 3), True)
+    assert out[3] == (pytest.approx(ALPHA / 2), True)
+    assert out[1] == (pytest.approx(ALPHA), True)
+    assert out[2][1] is False
+    # 0.03 fails alpha / 2, so 0.04 is not rejected either although it is below alpha.
+    assert [r for _, r in holm([0.03, 0.04])] == [False, False]
+
+
+def test_the_interval_bootstrap_is_seeded_and_finds_a_planted_tail_shift() -> None:
+    rng = np.random.default_rng(3)
+    values = np.arange(1, 601, dtype=float)
+    base = np.zeros((20, 600))
+    base[:, :300] = rng.multinomial(500, np.ones(300) / 300, size=20)
+    slower = np.roll(base, 30, axis=1)  # every value +30: the P99 (~297) +10 %
+    first = compare_interval_histograms(base, slower, values, 99.0)
+    again = compare_interval_histograms(base, slower, values, 99.0)
+    assert first == again
+    assert first.low is not None and first.low > 0.05
+    same = compare_interval_histograms(base, base.copy(), values, 99.0)
+    assert decide(same, 0.05, Direction.LOWER_IS_BETTER).verdict is Verdict.NOISE
+    assert "one run per side" in same.method
+
+
+def test_rates_against_what_was_asked_and_between_single_runs() -> None:
+    short = compare_against_target([8.0, 8.1, 7.9, 8.0], 10.0)
+    assert short.high is not None and short.high < -0.1
+    assert decide(short, 0.02, Direction.HIGHER_IS_BETTER).verdict is Verdict.REGRESSION
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(10, 0.5, 30), rng.normal(10, 0.5, 30)
+    assert compare_interval_means(a, b).low is not None
