@@ -91,6 +91,36 @@ def _record(hist: HdrHistogram, value: int, count: int) -> bool:
     return True
 
 
+def _record_counted(hist: HdrHistogram, values: list[int], counts: list[int]) -> int:
+    """`_record(hist, value, count)` for each pair, in fewer calls: a pass of the receive
+    engine brings deliveries read at different µs (one read per socket), so each value is first
+    rounded down to the step of the histogram's bucket of the smallest value (never coarser than
+    any value's own bucket, so every value lands where `_record` of it would put it), and equal
+    ones are recorded once with their counts summed. Returns the count out of range. A unit
+    test checks it against `_record` of every pair."""
+    lowest = min(values)
+    shift = max(_UNIT, lowest.bit_length() - _HALF_MAGNITUDE - 1) if lowest > 0 else 0
+    summed: dict[int, int] = {}
+    get = summed.get
+    if shift:
+        for value, count in zip(values, counts, strict=True):
+            value = value >> shift << shift
+            summed[value] = get(value, 0) + count
+    else:
+        for value, count in zip(values, counts, strict=True):
+            summed[value] = get(value, 0) + count
+    lost = 0
+    for value, count in summed.items():
+        if not _record(hist, value, count):
+            lost += count
+    return lost
+
+
+Read = tuple[int, int, int, "BrokerStamps | None"]
+"""(deliveries, receive_us, kernel_us, stamps): consecutive deliveries of one message that share
+a read and its times (drivers.base.BatchConsumerCallback)."""
+
+
 @dataclass
 class Phases:
     """Absolute epoch seconds of the phase boundaries, sent by the coordinator."""
@@ -213,16 +243,7 @@ class Recorder:
         except struct.error:
             self.errors += n
             return
-        by_consumer, last_seq, out_of_order = self._by_consumer, self._last_seq, self._out_of_order
-        top = consumer_indexes[0] if n == 1 else max(consumer_indexes)
-        if top >= len(by_consumer):
-            self._make_room(top)
-        for index in consumer_indexes:
-            by_consumer[index] += 1
-            if seq > last_seq[index]:
-                last_seq[index] = seq
-            else:
-                out_of_order[index] += 1
+        self._account(consumer_indexes, seq)
         intended_s = intended_us / 1e6
         if not (self.phases.measure_start <= intended_s < self.phases.measure_end):
             return
@@ -293,6 +314,121 @@ class Recorder:
                 if (base + index * 40503) % mod == 0:
                     writerow(row)
 
+    def deliveries_received(
+        self, payload: bytes, consumer_indexes: Sequence[int], reads: Sequence[Read]
+    ) -> None:
+        """The same message delivered to each of `consumer_indexes`, in several reads (on
+        thousands of sockets, or in frames of many subscriptions each with its own dispatch
+        stamp): `reads` say how many consecutive indexes each covers, and with which times and
+        stamps. The message is parsed once, the per-consumer accounting runs over the indexes,
+        and each latency is recorded with counts (`_record_counted`). Records exactly what one
+        `messages_received` per read would."""
+        if len(reads) == 1:
+            _, receive_us, kernel_us, stamps = reads[0]
+            self.messages_received(consumer_indexes, payload, receive_us, stamps, kernel_us)
+            return
+        n = len(consumer_indexes)
+        if not n:
+            return
+        self.received += n
+        first_us = reads[0][1]
+        if first_us >= self._activity_at and self.on_deliveries is not None:
+            self._activity_at = first_us + ACTIVITY_US
+            self.on_deliveries()
+        try:
+            intended_us, actual_us, seq = read_stamp(payload)
+        except struct.error:
+            self.errors += n
+            return
+        self._account(consumer_indexes, seq)
+        if not (self.phases.measure_start <= intended_us / 1e6 < self.phases.measure_end):
+            return
+        self._flush_kernel_runs()  # what messages_received left pending goes first
+        self._flush_stage_runs()
+        offset = self._offset_us
+        counts = [read[0] for read in reads]
+        read_us = [read[1] - offset for read in reads]
+        hist = self._intervals
+        e2e = [t - intended_us for t in read_us]
+        self.out_of_range += _record_counted(hist[E2E], e2e, counts)
+        _record_counted(hist[E2E_ACTUAL], [t - actual_us for t in read_us], counts)
+        _record_counted(self.running_e2e, e2e, counts)
+        stamped = [(read[2] - offset, t, read[0]) for read, t in zip(reads, read_us, strict=True)]
+        stamped = [kernel for kernel in stamped if kernel[0] != -offset]  # 0: no kernel time
+        if stamped:
+            kernel_counts = [count for _, _, count in stamped]
+            _record_counted(
+                hist[E2E_KERNEL], [k - intended_us for k, _, _ in stamped], kernel_counts
+            )
+            _record_counted(hist[CLIENT_DELAY], [t - k for k, t, _ in stamped], kernel_counts)
+        self._record_stamps(consumer_indexes, reads, read_us, intended_us, e2e, seq)
+
+    def _record_stamps(
+        self,
+        consumer_indexes: Sequence[int],
+        reads: Sequence[Read],
+        read_us: list[int],
+        intended_us: int,
+        e2e: list[int],
+        seq: int,
+    ) -> None:
+        """Stages 1-6 and the sampled stage rows of `deliveries_received`."""
+        by_stages: dict[tuple[int, ...], int] = {}
+        broadcasting: list[int] = []
+        broadcast_counts: list[int] = []
+        rows: list[tuple[int, tuple[int | str, ...]]] = []  # (deliveries, row) per read
+        for (count, _, _, stamps), receive_us, latency in zip(reads, read_us, e2e, strict=True):
+            if stamps is None:
+                rows.append((count, ()))
+                continue
+            if stamps.complete:
+                stages = (
+                    stamps.received_us - intended_us,
+                    stamps.persist_start_us - stamps.received_us,
+                    stamps.durable_us - stamps.persist_start_us,
+                    stamps.notified_us - stamps.durable_us,
+                    stamps.dispatch_us - stamps.notified_us,
+                )
+                by_stages[stages] = by_stages.get(stages, 0) + count
+                broadcasting.append(receive_us - stamps.dispatch_us)
+                broadcast_counts.append(count)
+                rows.append((count, (receive_us, latency, *stages, broadcasting[-1])))
+            elif stamps.dispatch_us:
+                span = stamps.dispatch_us - intended_us
+                rows.append(
+                    (
+                        count,
+                        (
+                            receive_us,
+                            latency,
+                            span,
+                            "",
+                            "",
+                            "",
+                            "",
+                            receive_us - stamps.dispatch_us,
+                        ),
+                    )
+                )
+            else:
+                rows.append((count, ()))
+        for entry_stages, count in by_stages.items():
+            for stage_hist, value in zip(self._entry_stage_hists, entry_stages, strict=True):
+                _record(stage_hist, value, count)
+        if broadcasting:
+            _record_counted(self._broadcasting, broadcasting, broadcast_counts)
+        mod = self._sample_mod
+        if mod:
+            base = seq * 2654435761
+            writerow = self._stages.writerow
+            at = 0
+            for count, row in rows:
+                if row:
+                    for index in consumer_indexes[at : at + count]:
+                        if (base + index * 40503) % mod == 0:
+                            writerow(row)
+                at += count
+
     def _flush_kernel_runs(self, client_delay: bool = True) -> None:
         """Record the pending repeats of e2e_kernel (and of client_delay)."""
         hist = self._intervals
@@ -309,6 +445,19 @@ class Recorder:
             for stage_hist, value in zip(self._entry_stage_hists, self._stages_last, strict=True):
                 _record(stage_hist, value, self._stages_run)
             self._stages_run = 0
+
+    def _account(self, consumer_indexes: Sequence[int], seq: int) -> None:
+        """Per consumer: one more delivery, and whether it came out of order."""
+        by_consumer, last_seq, out_of_order = self._by_consumer, self._last_seq, self._out_of_order
+        top = consumer_indexes[0] if len(consumer_indexes) == 1 else max(consumer_indexes)
+        if top >= len(by_consumer):
+            self._make_room(top)
+        for index in consumer_indexes:
+            by_consumer[index] += 1
+            if seq > last_seq[index]:
+                last_seq[index] = seq
+            else:
+                out_of_order[index] += 1
 
     def _make_room(self, index: int) -> None:
         more = index + 1 - len(self._by_consumer)

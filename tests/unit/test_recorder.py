@@ -9,7 +9,7 @@ from hdrh.histogram import HdrHistogram
 
 from drivers.base import BrokerStamps, SubscribeResult
 from harness.message_body import stamp
-from harness.recorder import Phases, Recorder, _record, _reset
+from harness.recorder import Phases, Recorder, _record, _record_counted, _reset
 from results_contract.hlog import HIGHEST_US, decode, new_histogram, read_intervals
 from results_contract.metrics import CLIENT_DELAY, E2E, E2E_ACTUAL, E2E_KERNEL
 
@@ -202,6 +202,75 @@ def test_a_batch_records_what_one_call_per_delivery_records(tmp_path: Path) -> N
         ["w0-c6", "3", "0"],
     ]
     assert len(stages) > 1  # some sampled rows besides the header
+
+
+def test_deliveries_over_many_reads_record_what_one_call_per_delivery_records(
+    tmp_path: Path,
+) -> None:
+    """deliveries_received(payload, indexes, reads) (one message read on many sockets, or in
+    frames each with its own dispatch stamp) is the same as message_received per delivery:
+    histograms, per-consumer counts and reorderings, stage samples and counters."""
+    names = {i: f"w0-c{i}" for i in range(40)}
+    reads = []  # (indexes, read time, kernel time, stamps) of one message
+    for i in range(40):
+        stamps = BrokerStamps(1_000_700, 1_000_800, 1_000_900, 1_001_000, 1_001_100 + 37 * i)
+        kernel_us = 0 if i % 7 == 3 else 1_020_000 + 301 * i
+        reads.append(([i] if i % 5 else [i, (i + 1) % 40], 1_030_000 + 113 * i, kernel_us, stamps))
+    reads.append(([3], 1_900_000, 1_800_000, None))
+    reads.append(([4, 4], 2_100_000, 2_000_000, BrokerStamps(dispatch_us=1_002_000)))
+    one, many = tmp_path / "one", tmp_path / "many"
+    recorders = []
+    for directory in (one, many):
+        recorder = Recorder(directory, 0.5, names, clock_offset_us=1_000)
+        recorder.phases = Phases(warmup_start=0.0, measure_start=0.0, measure_end=10.0)
+        for index in names:
+            recorder.subscribed(SubscribeResult(index, 0, 1, 2, ok=True))
+        recorders.append(recorder)
+    by_delivery, by_pass = recorders
+    for seq in (20, 21, 20):  # the last one again: every delivery of it out of order
+        payload = body(seq)
+        for indexes, read_us, kernel_us, stamps in reads:
+            for index in indexes:
+                by_delivery.message_received(index, payload, read_us, stamps, kernel_us)
+        by_pass.deliveries_received(
+            payload,
+            [index for indexes, *_ in reads for index in indexes],
+            [(len(indexes), read_us, kernel_us, st) for indexes, read_us, kernel_us, st in reads],
+        )
+    by_pass.deliveries_received(b"foreign", [1, 2], [(1, 5, 0, None), (1, 6, 0, None)])
+    by_delivery.message_received(1, b"foreign", 5, None, 0)
+    by_delivery.message_received(2, b"foreign", 6, None, 0)
+    for field in ("received", "errors", "out_of_range"):
+        assert getattr(by_pass, field) == getattr(by_delivery, field), field
+    assert (by_pass.received, by_pass.errors) == (3 * 51 + 2, 2)
+    by_delivery.close()
+    by_pass.close()
+    values, deliveries, stages = _recorded(many)
+    assert (values, deliveries, stages) == _recorded(one)
+    assert sum(values[E2E].values()) == 3 * 51
+    assert len(values[E2E]) > 10  # many distinct read times, not one
+    assert deliveries[5] == ["w0-c4", "9", "7"]  # its duplicate in every message, then 20 again
+    assert len(stages) > 1
+
+
+def test_counted_record_is_record_of_every_value() -> None:
+    """The same counts, totals and encoding as `_record` of each pair, whatever the spread of
+    the values (rounding to the smallest value's bucket step never crosses a bucket)."""
+    import random
+
+    rng = random.Random(11)
+    for _ in range(200):
+        ours, each = new_histogram(), new_histogram()
+        low = rng.choice([-3, 0, 1, 900, 5_000, 70_000, 3_000_000])
+        values = [low + rng.randrange(0, 1 << rng.randrange(1, 30)) for _ in range(50)]
+        values += [2 * HIGHEST_US] if rng.random() < 0.1 else []
+        counts = [rng.randrange(1, 9) for _ in values]
+        lost = _record_counted(ours, values, counts)
+        refused = sum(c for v, c in zip(values, counts, strict=True) if not _record(each, v, c))
+        assert lost == refused
+        assert ours.total_count == each.total_count
+        assert list(ours.counts) == list(each.counts)
+        assert ours.encode() == each.encode()
 
 
 def test_the_inlined_record_is_hdrhs_record_value() -> None:
