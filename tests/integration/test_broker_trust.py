@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -102,5 +103,66 @@ def test_a_new_producer_is_refused_over_a_producer_exception_quota(broker: Broke
 
         _wait_for(lambda: backlog() == 0, "the backlog to be acknowledged")
         client.create_producer("quota", batching_enabled=False).send(b"after")
+    finally:
+        client.close()
+
+
+def test_seek_is_inclusive_where_the_client_asks_for_it_as_with_pulsar(
+    broker: BrokerProcess,
+) -> None:
+    """Issue 27 read seek as exclusive. The broker reads from the id sought, as Pulsar's
+    resetCursor; the official client (C++ core) then drops the entry sought unless the
+    consumer is `start_message_id_inclusive`, against Pulsar too. Asked for, the message
+    sought comes again, and so does each later one."""
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(
+            "seek-inclusive",
+            "s",
+            initial_position=pulsar.InitialPosition.Earliest,
+            start_message_id_inclusive=True,
+        )
+        producer = client.create_producer("seek-inclusive", batching_enabled=False)
+        ids = [producer.send(f"m{i}".encode()) for i in range(6)]
+        for _ in range(6):
+            consumer.acknowledge(consumer.receive(timeout_millis=5000))
+        consumer.seek(ids[3])
+        again = [consumer.receive(timeout_millis=5000).data() for _ in range(3)]
+        assert again == [b"m3", b"m4", b"m5"]
+    finally:
+        client.close()
+
+
+def test_pattern_subscriptions_receive_from_every_matching_topic(broker: BrokerProcess) -> None:
+    """Issue 27 saw a regex subscription receive nothing. The official client lists the
+    namespace's topics (GET_TOPICS_OF_NAMESPACE) and matches the regex itself against each
+    name without its domain: a pattern needs its tenant and namespace ("pat-.*" matches no
+    "public/default/pat-a", against Pulsar too), and the topic type comes from
+    regex_subscription_mode, not from the pattern's domain. So written, it receives from
+    every match: a namespace of its own, a partitioned topic, both domains."""
+    admin = f"{broker.admin}/admin/v2/persistent/t1/ns1/rx-parted/partitions"
+    request = urllib.request.Request(admin, data=b"2", method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 204
+    topics = [
+        "persistent://t1/ns1/rx-a",
+        "non-persistent://t1/ns1/rx-b",
+        "persistent://t1/ns1/rx-parted",
+        "persistent://t1/ns1/other",
+    ]
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        producers = [client.create_producer(t, batching_enabled=False) for t in topics]
+        consumer = client.subscribe(
+            re.compile("persistent://t1/ns1/rx-.*"),
+            "s",
+            regex_subscription_mode=pulsar.RegexSubscriptionMode.AllTopics,
+        )
+        for producer, topic in zip(producers, topics, strict=True):
+            producer.send(topic.encode())
+        got = {consumer.receive(timeout_millis=5000).data().decode() for _ in range(3)}
+        assert got == set(topics[:3])
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(timeout_millis=300)
     finally:
         client.close()
