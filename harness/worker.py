@@ -38,6 +38,7 @@ from drivers.base import (
     load_driver,
 )
 from drivers.config import ConfigError
+from harness.burst_meter import BurstMeter
 from harness.message_body import body_pool, stamp
 from harness.messages import (
     ClockPing,
@@ -59,6 +60,7 @@ from harness.messages import (
 from harness.recorder import Phases, Recorder
 from harness.users import user_classes
 from results_contract.clock import now_us
+from results_contract.paths import BURSTS_FILE
 
 log = logging.getLogger("bench.worker")
 
@@ -147,6 +149,7 @@ class WorkerRun:
             self._names,
             clock_offset_us=self.clock_offset_us,
         )
+        self.bursts = BurstMeter(self.results_dir / BURSTS_FILE)
         self.gate = PausableCallback(self.recorder) if workload.consumer_backlog_size_gb else None
         self.rate = (0.0, workload.initial_rate)
         """(from, total msg/s): the producers' schedule, replaced by PublishRate."""
@@ -296,6 +299,7 @@ class WorkerRun:
         while True:
             gevent.sleep(max(0.0, next_tick - time.time()))
             self._lag_seen((time.time() - next_tick) * 1000)
+            self.bursts.tick(int(self.coordinator_now_us() / 1e6))
             # A worker that fell behind skips the seconds it missed instead of writing a burst
             # of empty rows: the timeline shows the gap, and loop_lag_ms says why.
             next_tick = max(next_tick + 1, math.floor(time.time()) + 1)
@@ -310,7 +314,7 @@ class WorkerRun:
         this VM (gevent timer wake-ups, 5,000 idle users), a fifth of an idle worker's CPU
         (py-spy --gil, harness-cost at 0.02 msg/s). The tick loop's own lateness is a probe too.
         """
-        self.recorder.on_deliveries = self._deliveries_seen.set
+        self.recorder.on_deliveries = self._on_deliveries
         while True:
             if self.phases_known.is_set():
                 self._deliveries_seen.wait()
@@ -318,6 +322,12 @@ class WorkerRun:
             before = time.perf_counter()
             gevent.sleep(0.05)
             self._lag_seen((time.perf_counter() - before - 0.05) * 1000)
+
+    def _on_deliveries(self) -> None:
+        """Deliveries are being read (at most every ACTIVITY_US): a mark of the burst, and a
+        wake for the loop-lag probe."""
+        self.bursts.activity()
+        self._deliveries_seen.set()
 
     def _lag_seen(self, lag_ms: float) -> None:
         if lag_ms > self.recorder.loop_lag_ms:
@@ -327,6 +337,7 @@ class WorkerRun:
     def finish(self) -> None:
         self._background.kill()
         self.recorder.close()
+        self.bursts.close()
         gc.set_threshold(*self._gc_thresholds)  # if the connect phase never ended
         gc.unfreeze()  # the run's objects become garbage now (set_phases froze them)
         totals = {

@@ -21,5 +21,15 @@ DISTORTION_FLOOR_MS = 5.0
 # run D) it was 44 ms, 21 % of a 212 ms P99, while the two P99s were 0.8 ms apart: the
 # deliveries that waited in the client were not the ones in the tail.
 
+# Inside the burst (rule 4): at 1 msg/s a worker reads a message's deliveries in a fraction of
+# each second and idles the rest, so a worker busy through its whole burst reads as "40 % of a
+# core" over the second. Each worker measures the window from its first to its last read of
+# each second and the CPU it spent inside it (harness/burst_meter.py, raw bursts.csv); a
+# second is hot when that CPU is above CPU_LIMIT_PERCENT of the window, and, as for rule 2, a
+# worker with more than HOT_FRACTION_LIMIT of the measure seconds hot was measuring itself.
+# Windows shorter than this are not judged: their ends are known only to the recorder's
+# 50 ms activity marks (harness/recorder.py, ACTIVITY_US).
+BURST_MIN_WINDOW_MS = 50.0
+
 # The verdict's `note` when a run has no kernel receive times (docs/results.md).
 NO_KERNEL_TIMES = "no kernel receive times: judged on CPU and loop lag only"

@@ -86,6 +86,15 @@ DELIVERY_COLUMNS = _columns(
     ("out_of_order", Kind.NATURAL),
 )
 
+# raw/<worker-id>/bursts.csv: one row per second in which the worker read deliveries over a
+# window of its own (harness/burst_meter.py): from its first to its last read of that second,
+# the window's length and the CPU the worker spent inside it (its process CPU time, ms).
+BURST_COLUMNS = _columns(
+    ("ts", Kind.INTEGER),
+    ("window_ms", Kind.NUMBER),
+    ("cpu_ms", Kind.NUMBER),
+)
+
 # broker/process.csv: the broker process the harness started, once a second, read from
 # /proc/<pid>/stat by the coordinator (any broker program, so any driver's broker has a CPU
 # figure): cumulative CPU seconds (user + system) and resident bytes.

@@ -23,6 +23,7 @@ CONNECTIONS_FILE = "connections.csv"
 TIMELINE_FILE = "timeline.csv"
 STAGES_FILE = "stages.csv"
 DELIVERIES_FILE = "deliveries.csv"
+BURSTS_FILE = "bursts.csv"  # CPU inside each second's burst of deliveries (client-bound rule 4)
 
 # results/<run-id>/broker/: written by the bundled broker and the coordinator.
 BROKER_DIR = "broker"

@@ -5,15 +5,22 @@ at the kernel (the broker's number) by more than DISTORTION_SHARE_LIMIT of it an
 DISTORTION_FLOOR_MS means the reported tail is partly the client's.
 Averages as well: a worker above 90 % of a core for more than 10 % of the measure phase, or
 with an event loop that stalled over 100 ms in any second, was measuring itself as much as
-the broker. Either is enough; without kernel times only the averages can judge.
+the broker. And inside the burst: a worker above 90 % of a core between its first and last
+read of a second, in more than 10 % of the measure seconds, was saturated while the
+deliveries came in, whatever its one-second average says (at 1 msg/s the burst is a fraction
+of the second). Any is enough; without kernel times only the CPU and loop lag can judge.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from results_contract.client_bound import (
+    BURST_MIN_WINDOW_MS,
     CPU_LIMIT_PERCENT,
     DISTORTION_FLOOR_MS,
     DISTORTION_SHARE_LIMIT,
@@ -21,6 +28,10 @@ from results_contract.client_bound import (
     LOOP_LAG_LIMIT_MS,
     NO_KERNEL_TIMES,
 )
+from results_contract.columns import BURST_COLUMNS
+from spark_analysis.inputs import parsers, read_csv, second_index
+
+BURST_PARSERS = parsers(BURST_COLUMNS, "ts", "window_ms", "cpu_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +42,52 @@ class WorkerLoad:
     hot_seconds: int  # seconds with CPU above CPU_LIMIT_PERCENT
     max_cpu: float
     max_loop_lag_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class BurstLoad:
+    """One worker's bursts of deliveries over the measure phase (raw bursts.csv)."""
+
+    worker: str
+    seconds: int  # measure seconds with a window of at least BURST_MIN_WINDOW_MS
+    hot_seconds: int  # of those, the ones with CPU inside the window above CPU_LIMIT_PERCENT
+    cpu: float  # median over those seconds of the CPU inside the window, % of a core
+    window_ms: float  # median window
+
+
+def burst_load(
+    worker: str, rows: Iterable[tuple[int, float, float]], measure_start: float, seconds: int
+) -> BurstLoad | None:
+    """A worker's (ts, window_ms, cpu_ms) rows judged over the measure phase; None when no
+    measure second had a window long enough to judge."""
+    windows = [
+        (window_ms, 100.0 * cpu_ms / window_ms)
+        for ts, window_ms, cpu_ms in rows
+        if 0 <= second_index(ts, measure_start) < seconds and window_ms >= BURST_MIN_WINDOW_MS
+    ]
+    if not windows:
+        return None
+    return BurstLoad(
+        worker,
+        seconds=len(windows),
+        hot_seconds=sum(1 for _, cpu in windows if cpu > CPU_LIMIT_PERCENT),
+        cpu=round(statistics.median(cpu for _, cpu in windows), 1),
+        window_ms=round(statistics.median(w for w, _ in windows), 1),
+    )
+
+
+def read_bursts(
+    files: Iterable[tuple[str, Path]], measure_start: float, seconds: int
+) -> list[BurstLoad]:
+    """Every worker's bursts.csv, judged over the measure phase (workers without a window
+    long enough are left out)."""
+    loads = []
+    for worker, path in files:
+        rows = [(int(v[0]), float(v[1]), float(v[2])) for _, v in read_csv(path, BURST_PARSERS)]
+        load = burst_load(worker, rows, measure_start, seconds)
+        if load is not None:
+            loads.append(load)
+    return loads
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +110,18 @@ def _share(part: float | None, whole: float | None) -> float | None:
 
 
 def judge(
-    loads: list[WorkerLoad], measure_seconds: int, tail: TailLatency | None = None
+    loads: list[WorkerLoad],
+    measure_seconds: int,
+    tail: TailLatency | None = None,
+    bursts: Sequence[BurstLoad] = (),
 ) -> dict[str, Any]:
-    """The summary's `client_bound` object, with one reason per rule broken."""
+    """The summary's `client_bound` object, with one reason per rule broken (per worker for
+    the worker rules), each said once: a worker hot over whole seconds is not said to be hot
+    inside its bursts as well, and `rules_broken` tells the report which rules the reasons
+    already name."""
     tail = tail or TailLatency()
     reasons = []
+    broken: list[str] = []
     delay = tail.client_delay_p99_ms if tail.kernel_times else None
     e2e = tail.e2e_p99_ms
     distortion = (
@@ -76,22 +140,40 @@ def judge(
             f"(limits: {DISTORTION_SHARE_LIMIT:.0%} and {DISTORTION_FLOOR_MS:g} ms); "
             f"client delay P99 {delay:g} ms"
         )
+        broken.append("distortion")
+    hot_workers = set()
     for load in loads:
         if load.hot_seconds > HOT_FRACTION_LIMIT * measure_seconds:
+            hot_workers.add(load.worker)
             reasons.append(
                 f"{load.worker}: CPU above {CPU_LIMIT_PERCENT:g}% of a core for "
                 f"{load.hot_seconds} of {measure_seconds} s"
             )
+            broken.append("cpu")
         if load.max_loop_lag_ms > LOOP_LAG_LIMIT_MS:
             reasons.append(
                 f"{load.worker}: event loop lag reached {load.max_loop_lag_ms:g} ms "
                 f"(limit {LOOP_LAG_LIMIT_MS:g} ms)"
             )
+            broken.append("loop_lag")
+    for burst in bursts:
+        if burst.hot_seconds > HOT_FRACTION_LIMIT * measure_seconds:
+            broken.append("burst_cpu")
+            if burst.worker not in hot_workers:
+                reasons.append(
+                    f"{burst.worker}: CPU above {CPU_LIMIT_PERCENT:g}% of a core inside its "
+                    f"burst of deliveries in {burst.hot_seconds} of {measure_seconds} s "
+                    f"(median: {burst.cpu:g}% of a core over {burst.window_ms:g} ms)"
+                )
+    busiest = max(bursts, key=lambda b: b.cpu, default=None)
     return {
         "flag": bool(reasons),
         "reasons": reasons,
+        "rules_broken": list(dict.fromkeys(broken)),
         "max_cpu": max((load.max_cpu for load in loads), default=None),
         "max_loop_lag_ms": max((load.max_loop_lag_ms for load in loads), default=None),
+        "burst_cpu": None if busiest is None else busiest.cpu,
+        "burst_ms": None if busiest is None else busiest.window_ms,
         "kernel_times": tail.kernel_times,
         "note": None if tail.kernel_times else NO_KERNEL_TIMES,
         "client_delay_p99_ms": delay,

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from results_contract.harness_cost import BROKER_CPU_US_PER_DELIVERY
 from results_contract.metrics import CLIENT_DELAY, E2E, E2E_KERNEL
 from results_contract.paths import (
+    BURSTS_FILE,
     CONNECTIONS_FILE,
     DELIVERIES_FILE,
     HISTOGRAMS_FILE,
@@ -26,7 +27,7 @@ from results_contract.paths import (
     worker_dir,
 )
 from spark_analysis import omb
-from spark_analysis.client_bound import TailLatency, judge
+from spark_analysis.client_bound import TailLatency, judge, read_bursts
 from spark_analysis.connections import analyze_connections, read_connections
 from spark_analysis.deliveries import analyze_deliveries, read_deliveries
 from spark_analysis.errors import AnalysisError
@@ -80,6 +81,17 @@ def analyze_run(
     connection_rows = read_connections(connection_files.present)
     stage_rows = read_stages(stage_files.present, manifest.broker_offset_us)
     delivery_rows = read_deliveries(delivery_files.present) if delivery_files else None
+    # Likewise bursts.csv (client-bound rule 4): older runs are judged without it.
+    bursty = any((worker_dir(run_dir, w) / BURSTS_FILE).is_file() for w in manifest.workers)
+    bursts = (
+        read_bursts(
+            raw_files(run_dir, manifest, BURSTS_FILE).present,
+            manifest.measure_start,
+            manifest.measure_seconds,
+        )
+        if bursty
+        else []
+    )
     broker = broker_series(run_dir, manifest)
     broker_counters = read_broker_counters(run_dir)
     broker_lag = read_broker_loop_lag(run_dir)
@@ -131,6 +143,7 @@ def analyze_run(
             timeline.worker_loads,
             manifest.measure_seconds,
             TailLatency(*(_p99_ms(merged, m) for m in (E2E, E2E_KERNEL, CLIENT_DELAY))),
+            bursts,
         ),
         missing,
         deliveries,

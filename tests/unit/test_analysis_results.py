@@ -97,6 +97,8 @@ def test_case_row_refuses_other_schemas() -> None:
 
 
 NO_TAIL = {
+    "burst_cpu": None,
+    "burst_ms": None,
     "kernel_times": False,
     "note": NO_KERNEL_TIMES,
     "client_delay_p99_ms": None,
@@ -113,6 +115,7 @@ def test_client_bound_rule_without_kernel_times_uses_cpu_and_loop_lag() -> None:
     assert judge([calm], 60) == {
         "flag": False,
         "reasons": [],
+        "rules_broken": [],
         "max_cpu": 95.0,
         "max_loop_lag_ms": 100.0,
         **NO_TAIL,
@@ -123,6 +126,7 @@ def test_client_bound_rule_without_kernel_times_uses_cpu_and_loop_lag() -> None:
             "w1: CPU above 90% of a core for 7 of 60 s",
             "w2: event loop lag reached 100.5 ms (limit 100 ms)",
         ],
+        "rules_broken": ["cpu", "loop_lag"],
         "max_cpu": 99.0,
         "max_loop_lag_ms": 100.5,
         **NO_TAIL,
@@ -130,6 +134,7 @@ def test_client_bound_rule_without_kernel_times_uses_cpu_and_loop_lag() -> None:
     assert judge([], 60) == {
         "flag": False,
         "reasons": [],
+        "rules_broken": [],
         "max_cpu": None,
         "max_loop_lag_ms": None,
         **NO_TAIL,
@@ -150,6 +155,7 @@ def test_a_tail_the_client_moved_by_more_than_its_share_is_client_bound() -> Non
             "the client added 135 ms (69%) to the end-to-end P99 (limits: 20% and 5 ms); "
             "client delay P99 140 ms"
         ],
+        "rules_broken": ["distortion"],
         "max_cpu": 30.0,
         "max_loop_lag_ms": 5.0,
         "kernel_times": True,
@@ -158,6 +164,8 @@ def test_a_tail_the_client_moved_by_more_than_its_share_is_client_bound() -> Non
         "client_delay_share": 0.7179,
         "distortion_ms": 135.0,
         "distortion_share": 0.6923,
+        "burst_cpu": None,
+        "burst_ms": None,
     }
 
 
