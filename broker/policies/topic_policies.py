@@ -4,7 +4,8 @@ Each kind is named by the last segment of its REST path
 (`/admin/v2/persistent/{tenant}/{ns}/{topic}/<kind>`) and holds the fields of the Java class
 Pulsar serializes there (PublishRate, DispatchRateImpl, BacklogQuotaImpl, RetentionPolicies,
 DelayedDeliveryPolicies), with Pulsar's defaults. Bodies are validated here, at the edge:
-an unknown field or a value of the wrong type is refused with its name, never ignored.
+an unknown field, a value of the wrong type or beyond its Java type's range (`int` or `long`,
+as Jackson refuses it) is refused with its name, never ignored.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ class PolicyError(ValueError):
     """A policy body or value Pulsar would refuse (the admin API answers 400)."""
 
 
+INT = (-(2**31), 2**31 - 1)
+LONG = (-(2**63), 2**63 - 1)
+"""Java's `int` and `long`: the ranges of Pulsar's policy fields."""
+
+
 @dataclass(frozen=True)
 class Field:
     name: str
@@ -27,6 +33,8 @@ class Field:
     default: Any
     aliases: tuple[str, ...] = ()
     choices: tuple[str, ...] = ()
+    java_range: tuple[int, int] = INT
+    """An integer field's range: its Java type in Pulsar's class (`int` unless `long`)."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,10 @@ class PolicyKind:
 
 
 def _checked(path: str, spec: Field, value: Any) -> Any:
-    if spec.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise PolicyError(f"{path}: {spec.name} must be an integer, got {value!r}")
+    if spec.kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PolicyError(f"{path}: {spec.name} must be an integer, got {value!r}")
+        check_range(f"{path}: {spec.name}", value, spec.java_range)
     if spec.kind is bool and not isinstance(value, bool):
         raise PolicyError(f"{path}: {spec.name} must be true or false, got {value!r}")
     if spec.kind is str:
@@ -69,13 +79,23 @@ def _checked(path: str, spec: Field, value: Any) -> Any:
     return value
 
 
+def check_range(what: str, value: int, java_range: tuple[int, int]) -> None:
+    low, high = java_range
+    if not low <= value <= high:
+        java = "long" if java_range == LONG else "int"
+        raise PolicyError(f"{what} must be from {low} to {high} (a Java {java}), got {value}")
+
+
 PUBLISH_RATE = PolicyKind(
     "publishRate",
-    (Field("publishThrottlingRateInMsg", int, -1), Field("publishThrottlingRateInByte", int, -1)),
+    (
+        Field("publishThrottlingRateInMsg", int, -1),
+        Field("publishThrottlingRateInByte", int, -1, java_range=LONG),
+    ),
 )
 _DISPATCH_FIELDS = (
     Field("dispatchThrottlingRateInMsg", int, -1),
-    Field("dispatchThrottlingRateInByte", int, -1),
+    Field("dispatchThrottlingRateInByte", int, -1, java_range=LONG),
     Field("relativeToPublishRate", bool, False),
     Field("ratePeriodInSecond", int, 1),
 )
@@ -84,20 +104,24 @@ SUBSCRIPTION_DISPATCH_RATE = PolicyKind("subscriptionDispatchRate", _DISPATCH_FI
 BACKLOG_QUOTA = PolicyKind(
     "backlogQuota",
     (
-        Field("limitSize", int, -1, aliases=("limit",)),
+        Field("limitSize", int, -1, aliases=("limit",), java_range=LONG),
         Field("limitTime", int, -1),
         Field("policy", str, "producer_request_hold", choices=BACKLOG_POLICIES),
     ),
 )
 RETENTION = PolicyKind(
-    "retention", (Field("retentionTimeInMinutes", int, 0), Field("retentionSizeInMB", int, 0))
+    "retention",
+    (
+        Field("retentionTimeInMinutes", int, 0),
+        Field("retentionSizeInMB", int, 0, java_range=LONG),
+    ),
 )
 DELAYED_DELIVERY = PolicyKind(
     "delayedDelivery",
     (
         Field("active", bool, True),
-        Field("tickTime", int, 1000),
-        Field("maxDeliveryDelayInMillis", int, 0),
+        Field("tickTime", int, 1000, java_range=LONG),
+        Field("maxDeliveryDelayInMillis", int, 0, java_range=LONG),
     ),
 )
 MESSAGE_TTL = "messageTTL"
@@ -142,6 +166,7 @@ def parse_ttl(text: str | None) -> int:
         raise PolicyError(f"messageTTL: expected a number of seconds, got {text!r}") from None
     if seconds < 0:
         raise PolicyError(f"messageTTL: must be 0 or more, got {seconds}")
+    check_range("messageTTL", seconds, INT)
     return seconds
 
 

@@ -166,3 +166,62 @@ def test_pattern_subscriptions_receive_from_every_matching_topic(broker: BrokerP
             consumer.receive(timeout_millis=300)
     finally:
         client.close()
+
+
+OUT_OF_RANGE = [
+    ("publishRate", {"publishThrottlingRateInMsg": 10**30}, "publishThrottlingRateInMsg", "int"),
+    ("publishRate", {"publishThrottlingRateInMsg": 3 * 10**9}, "publishThrottlingRateInMsg", "int"),
+    (
+        "dispatchRate",
+        {"dispatchThrottlingRateInByte": 2**64},
+        "dispatchThrottlingRateInByte",
+        "long",
+    ),
+    ("subscriptionDispatchRate", {"ratePeriodInSecond": 2**31}, "ratePeriodInSecond", "int"),
+    (
+        "retention",
+        {"retentionTimeInMinutes": 10**30, "retentionSizeInMB": 1},
+        "retentionTimeInMinutes",
+        "int",
+    ),
+    (
+        "retention",
+        {"retentionTimeInMinutes": 1, "retentionSizeInMB": 2**63},
+        "retentionSizeInMB",
+        "long",
+    ),
+    ("delayedDelivery", {"tickTime": 10**30}, "tickTime", "long"),
+    ("delayedDelivery", {"maxDeliveryDelayInMillis": 2**63}, "maxDeliveryDelayInMillis", "long"),
+    (
+        "backlogQuota?backlogQuotaType=destination_storage",
+        {"limitSize": 10**30, "limitTime": -1, "policy": "producer_exception"},
+        "limitSize",
+        "long",
+    ),
+    (
+        "backlogQuota?backlogQuotaType=message_age",
+        {"limitSize": -1, "limitTime": 2**31, "policy": "producer_exception"},
+        "limitTime",
+        "int",
+    ),
+    (f"messageTTL?messageTTL={2**63}", None, "messageTTL", "int"),
+]
+
+
+def test_policy_values_beyond_javas_ranges_are_refused_with_the_field_and_range(
+    broker: BrokerProcess,
+) -> None:
+    """Issue 27: stored (204) before; Pulsar's fields are Java int or long, and it answers 400
+    naming the field and the range. Nothing is stored; the type's largest value is taken."""
+    for kind, body, field, java in OUT_OF_RANGE:
+        status, reply = _call(broker, "POST", f"{TOPIC_PATH}/ranges/{kind}", body)
+        assert status == 400, (kind, reply)
+        low, high = (-(2**31), 2**31 - 1) if java == "int" else (-(2**63), 2**63 - 1)
+        assert field in reply["reason"], reply
+        assert f"from {low} to {high} (a Java {java})" in reply["reason"], reply
+    assert _call(broker, "GET", f"{TOPIC_PATH}/ranges/backlogQuotaMap") == (200, {})
+    for kind in ("publishRate", "dispatchRate", "retention", "delayedDelivery", "messageTTL"):
+        assert _call(broker, "GET", f"{TOPIC_PATH}/ranges/{kind}") == (204, None), kind
+    largest = {"publishThrottlingRateInMsg": 2**31 - 1, "publishThrottlingRateInByte": 2**63 - 1}
+    assert _call(broker, "POST", f"{TOPIC_PATH}/ranges/publishRate", largest) == (204, None)
+    assert _call(broker, "POST", f"{TOPIC_PATH}/ranges/messageTTL?messageTTL={2**31 - 1}")[0] == 204
