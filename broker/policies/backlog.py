@@ -23,7 +23,6 @@ And what happens when one is exceeded:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -63,10 +62,9 @@ def average_entry_size(topic: Topic) -> int:
     return sum(len(e.payload) for e in entries) // len(entries) if entries else 0
 
 
-def check_topic(topic: Topic, quotas: list[Quota], now_ms: int | None = None) -> set[str]:
+def check_topic(topic: Topic, quotas: list[Quota], now_ms: int) -> set[str]:
     """Apply `quotas` once: evict where asked; the producer policies of the quotas exceeded
     (producer_request_hold, producer_exception), for the caller to enforce."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     exceeded: set[str] = set()
     for quota in quotas:
         for sub, within in _over(topic, quota, now_ms):
@@ -77,9 +75,8 @@ def check_topic(topic: Topic, quotas: list[Quota], now_ms: int | None = None) ->
     return exceeded
 
 
-def exceeds(topic: Topic, quotas: list[Quota], now_ms: int | None = None) -> bool:
+def exceeds(topic: Topic, quotas: list[Quota], now_ms: int) -> bool:
     """Whether any subscription's backlog is over any of `quotas` now; changes nothing."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     return any(next(_over(topic, quota, now_ms), None) is not None for quota in quotas)
 
 

@@ -13,10 +13,9 @@ reopened with entries (a restart forgets what was tracked, not what was stored).
 
 from __future__ import annotations
 
-import asyncio
 import heapq
-import time
 
+from broker.core.clock import SYSTEM_CLOCK, Clock, Timer
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog
 from broker.policies.ttl import deliverable_ms
@@ -56,12 +55,13 @@ class TopicDelays:
 class DelayTracker:
     """One subscription's entries waiting for their time: a heap and one timer."""
 
-    def __init__(self, delays: TopicDelays, tick_ms: int) -> None:
+    def __init__(self, delays: TopicDelays, tick_ms: int, clock: Clock = SYSTEM_CLOCK) -> None:
         self.delays = delays
+        self.clock = clock
         self.tick_s = max(1, tick_ms) / 1000
         self._heap: list[tuple[int, int]] = []
         self._waiting: set[int] = set()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._timer_at = 0.0
         self._last_fire = 0.0
 
@@ -82,13 +82,13 @@ class DelayTracker:
             return
         if self._timer is not None:
             self._timer.cancel()
-        delay = max(0.0, when - time.time())
-        self._timer = dispatcher.loop.call_later(delay, self._fire, dispatcher)
+        delay = max(0.0, when - self.clock.now())
+        self._timer = self.clock.call_later(delay, self._fire, dispatcher)
         self._timer_at = when
 
     def _fire(self, dispatcher: Dispatcher) -> None:
         self._timer = None
-        now = time.time()
+        now = self.clock.now()
         self._last_fire = now
         now_ms = now * 1000
         due = []
@@ -128,8 +128,12 @@ class DelayedLog:
     The cursor reads on past a held entry (the tracker brings it back), so one delayed message
     never stops the ones behind it."""
 
-    def __init__(self, log: EntryLog, dispatcher: Dispatcher, tracker: DelayTracker) -> None:
+    def __init__(
+        self, log: EntryLog, dispatcher: Dispatcher, tracker: DelayTracker, now: float
+    ) -> None:
         self.log = log
+        self._now_ms = now * 1000
+        """A dispatch runs synchronously on the loop: the time it started is its time."""
         self.first_index = log.first_index
         self.next_index = log.next_index
         self._dispatcher = dispatcher
@@ -138,7 +142,7 @@ class DelayedLog:
     def read(self, start: int, limit: int) -> list[Entry]:
         delays, tracker, dispatcher = self._tracker.delays, self._tracker, self._dispatcher
         cursor = dispatcher.cursor
-        now_ms = time.time() * 1000
+        now_ms = self._now_ms
         while True:
             entries = self.log.read(start, limit)
             ready = []

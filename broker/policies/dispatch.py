@@ -8,9 +8,7 @@ stops reading at the windows' quota, so only deliverable entries count against a
 
 from __future__ import annotations
 
-import asyncio
-import time
-
+from broker.core.clock import SYSTEM_CLOCK, Clock, Timer
 from broker.core.entry_log import EntryLog
 from broker.policies.delayed import DelayedLog, DelayTracker
 from broker.policies.rate_limit import WAKE_MARGIN_S, Limits, QuotaLog, RateWindow
@@ -22,13 +20,16 @@ class DispatchPolicy:
     delayed-delivery tracker. Counts Pulsar's
     `dispatchThrottled{Msg,Bytes}EventsBy{Topic,Subscription}Limit` on the dispatcher."""
 
-    def __init__(self, limits: Limits, tracker: DelayTracker | None = None) -> None:
+    def __init__(
+        self, limits: Limits, tracker: DelayTracker | None = None, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.limits = limits
         self.tracker = tracker
-        self._wake: asyncio.TimerHandle | None = None
+        self.clock = clock
+        self._wake: Timer | None = None
 
     def run(self, dispatcher: Dispatcher) -> None:
-        now = time.time()
+        now = self.clock.now()
         for window, scope in self.limits:
             unit = window.exhausted(now)
             if unit is not None:
@@ -37,7 +38,7 @@ class DispatchPolicy:
         real = dispatcher.log
         view: EntryLog = real
         if self.tracker is not None:
-            view = DelayedLog(view, dispatcher, self.tracker)
+            view = DelayedLog(view, dispatcher, self.tracker, now)
         quota = QuotaLog(view, self.limits, now) if self.limits else None
         dispatcher.log = quota or view
         try:
@@ -54,7 +55,7 @@ class DispatchPolicy:
         dispatcher.policy_events[key] = dispatcher.policy_events.get(key, 0) + 1
         if self._wake is None:
             delay = window.window_end() - now + WAKE_MARGIN_S
-            self._wake = dispatcher.loop.call_later(delay, self._woken, dispatcher)
+            self._wake = self.clock.call_later(delay, self._woken, dispatcher)
 
     def _woken(self, dispatcher: Dispatcher) -> None:
         self._wake = None

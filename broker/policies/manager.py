@@ -8,17 +8,16 @@ loop (the admin API calls through it); only the file write happens on the caller
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import functools
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig, BrokerConfigError
+from broker.core.clock import SYSTEM_CLOCK, Clock, Timer
 from broker.core.topic import Topic
 from broker.policies.ack_holes import compensate
 from broker.policies.backlog import Quota, check_topic, quotas_of
@@ -60,8 +59,12 @@ class Change:
 
 
 class PolicyManager:
-    def __init__(self, config: BrokerConfig, data_dir: Path | None) -> None:
+    def __init__(
+        self, config: BrokerConfig, data_dir: Path | None, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.config = c = config
+        self.clock = clock
+        """Time and timers for every policy and periodic check (broker.core.clock)."""
         self.store = PolicyStore(data_dir) if data_dir is not None else None
         self._set: dict[str, Policies] = self.store.load() if self.store is not None else {}
         self._topics: dict[str, Topic] = {}
@@ -71,10 +74,10 @@ class PolicyManager:
         """Topics whose subscriptions have a dispatch rate of their own."""
         """Topics that may hold delayed entries (a delayed SEND came, or it reopened with some)."""
         self._sequence = 0
-        self._expiry: asyncio.TimerHandle | None = None
-        self._backlog_check: asyncio.TimerHandle | None = None
-        self._hole_check: asyncio.TimerHandle | None = None
-        self._retention_check: asyncio.TimerHandle | None = None
+        self._expiry: Timer | None = None
+        self._backlog_check: Timer | None = None
+        self._hole_check: Timer | None = None
+        self._retention_check: Timer | None = None
         self._retained: set[str] = set()
         """Topics with a retention in force: trimmed by a timer too, as time lets ledgers go."""
         if (c.defaultRetentionTimeInMinutes == 0) != (c.defaultRetentionSizeInMB == 0):
@@ -207,18 +210,18 @@ class PolicyManager:
         else:
             topic.on_delayed_message = functools.partial(self._delayed_seen, topic)
         self._apply(topic)
-        loop = topic.loop
+        later = self.clock.call_later
         if self._expiry is None:
-            self._expiry = loop.call_later(self._expiry_interval_s(), self._expire, loop)
+            self._expiry = later(self._expiry_interval_s(), self._expire)
         if self._backlog_check is None and self.config.backlogQuotaCheckEnabled:
             interval = max(0.1, self.config.backlogQuotaCheckIntervalInSeconds)
-            self._backlog_check = loop.call_later(interval, self._check_backlogs, loop)
+            self._backlog_check = later(interval, self._check_backlogs)
         if self._retention_check is None:
             every = max(0.1, self.config.retentionCheckIntervalInSeconds)
-            self._retention_check = loop.call_later(every, self._check_retention, loop)
+            self._retention_check = later(every, self._check_retention)
         holes_every = self.config.ackHoleRedeliveryIntervalSeconds
         if self._hole_check is None and holes_every > 0:
-            self._hole_check = loop.call_later(holes_every, self._compensate_holes, loop)
+            self._hole_check = later(holes_every, self._compensate_holes)
 
     def close(self) -> None:
         for handle in (self._expiry, self._backlog_check, self._hole_check, self._retention_check):
@@ -226,7 +229,7 @@ class PolicyManager:
                 handle.cancel()
         self._expiry = self._backlog_check = self._hole_check = self._retention_check = None
 
-    def _check_retention(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _check_retention(self) -> None:
         """Ledgers kept by retention time go once it passes, without waiting for a cursor to
         move: every retentionCheckIntervalInSeconds, as Pulsar's retention check."""
         for name in list(self._retained):
@@ -234,7 +237,7 @@ class PolicyManager:
             if topic is not None:
                 topic.trim()
         every = max(0.1, self.config.retentionCheckIntervalInSeconds)
-        self._retention_check = loop.call_later(every, self._check_retention, loop)
+        self._retention_check = self.clock.call_later(every, self._check_retention)
 
     def retention(self, topic: str) -> tuple[int, int]:
         """(retentionTimeInMinutes, retentionSizeInMB) in force: the topic's policy, else
@@ -242,16 +245,16 @@ class PolicyManager:
         value = self._effective(topic).get(RETENTION.path) or self._broker_default(RETENTION.path)
         return value["retentionTimeInMinutes"], value["retentionSizeInMB"]
 
-    def _compensate_holes(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _compensate_holes(self) -> None:
         """The acknowledgement-hole compensation (ack_holes.py), every
         ackHoleRedeliveryIntervalSeconds."""
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self.clock.now() * 1000)
         min_age_ms = int(self.config.ackHoleRedeliveryMinAgeSeconds * 1000)
         for topic in list(self._topics.values()):
             for sub in list(topic.subscriptions.values()):
                 compensate(topic, sub, min_age_ms, now_ms)
         every = self.config.ackHoleRedeliveryIntervalSeconds
-        self._hole_check = loop.call_later(every, self._compensate_holes, loop)
+        self._hole_check = self.clock.call_later(every, self._compensate_holes)
 
     def backlog_quotas(self, topic: str) -> list[Quota]:
         """The quotas in force: the broker's defaults, each type replaced by the topic's."""
@@ -259,11 +262,12 @@ class PolicyManager:
         merged.update(self._effective(topic).get(BACKLOG_QUOTA.path) or {})
         return quotas_of(merged)
 
-    def _check_backlogs(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _check_backlogs(self) -> None:
         """The backlog quota check (backlog.py), every backlogQuotaCheckIntervalInSeconds."""
+        now_ms = int(self.clock.now() * 1000)
         for name, topic in list(self._topics.items()):
             quotas = self.backlog_quotas(name)
-            exceeded = check_topic(topic, quotas) if quotas else set()
+            exceeded = check_topic(topic, quotas, now_ms) if quotas else set()
             gate = topic.publish_gate
             if isinstance(gate, PublishLimiter):
                 hold = "producer_request_hold" in exceeded
@@ -271,7 +275,7 @@ class PolicyManager:
                     gate.hold(hold)
                 gate.refuse("producer_exception" in exceeded)
         interval = max(0.1, self.config.backlogQuotaCheckIntervalInSeconds)
-        self._backlog_check = loop.call_later(interval, self._check_backlogs, loop)
+        self._backlog_check = self.clock.call_later(interval, self._check_backlogs)
 
     def _expiry_interval_s(self) -> float:
         return max(0.1, self.config.messageExpiryCheckIntervalInMinutes * 60)
@@ -281,9 +285,9 @@ class PolicyManager:
         value = self._effective(topic).get(MESSAGE_TTL)
         return self.config.ttlDurationDefaultInSeconds if value is None else int(value)
 
-    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _expire(self) -> None:
         """The TTL check (ttl.py), every messageExpiryCheckIntervalInMinutes."""
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self.clock.now() * 1000)
         for name, topic in list(self._topics.items()):
             ttl = self.ttl_s(name)
             if ttl > 0:
@@ -291,7 +295,7 @@ class PolicyManager:
             delays = self._delays.get(name)
             if delays is not None:
                 delays.forget_before(topic.log.first_index)
-        self._expiry = loop.call_later(self._expiry_interval_s(), self._expire, loop)
+        self._expiry = self.clock.call_later(self._expiry_interval_s(), self._expire)
 
     def _apply(self, topic: Topic) -> None:
         policies = self._effective(topic.name)
@@ -313,7 +317,7 @@ class PolicyManager:
         holds = any(q.policy != "consumer_backlog_eviction" for q in quotas)
         if publish.limited or holds:
             refusing = [q for q in quotas if q.policy == "producer_exception"]
-            gate = PublishLimiter(topic, publish, refusing)
+            gate = PublishLimiter(topic, publish, refusing, self.clock)
             gate.hold(held and holds)
             topic.publish_gate = gate
         else:
@@ -367,13 +371,13 @@ class PolicyManager:
         delays = self._delays.get(topic.name)
         if delays is not None and delayed["active"] and sub.mode in DELAYED_MODES:
             if tracker is None:
-                tracker = DelayTracker(delays, delayed["tickTime"])
+                tracker = DelayTracker(delays, delayed["tickTime"], self.clock)
             tracker.tick_s = max(1, delayed["tickTime"]) / 1000
         elif tracker is not None:
             tracker.release(dispatcher)
             tracker = None
         if limits or tracker is not None:
-            dispatcher.policy = DispatchPolicy(limits, tracker)
+            dispatcher.policy = DispatchPolicy(limits, tracker, self.clock)
         else:
             dispatcher.policy = None
         if old is not None:

@@ -20,10 +20,9 @@ windows, which stay closed until it is paid off: never more than the rate over t
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 
+from broker.core.clock import SYSTEM_CLOCK, Clock, Timer
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog
 from broker.core.topic import ProducerReader, Topic
@@ -112,13 +111,18 @@ class PublishLimiter:
     until the backlog check finds the backlog under its quota again."""
 
     def __init__(
-        self, topic: Topic, rate: Rate | None, refusing_quotas: list[Quota] | None = None
+        self,
+        topic: Topic,
+        rate: Rate | None,
+        refusing_quotas: list[Quota] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.topic = topic
+        self.clock = clock
         self._refusing_quotas = refusing_quotas or []
         """The topic's `producer_exception` quotas: a new producer is measured against them."""
         self.window = RateWindow(rate) if rate is not None and rate.limited else None
-        self._paused: dict[ProducerReader, asyncio.TimerHandle] = {}
+        self._paused: dict[ProducerReader, Timer] = {}
         self.held = False
         self._held: set[ProducerReader] = set()
         self.refusing = False
@@ -135,19 +139,20 @@ class PublishLimiter:
         window = self.window
         if window is None:
             return
-        now = time.time()
+        now = self.clock.now()
         window.charge(messages, size, now)
         if window.exhausted(now) is None or reader in self._paused:
             return
         self.topic.publish_rate_limited_times += 1
         reader.pause_reading()
         delay = window.window_end() - now + WAKE_MARGIN_S
-        self._paused[reader] = self.topic.loop.call_later(delay, self._resume, reader)
+        self._paused[reader] = self.clock.call_later(delay, self._resume, reader)
 
     def refusal(self) -> tuple[int, str] | None:
         """Measured now, as Pulsar measures at producer creation: the flag the periodic
         check sets may be a whole interval late (issue 27)."""
-        if not self._refusing_quotas or not exceeds(self.topic, self._refusing_quotas):
+        quotas = self._refusing_quotas
+        if not quotas or not exceeds(self.topic, quotas, int(self.clock.now() * 1000)):
             return None
         events = self.topic.policy_events
         events[EXCEPTIONS] = events.get(EXCEPTIONS, 0) + 1
@@ -179,12 +184,12 @@ class PublishLimiter:
     def _resume(self, reader: ProducerReader) -> None:
         self._paused.pop(reader, None)
         window = self.window
-        now = time.time()
+        now = self.clock.now()
         if window is not None and window.exhausted(now) is not None:
             # What the last SEND took beyond the quota is still owed (a batch of many
             # messages, a large one under a byte limit): stay paused until a window has room.
             delay = window.window_end() - now + WAKE_MARGIN_S
-            self._paused[reader] = self.topic.loop.call_later(delay, self._resume, reader)
+            self._paused[reader] = self.clock.call_later(delay, self._resume, reader)
             return
         if reader not in self._held and not reader.is_closing():
             reader.resume_reading()

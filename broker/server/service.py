@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from broker.config import BrokerConfig
+from broker.core.clock import SYSTEM_CLOCK, Clock
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.limits import subscription_refusal
 from broker.core.schemas import SchemaRegistry
@@ -56,7 +57,7 @@ _MODES_BY_LOWER = {m.lower(): m for m in DISPATCHERS}
 
 
 class BrokerService:
-    def __init__(self, config: BrokerConfig, storage=None) -> None:
+    def __init__(self, config: BrokerConfig, storage=None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.authenticator, self.security_note = security_mode(config)
         """Token authentication, or None when off (broker.server.auth decides at startup)."""
@@ -72,7 +73,9 @@ class BrokerService:
         self._stored_topics: frozenset[str] = frozenset()
         """The topics on disk when the broker started (those created since are in `topics`)."""
         # Topic policies are kept in the data directory when topics are (a restart keeps them).
-        self.policies = PolicyManager(config, Path(config.dataDir) if storage is not None else None)
+        self.policies = PolicyManager(
+            config, Path(config.dataDir) if storage is not None else None, clock
+        )
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._stats_task: asyncio.Task | None = None
