@@ -21,6 +21,9 @@ from broker.config import BrokerConfig, BrokerConfigError
 
 METHOD = "token"
 ALGORITHMS = ["HS256"]
+MIN_KEY_BYTES = 32
+"""RFC 7518 §3.2: an HS256 key has at least 256 bits. Pulsar's JWT library (jjwt) refuses a
+shorter one; a one-byte key would let anyone who guesses it forge tokens (issue 27)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,18 +36,26 @@ class TokenAuthenticator:
         if setting.startswith("data:"):
             _, _, encoded = setting.partition(",")
             try:
-                return cls(base64.b64decode(encoded, validate=True))
+                key = base64.b64decode(encoded, validate=True)
             except ValueError as exc:
                 raise BrokerConfigError(f"tokenSecretKey: not valid base64: {exc}") from None
-        if setting.startswith("file:"):
+        elif setting.startswith("file:"):
             path = Path(urlparse(setting).path)
             try:
-                return cls(path.read_bytes().strip())
+                key = path.read_bytes().strip()
             except OSError as exc:
                 raise BrokerConfigError(f"tokenSecretKey: cannot read {path}: {exc}") from None
-        raise BrokerConfigError(
-            "tokenSecretKey: expected data:;base64,<key> or file:///path (Pulsar's forms)"
-        )
+        else:
+            raise BrokerConfigError(
+                "tokenSecretKey: expected data:;base64,<key> or file:///path (Pulsar's forms)"
+            )
+        if len(key) < MIN_KEY_BYTES:
+            raise BrokerConfigError(
+                f"tokenSecretKey: the key has {len(key) * 8} bits; an HS256 key needs at least "
+                f"{MIN_KEY_BYTES * 8} (RFC 7518, as Pulsar requires): make one with "
+                f"`openssl rand -base64 {MIN_KEY_BYTES}`"
+            )
+        return cls(key)
 
     def role_of(self, token: str | bytes) -> str:
         """The token's subject; raises AuthenticationFailed saying why not."""

@@ -143,3 +143,31 @@ def test_authentication_is_off_on_loopback_and_required_beyond_it_unless_waived(
     )
     assert done.returncode == 2
     assert "without authentication" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("key", "bits"),
+    [
+        ("data:;base64," + base64.b64encode(b"a").decode(), 8),  # issue 27's one-byte key
+        ("data:;base64," + base64.b64encode(SECRET[:31]).decode(), 248),
+    ],
+)
+def test_a_token_key_under_256_bits_refuses_to_start_the_broker(tmp_path, key, bits):
+    """Pulsar's JWT library refuses an HMAC key under 256 bits (RFC 7518): so does the broker,
+    before it listens, saying how many bits the key has and how to make one."""
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "broker", "--port", str(free_port())]
+        + ["--data-dir", str(tmp_path / "data")]
+        + ["--set", "authenticationEnabled=true", "--set", f"tokenSecretKey={key}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, stderr = broker.communicate(timeout=60)
+    finally:
+        broker.kill()
+    assert broker.returncode == 2
+    assert f"tokenSecretKey: the key has {bits} bits" in stderr
+    assert "at least 256" in stderr
