@@ -16,6 +16,7 @@ the driver (drivers/base.py).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import os
@@ -23,6 +24,7 @@ import socket
 import time
 from pathlib import Path
 from typing import cast
+from urllib.parse import urlsplit
 
 import gevent
 from locust.env import Environment
@@ -38,6 +40,13 @@ from harness.omb_control import CONTROL_PERIOD_S, BacklogTarget, RateSearch, owe
 from harness.process_sampler import ProcessSampler
 from harness.progress import Progress
 from harness.run_plan import RunPlan
+from harness.sockets import (
+    connections_for,
+    ports_per_source,
+    socket_limit,
+    source_addresses_needed,
+    workers_needed,
+)
 from harness.users import user_classes
 from harness.worker_group import RunError, Totals, WorkerGroup
 from results_contract.paths import (
@@ -54,8 +63,6 @@ __all__ = ["Coordinator", "RunError", "worker_count_for"]
 # Locust warns about spawn rates above 100 per worker; a connect storm is what we measure.
 logging.getLogger("locust.runners").setLevel(logging.ERROR)
 
-# Sockets one worker may hold: the per-process open-file cap here is 20,000 (DESIGN.md).
-SOCKETS_PER_WORKER = 15000
 MAX_EXTRA_DRAIN_S = 120.0
 STALL_S = 10.0
 BACKLOG_CAP_S = 600.0
@@ -66,12 +73,68 @@ MIN_SEARCH_RATE = 1.0
 REACHABLE_TIMEOUT_S = 5.0
 
 
-def worker_count_for(plan: RunPlan, requested: int) -> int:
+def run_connections(plan: RunPlan) -> int:
+    """The broker connections the run's consumers and producers open."""
+    w = plan.workload
+    return connections_for(w.total_consumers, w.consumers_per_connection, w.total_producers)
+
+
+def worker_count_for(plan: RunPlan, requested: int, limit: int | None = None) -> int:
+    """Local workers to start: as asked, else one per core, or more when the connections do
+    not fit in `limit` each (by default this process's own: local workers inherit it)."""
     if requested > 0:
         return requested
-    w = plan.workload
-    connections = math.ceil(w.total_consumers / max(1, w.consumers_per_connection))
-    return max(os.cpu_count() or 1, math.ceil(connections / SOCKETS_PER_WORKER))
+    limit = socket_limit() if limit is None else limit
+    return max(os.cpu_count() or 1, workers_needed(run_connections(plan), limit))
+
+
+def extra_workers_for(plan: RunPlan, limits: dict[str, int], can_add: bool) -> int:
+    """Local workers to add once workers have joined and told their socket limits: enough
+    that each one's even share of the connections fits in the smallest limit. Workers that
+    did not tell (0) are taken to hold their share. Raises RunError when more are needed
+    and none can be started here."""
+    told = [limit for limit in limits.values() if limit > 0]
+    if not told:
+        return 0
+    connections = run_connections(plan)
+    needed = workers_needed(connections, min(told))
+    if needed <= len(limits):
+        return 0
+    if not can_add:
+        raise RunError(
+            f"the run opens {connections} connections and the smallest worker's open-file "
+            f"limit holds {min(told)}: it needs {needed} workers, {len(limits)} joined "
+            "(start more `bench worker` processes, or raise their open-file limit)"
+        )
+    return needed - len(limits)
+
+
+def spread_sources(plan: RunPlan, ports: int | None = None) -> RunPlan:
+    """The plan with the driver asked for several loopback source addresses when the
+    connections to a loopback broker would run short of one address's ephemeral ports."""
+    if not is_loopback_url(plan.service_url):
+        return plan
+    count = source_addresses_needed(
+        run_connections(plan), ports_per_source() if ports is None else ports
+    )
+    return plan.with_source_addresses(count)
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether every host of a service URL (`scheme://h1,h2:port`) is on loopback."""
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    hosts = [urlsplit(f"//{part}").hostname for part in netloc.split(",") if part]
+    if not hosts:
+        return False
+    for host in hosts:
+        if host == "localhost":
+            continue
+        try:
+            if not ipaddress.ip_address(host or "").is_loopback:
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 class Coordinator:
@@ -127,6 +190,7 @@ class Coordinator:
                     self.broker.pid, broker_dir(self.run_dir) / BROKER_PROCESS_FILE
                 )
                 self.sampler.start()
+            self._spread_sources()
             try:
                 self.driver.driver.check_reachable(self.plan.service_url, REACHABLE_TIMEOUT_S)
             except DriverError as exc:
@@ -162,6 +226,16 @@ class Coordinator:
             ),
         )
         return self.run_dir
+
+    def _spread_sources(self) -> None:
+        spread = spread_sources(self.plan)
+        if spread is not self.plan:
+            self.progress.note(
+                f"{run_connections(self.plan)} connections to a loopback broker: spread over "
+                f"{spread.source_addresses} source addresses (127.0.0.2 on), "
+                f"{ports_per_source()} ephemeral ports each"
+            )
+        self.plan = spread
 
     def _measure_broker_clock(self) -> None:
         """The broker's clock offset: 0 for the one started here, measured for one elsewhere."""
@@ -256,7 +330,7 @@ class Coordinator:
         env.events.init.add_listener(group.on_init)
         env.events.init.fire(environment=env, runner=runner, web_ui=None)
         try:
-            group.start()
+            group.start(more=self._more_workers)
             group.sync_clocks()
             group.configure(self._run_config)
             total_users = w.total_consumers + w.total_producers
@@ -270,6 +344,16 @@ class Coordinator:
             self.phases["drain_end"] = max(self.phases.get("drain_end", 0), time.time())
         finally:
             runner.quit()
+
+    def _more_workers(self, limits: dict[str, int]) -> int:
+        extra = extra_workers_for(self.plan, limits, can_add=self.local_workers > 0)
+        if extra:
+            self.progress.note(
+                f"the workers' open-file limits hold {min(v for v in limits.values() if v)} "
+                f"connections each and the run opens {run_connections(self.plan)}: starting "
+                f"{extra} more local worker(s)"
+            )
+        return extra
 
     def _run_config(self, worker_id: str, index: int) -> RunConfig:
         assert self.group is not None

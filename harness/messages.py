@@ -121,6 +121,9 @@ class WorkerReady(Message):
     NAME: ClassVar[str] = "worker_ready"
     client_id: str
     """Locust's id of the worker, which the master sends to."""
+    socket_limit: int = 0
+    """The connections the worker can hold (harness/sockets.py); 0 from a worker that does
+    not say (an older `bench worker`)."""
 
 
 @dataclass(frozen=True, slots=True)

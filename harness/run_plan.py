@@ -15,6 +15,9 @@ from typing import Any
 from harness.driver_config import DriverFile
 from harness.workload import Workload
 
+SOURCE_ADDRESSES_KEY = "sourceAddresses"
+"""The drivers' `client` key for loopback source addresses (docs/workloads.md)."""
+
 
 def _plain(obj: Any) -> Any:
     """A dataclass as msgpack-able values (Locust ships messages with msgpack)."""
@@ -72,6 +75,24 @@ class RunPlan:
     def with_broker(self, service_url: str, admin_url: str | None) -> RunPlan:
         """The plan aimed at a broker started for it (the bundled one)."""
         return dataclasses.replace(self, service_url=service_url, admin_url=admin_url)
+
+    @property
+    def source_addresses(self) -> int:
+        """The driver's `client.sourceAddresses` (0 when it has none)."""
+        client = self.driver_settings.get("client")
+        value = client.get(SOURCE_ADDRESSES_KEY, 0) if isinstance(client, Mapping) else 0
+        return value if isinstance(value, int) else 0
+
+    def with_source_addresses(self, count: int) -> RunPlan:
+        """The plan with the driver asked to spread its connections over `count` loopback
+        source addresses (harness/sockets.py): for a driver whose `client` section has
+        `sourceAddresses` (the native and the peer drivers), and only when the driver file
+        left it at 0 (a number given there stands). Otherwise the plan unchanged."""
+        client = self.driver_settings.get("client")
+        if count <= 0 or not isinstance(client, Mapping) or client.get(SOURCE_ADDRESSES_KEY) != 0:
+            return self
+        settings = {**self.driver_settings, "client": {**client, SOURCE_ADDRESSES_KEY: count}}
+        return dataclasses.replace(self, driver_settings=settings)
 
     def consumer_placement(self, global_index: int) -> tuple[str, str]:
         """Consumer number → (topic, subscription), filling subscriptions in order."""

@@ -58,6 +58,7 @@ from harness.messages import (
     send,
 )
 from harness.recorder import Phases, Recorder
+from harness.sockets import socket_limit
 from harness.users import user_classes
 from results_contract.clock import now_us
 from results_contract.paths import BURSTS_FILE
@@ -381,7 +382,9 @@ class WorkerProcess:
         listen(runner, PublishRate, self.on_publish_rate, concurrent=False)
         listen(runner, PauseConsumers, self.on_pause_consumers, concurrent=False)
         listen(runner, Finish, self.on_finish, concurrent=True)
-        send(runner, WorkerReady(runner.client_id))  # Locust's join came before the lines above
+        # Locust's join came before the lines above. The limit is raised here, before the
+        # driver opens anything, and told to the master, which sizes the run by it.
+        send(runner, WorkerReady(runner.client_id, socket_limit()))
 
     def on_clock_ping(self, ping: ClockPing) -> None:
         send(self.runner, ClockPong(ping.seq, now_us(), socket.gethostname()))

@@ -106,6 +106,8 @@ class WorkerGroup:
         self._pongs: dict[int, AsyncResult[tuple[ClockPong, int]]] = {}
         self._ping_ids = itertools.count()
         self._ready: set[str] = set()
+        self.socket_limits: dict[str, int] = {}
+        """Locust client id -> the connections that worker can hold (0: it did not say)."""
         self._background = Group()
 
     # -- Locust wiring -----------------------------------------------------------------------
@@ -121,6 +123,7 @@ class WorkerGroup:
 
     def _on_worker_ready(self, msg: WorkerReady) -> None:
         self._ready.add(msg.client_id)
+        self.socket_limits[msg.client_id] = msg.socket_limit
         self.changed.set()
 
     def _on_clock_pong(self, pong: ClockPong) -> None:
@@ -174,13 +177,31 @@ class WorkerGroup:
         return True
 
     # -- start and join ----------------------------------------------------------------------
-    def start(self, timeout: float = 60.0) -> None:
+    def start(
+        self, timeout: float = 60.0, more: Callable[[dict[str, int]], int] | None = None
+    ) -> None:
         """Start the local worker processes and wait until every worker (remote ones too) has
-        joined and is ready for messages; then name them w0, w1, ... and start watching them."""
+        joined and is ready for messages; then name them w0, w1, ... and start watching them.
+
+        `more`, given the joined workers' socket limits, says how many local workers to add
+        (their open-file limits may hold fewer connections than the run opens); they are
+        started and waited for before any worker is named."""
         log_dir = self.run_dir / "logs"
         log_dir.mkdir(exist_ok=True)
+        self._launch(range(self.local), log_dir, timeout)
+        extra = more(dict(self.socket_limits)) if more is not None else 0
+        if extra > 0:
+            self._launch(range(self.local, self.local + extra), log_dir, timeout)
+            self.local += extra
+        for i, client_id in enumerate(sorted(self._ready)):
+            worker_id = f"w{i}"
+            self.workers[worker_id] = WorkerState(worker_id, client_id)
+        self._background.spawn(self._watch_liveness)
+
+    def _launch(self, numbers: range, log_dir: Path, timeout: float) -> None:
+        """Start local workers `numbers` and wait until every expected worker has joined."""
         exits = Group()
-        for i in range(self.local):
+        for i in numbers:
             log = open(log_dir / f"worker-{i}.log", "ab")  # noqa: SIM115 - the child owns it
             process = subprocess.Popen(
                 [sys.executable, "-m", "harness", "worker", "--master", self.master],
@@ -189,7 +210,7 @@ class WorkerGroup:
             )
             self._processes.append(process)
             exits.spawn(self._exited, process, log_dir)
-        expected = self.local + self.remote
+        expected = numbers.stop + self.remote
         try:
             joined = self._wait_for(lambda: len(self._ready) >= expected, timeout)
         finally:
@@ -199,10 +220,6 @@ class WorkerGroup:
                 f"only {len(self._ready)} of {expected} workers joined the master "
                 f"at {self.master} within {timeout:.0f} s; see {log_dir}"
             )
-        for i, client_id in enumerate(sorted(self._ready)):
-            worker_id = f"w{i}"
-            self.workers[worker_id] = WorkerState(worker_id, client_id)
-        self._background.spawn(self._watch_liveness)
 
     def _exited(self, process: subprocess.Popen[bytes], log_dir: Path) -> None:
         """While workers join, a local worker process that exits fails the run."""
