@@ -133,9 +133,7 @@ async def _measure(
         started = time.process_time()
         entry = await topic.publish(section, b"", 1, 1)
         subs = list(topic.subscriptions.values())
-        while sum(s.messages_out for s in subs) < consumers * (n + 1):
-            await asyncio.sleep(0)
-        dispatch_cpu += time.process_time() - started
+        dispatch_cpu += await _until_sent(subs, consumers * (n + 1)) - started
         acks = [_acks(first, count, entry.ledger_id, entry.entry_id) for *_, first, count in conns]
         started = time.process_time()
         for (conn, *_), data in zip(conns, acks, strict=True):
@@ -154,6 +152,20 @@ async def _measure(
         f"{writes / entries:.0f} writes per entry; "
         f"mark-delete {min(s.mark_delete for s in subs)}"
     )
+
+
+async def _until_sent(subs: list, target: int) -> float:
+    """Let the broker dispatch until its subscriptions have sent `target` messages; the CPU
+    clock then, less what looking cost (a sum over 10,000 Shared subscriptions each turn of
+    the loop would otherwise be counted as dispatch)."""
+    looking = 0.0
+    while True:
+        started = time.process_time()
+        done = sum(s.messages_out for s in subs) >= target
+        looking += time.process_time() - started
+        if done:
+            return time.process_time() - looking
+        await asyncio.sleep(0.001)
 
 
 def main() -> None:
