@@ -6,8 +6,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from reports.gate import GateError, gate, load_rules, markdown, write_junit
-from reports.results import ResultsError, SweepSummary, load_any, load_summary
+from reports.changes import InputError
+from reports.gate import (
+    GateError,
+    check_input,
+    fails,
+    gate,
+    load_rules,
+    load_side,
+    markdown,
+    write_junit,
+)
+from reports.results import ResultsError, SweepSummary, load_any
+from reports.stats import Verdict
 from results_contract.paths import GATE_JUNIT_FILE, GATE_MARKDOWN_FILE, SUMMARY_FILE
 
 
@@ -56,32 +67,56 @@ def compare_main(argv: list[str]) -> int:
 def gate_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="bench gate",
-        description="Fail (exit 1) when RUN regressed against BASE beyond the rules.",
+        description="Fail (exit 1) when RUN regressed against BASE: per metric the change, its "
+        "interval and the minimum detectable effect; sweeps case by case.",
     )
-    parser.add_argument("run", type=Path, help="run folder or its summary.json")
-    parser.add_argument("--baseline", type=Path, required=True)
-    parser.add_argument("--rules", type=Path, help="rules YAML (default: built-in rules)")
-    parser.add_argument("--junit", type=Path, help=f"JUnit XML (default: RUN/{GATE_JUNIT_FILE})")
     parser.add_argument(
-        "--markdown", type=Path, help=f"Markdown (default: RUN/{GATE_MARKDOWN_FILE})"
+        "run", type=Path, nargs="+", help="run folder(s), repeat folders or sweeps (the change)"
+    )
+    parser.add_argument(
+        "--baseline", type=Path, nargs="+", required=True, help="the same for the baseline"
+    )
+    parser.add_argument("--rules", type=Path, help="rules YAML (default: built-in rules)")
+    parser.add_argument(
+        "--junit", type=Path, help=f"JUnit XML (default: first RUN/{GATE_JUNIT_FILE})"
+    )
+    parser.add_argument(
+        "--markdown", type=Path, help=f"Markdown (default: first RUN/{GATE_MARKDOWN_FILE})"
+    )
+    parser.add_argument(
+        "--fail-on-inconclusive",
+        action="store_true",
+        help="exit 1 when a metric is inconclusive (its interval reaches past the threshold)",
     )
     args = parser.parse_args(argv)
     try:
         rules = load_rules(args.rules)
-        run = load_summary(args.run)
-        baseline = load_summary(args.baseline)
-    except (GateError, ResultsError) as exc:
+        run = load_side(args.run)
+        baseline = load_side(args.baseline)
+        check_input(run)
+        check_input(baseline)
+        outcomes = gate(run, baseline, rules)
+    except (GateError, ResultsError, InputError) as exc:
         print(f"bench gate: {exc}", file=sys.stderr)
         return 2
-    outcomes = gate(run, baseline, rules)
-    junit = write_junit(outcomes, args.junit or run.run_dir / GATE_JUNIT_FILE, run, baseline)
-    md_path = args.markdown or run.run_dir / GATE_MARKDOWN_FILE
+    first = run.runs[0]
+    folder = first.run_dir if len(run.runs) == 1 else Path(args.run[0])
+    if folder.is_file():
+        folder = folder.parent
+    strict = args.fail_on_inconclusive
+    junit = write_junit(outcomes, args.junit or folder / GATE_JUNIT_FILE, run, baseline, strict)
+    md_path = args.markdown or folder / GATE_MARKDOWN_FILE
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(markdown(outcomes, run, baseline))
-    failed = [o for o in outcomes if not o.passed]
+    md_path.write_text(markdown(outcomes, run, baseline, strict))
+    for o in outcomes:
+        if not o.skipped:
+            print(f"{o.verdict} {o.name}: {o.message}")
+    failed = fails(outcomes, strict)
     for o in failed:
-        print(f"FAIL {o.rule.metric}: {o.message}", file=sys.stderr)
+        print(f"FAIL {o.name}: {o.message}", file=sys.stderr)
     print(junit)
     print(md_path)
-    print("gate passed" if not failed else f"gate failed: {len(failed)} rule(s)")
+    inconclusive = sum(o.verdict is Verdict.INCONCLUSIVE for o in outcomes)
+    tail = f" ({inconclusive} inconclusive)" if inconclusive else ""
+    print(("gate passed" if not failed else f"gate failed: {len(failed)} rule(s)") + tail)
     return 1 if failed else 0

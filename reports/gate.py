@@ -1,37 +1,80 @@
-"""The regression gate: compare a run with a baseline under rules, answer with an exit code,
-a JUnit XML file and a Markdown table for CI systems.
+"""The regression gate: runs against a baseline's runs, metric by metric and case by case,
+answered with an exit code, a JUnit XML file and a Markdown table for CI systems.
 
-A rule fails only when the metric got worse by more than its relative threshold *and* more than
-its absolute one (when both are set): on a shared laptop a 2 ms P99 can move 40 % between two
-identical runs, and a 30 % change of 0.3 ms means nothing.
+Every statistical rule is decided by reports/stats.py's `decide` from an estimate of the change
+and its interval (several runs per side: Welch's t; one run per side: a bootstrap over the runs'
+measurement intervals), with Holm's correction over every metric of every case. A rule's
+`relative` is its threshold: a regression only when the whole interval is worse than it.
+Counts that must not grow (losses, reordering, errors) are exact rules, as before.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import re
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from reports.changes import (
+    BROKER_CPU,
+    CLIENT_CPU,
+    CONNECT_PER_CONSUMER,
+    DELIVERY_RATE,
+    KERNEL_METRICS,
+    PUBLISH_RATE,
+    TARGET_METRICS,
+    InputError,
+    center,
+    estimate,
+    no_kernel_times,
+    values,
+)
 from reports.formatting import sig
-from reports.metrics import METRICS, Direction, metric_value
-from reports.results import RunSummary
+from reports.metrics import METRICS, Direction
+from reports.results import ResultsError, RunSummary, SweepSummary, load_any, load_summary
+from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide, holm
+from results_contract.paths import SWEEP_FILE
+from results_contract.testbed import Testbed, read_testbed
 
 
 class GateError(ValueError):
     """A rules file or an input the gate cannot use; one line naming the file and the fix."""
 
 
+class Kind(StrEnum):
+    STATISTICAL = "statistical"
+    """The change against the baseline, with its interval; `relative` is the threshold."""
+    TARGET = "target"
+    """Against what the workload asked; `relative` is the shortfall allowed."""
+    EXACT = "exact"
+    """A count: fails when the run's worst exceeds the baseline's worst by more than
+    `absolute` (0: any increase)."""
+
+
+EXACT_METRICS = (
+    "connections_failed",
+    "deliveries_lost",
+    "client_errors",
+    "consumers_short",
+    "deliveries_out_of_order",
+)
+
+
 @dataclass(frozen=True)
 class Rule:
     metric: str
     relative: float | None = None
-    """Allowed worsening as a fraction of the baseline (0.25 = 25 %)."""
+    """Threshold as a fraction (0.1 = 10 %): statistical and target rules."""
     absolute: float | None = None
-    """Allowed worsening in the metric's own unit."""
+    """In the metric's unit: exact rules' allowed increase; for a statistical rule a floor
+    (the change must also exceed this much at the baseline's level)."""
     direction: Direction | None = None
     """Which way is better; the metric table's when not given."""
 
@@ -39,72 +82,300 @@ class Rule:
     def resolved_direction(self) -> Direction:
         if self.direction is not None:
             return self.direction
+        if self.metric in TARGET_METRICS:
+            return Direction.HIGHER_IS_BETTER
         known = METRICS.get(self.metric)
         return known.direction if known else Direction.LOWER_IS_BETTER
 
+    @property
+    def kind(self) -> Kind:
+        if self.metric in EXACT_METRICS:
+            return Kind.EXACT
+        return Kind.TARGET if self.metric in TARGET_METRICS else Kind.STATISTICAL
 
-# Defaults for noisy machines (a laptop, a shared CI runner): latency must grow by a quarter
-# and by a few milliseconds before it counts; losing deliveries never passes. The P99 at the
-# kernel is the broker's number (skipped when the baseline has no kernel times).
+
+# Thresholds small enough to matter, the statistics keep the noise out: each verdict prints the
+# minimum detectable effect, and a threshold below it is reported as such.
 DEFAULT_RULES: tuple[Rule, ...] = (
-    Rule("e2e_kernel_p99_ms", relative=0.25, absolute=5.0),
-    Rule("e2e_p99_ms", relative=0.25, absolute=5.0),
-    Rule("e2e_p50_ms", relative=0.25, absolute=2.0),
-    Rule("publish_p99_ms", relative=0.5, absolute=5.0),
-    Rule("connection_time_s", relative=0.25, absolute=1.0),
-    Rule("connections_failed", relative=0.0, absolute=0.0),
-    Rule("deliveries_lost", relative=0.0, absolute=0.0),
-    Rule("client_errors", relative=0.0, absolute=0.0),
-    Rule("consumers_short", relative=0.0, absolute=0.0),
-    Rule("deliveries_out_of_order", relative=0.0, absolute=0.0),
+    Rule("e2e_kernel_p99_ms", relative=0.05),
+    Rule("e2e_p99_ms", relative=0.05),
+    Rule("e2e_p50_ms", relative=0.05),
+    Rule("publish_p99_ms", relative=0.10),
+    Rule(CONNECT_PER_CONSUMER, relative=0.10),
+    Rule(PUBLISH_RATE, relative=0.05),
+    Rule(DELIVERY_RATE, relative=0.05),
+    Rule(CLIENT_CPU, relative=0.05),
+    Rule(BROKER_CPU, relative=0.05),
+    Rule("connections_failed", absolute=0.0),
+    Rule("deliveries_lost", absolute=0.0),
+    Rule("client_errors", absolute=0.0),
+    Rule("consumers_short", absolute=0.0),
+    Rule("deliveries_out_of_order", absolute=0.0),
 )
 
 
 @dataclass(frozen=True)
 class Outcome:
     rule: Rule
+    case: str
     baseline: float | None
     value: float | None
-    passed: bool
+    verdict: Verdict | None
+    """None: skipped (the baseline lacks the metric); exact rules: REGRESSION or NOISE."""
     message: str
+    change: Change | None = None
+    below_mde: bool = False
+    n_base: int = 0
+    n_run: int = 0
 
     @property
-    def change(self) -> float | None:
-        if self.baseline is None or self.value is None:
-            return None
-        return self.value - self.baseline
+    def skipped(self) -> bool:
+        return self.verdict is None
 
-
-def evaluate(rule: Rule, run: RunSummary, baseline: RunSummary) -> Outcome:
-    base = metric_value(baseline.data, rule.metric)
-    value = metric_value(run.data, rule.metric)
-    if base is None:
-        return Outcome(rule, base, value, True, "not in the baseline: skipped")
-    if value is None:
-        return Outcome(rule, base, value, False, "missing from the run")
-    worse = value - base if rule.resolved_direction is Direction.LOWER_IS_BETTER else base - value
-    limits = []
-    if rule.relative is not None:
-        limits.append(abs(base) * rule.relative)
-    if rule.absolute is not None:
-        limits.append(rule.absolute)
-    allowed = max(limits) if limits else 0.0
-    if worse > allowed:
-        return Outcome(rule, base, value, False, f"worse by {sig(worse)} (allowed {sig(allowed)})")
-    return Outcome(rule, base, value, True, "within limits" if worse > 0 else "not worse")
-
-
-def gate(run: RunSummary, baseline: RunSummary, rules: tuple[Rule, ...]) -> list[Outcome]:
-    outcomes = [evaluate(rule, run, baseline) for rule in rules]
-    if run.partial:
-        reasons = "; ".join(run.data.get("partial_reasons") or []) or "no reason recorded"
-        outcomes.append(
-            Outcome(Rule("run_complete"), None, None, False, f"the run is partial: {reasons}")
+    def failed(self, fail_on_inconclusive: bool = False) -> bool:
+        return self.verdict is Verdict.REGRESSION or (
+            fail_on_inconclusive and self.verdict is Verdict.INCONCLUSIVE
         )
-    return outcomes
+
+    @property
+    def name(self) -> str:
+        return f"{self.case}: {self.rule.metric}" if self.case else self.rule.metric
 
 
-# -- rules files -------------------------------------------------------------------------------
+# -- inputs: runs, repeats and sweeps, by case ---------------------------------------------------
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: its runs by case (a plain run's case is "")."""
+
+    cases: Mapping[str, Sequence[RunSummary]]
+    sources: tuple[Path, ...]
+
+    @property
+    def runs(self) -> list[RunSummary]:
+        return [r for runs in self.cases.values() for r in runs]
+
+
+_ORDINAL = re.compile(r"^\d+-")
+_REPEAT = re.compile(r"-r\d+$")
+
+
+def case_keys(sweep: SweepSummary) -> list[tuple[str, Path]]:
+    """(case identity, folder) for every case of a sweep or a set of repeats.
+
+    sweep.json's `case_keys` (written by `bench run`) names each folder's case; without it the
+    folder name less its ordinal and repeat suffix (`03-subscriptionType-Shared-r2`)."""
+    path = sweep.sweep_dir / SWEEP_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{path}: not readable ({exc})") from None
+    folders = data.get("cases") if isinstance(data, dict) else data
+    if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+        raise ResultsError(f"{path}: 'cases' must be a list of folder names")
+    keys = data.get("case_keys") if isinstance(data, dict) else None
+    if not isinstance(keys, list) or len(keys) != len(folders):
+        keys = [_REPEAT.sub("", _ORDINAL.sub("", f)) for f in folders]
+    return [(str(k), sweep.sweep_dir / f) for k, f in zip(keys, folders, strict=True)]
+
+
+def load_side(paths: Sequence[Path]) -> Side:
+    """Runs, repeat folders and sweeps, merged by case identity."""
+    cases: dict[str, list[RunSummary]] = {}
+    for p in paths:
+        loaded = load_any(Path(p))
+        if isinstance(loaded, RunSummary):
+            cases.setdefault("", []).append(loaded)
+            continue
+        for key, folder in case_keys(loaded):
+            cases.setdefault(key, []).append(load_summary(folder))
+    return Side(cases, tuple(Path(p) for p in paths))
+
+
+def match_cases(run: Side, base: Side) -> list[tuple[str, list[RunSummary], list[RunSummary]]]:
+    """Cases paired by identity; one case per side pairs whatever its name. A case on one side
+    only is bad input (GateError naming it)."""
+    if len(run.cases) == 1 and len(base.cases) == 1:
+        (key, runs), (_, bases) = next(iter(run.cases.items())), next(iter(base.cases.items()))
+        return [(key, list(bases), list(runs))]
+    only_run = [k for k in run.cases if k not in base.cases]
+    only_base = [k for k in base.cases if k not in run.cases]
+    if only_run or only_base:
+        parts = []
+        if only_run:
+            parts.append(f"case(s) {', '.join(map(repr, only_run))} only in the run")
+        if only_base:
+            parts.append(f"case(s) {', '.join(map(repr, only_base))} only in the baseline")
+        raise GateError(
+            "sweeps are gated case by case, matched by case: " + "; ".join(parts) + " "
+            f"(run: {', '.join(map(str, run.sources))}; "
+            f"baseline: {', '.join(map(str, base.sources))})"
+        )
+    return [(k, list(base.cases[k]), list(run.cases[k])) for k in run.cases]
+
+
+def check_input(side: Side) -> None:
+    """Summaries the gate can read: a headline object in each (missing keys are bad input)."""
+    for r in side.runs:
+        if not isinstance(r.data.get("headline"), Mapping):
+            raise GateError(f"{r.path}: headline is missing or not an object")
+
+
+# -- evaluation ---------------------------------------------------------------------------------
+def _present(runs: Sequence[RunSummary], metric: str) -> list[float]:
+    return [v for v in values(runs, metric) if v is not None]
+
+
+def _exact(rule: Rule, case: str, base: list[RunSummary], run: list[RunSummary]) -> Outcome:
+    b, r = _present(base, rule.metric), _present(run, rule.metric)
+    n = (len(base), len(run))
+    if not b:
+        return Outcome(rule, case, None, max(r, default=None), None, "not in the baseline: skipped")
+    if len(r) < len(run):
+        return Outcome(
+            rule, case, max(b), None, Verdict.REGRESSION, "missing from the run", None, False, *n
+        )
+    worst_b, worst_r = max(b), max(r)
+    allowed = rule.absolute or 0.0
+    if worst_r - worst_b > allowed:
+        message = f"worst run {sig(worst_r)} against {sig(worst_b)} (allowed +{sig(allowed)})"
+        return Outcome(rule, case, worst_b, worst_r, Verdict.REGRESSION, message, None, False, *n)
+    return Outcome(
+        rule, case, worst_b, worst_r, Verdict.NOISE, "not more than the baseline", None, False, *n
+    )
+
+
+def gate(run: Side, base: Side, rules: tuple[Rule, ...], alpha: float = ALPHA) -> list[Outcome]:
+    """Every rule on every case; statistical rules share one Holm correction."""
+    pending: list[tuple[int, Rule, str, Change, float | None, float | None, tuple[int, int]]] = []
+    outcomes: list[Outcome | None] = []
+    for case, bases, runs in match_cases(run, base):
+        for rule in rules:
+            if rule.kind is Kind.EXACT:
+                outcomes.append(_exact(rule, case, bases, runs))
+                continue
+            b, r = _present(bases, rule.metric), _present(runs, rule.metric)
+            n = (len(bases), len(runs))
+            if rule.metric in KERNEL_METRICS and any(no_kernel_times(x) for x in runs + bases):
+                outcomes.append(
+                    Outcome(
+                        rule,
+                        case,
+                        center(b),
+                        center(r),
+                        None,
+                        "skipped: no kernel receive times in these runs (read-time P99 gated)",
+                    )
+                )
+                continue
+            if rule.kind is Kind.STATISTICAL and not b:
+                outcomes.append(
+                    Outcome(rule, case, None, center(r), None, "not in the baseline: skipped")
+                )
+                continue
+            if rule.kind is Kind.TARGET and not r and not b:
+                outcomes.append(
+                    Outcome(rule, case, None, None, None, "no asked rate (producerRate 0): skipped")
+                )
+                continue
+            if len(r) < len(runs):
+                outcomes.append(
+                    Outcome(
+                        rule,
+                        case,
+                        center(b),
+                        None,
+                        Verdict.REGRESSION,
+                        "missing from the run",
+                        None,
+                        False,
+                        *n,
+                    )
+                )
+                continue
+            pending.append(
+                (
+                    len(outcomes),
+                    rule,
+                    case,
+                    estimate(rule.metric, bases, runs, alpha),
+                    center(b),
+                    center(r),
+                    n,
+                )
+            )
+            outcomes.append(None)
+    levels = holm([c.p_value for _, _, _, c, _, _, _ in pending], alpha)
+    for (i, rule, case, change, b_c, r_c, n), (level, significant) in zip(
+        pending, levels, strict=True
+    ):
+        if level != change.alpha and change.has_interval:
+            change = _at_level(rule.metric, case, run, base, level, change)
+        threshold = _threshold(rule, b_c)
+        decision = decide(change, threshold, rule.resolved_direction, significant)
+        outcomes[i] = Outcome(
+            rule,
+            case,
+            b_c,
+            r_c,
+            decision.verdict,
+            _message(decision, change, threshold),
+            change,
+            decision.below_mde,
+            *n,
+        )
+    done = [o for o in outcomes if o is not None]
+    for summary in run.runs:
+        if summary.partial:
+            reasons = "; ".join(summary.data.get("partial_reasons") or []) or "no reason recorded"
+            done.append(
+                Outcome(
+                    Rule("run_complete"),
+                    "",
+                    None,
+                    None,
+                    Verdict.REGRESSION,
+                    f"{summary.run_id} is partial: {reasons}",
+                )
+            )
+    return done
+
+
+def _at_level(
+    metric: str, case: str, run: Side, base: Side, level: float, change: Change
+) -> Change:
+    """The same estimate with its interval drawn at Holm's level for this metric."""
+    redrawn = at_level(change, level)
+    if redrawn is not None:
+        return redrawn
+    pairs = {k: (b, r) for k, b, r in match_cases(run, base)}
+    bases, runs = pairs[case]
+    return estimate(metric, bases, runs, level)
+
+
+def _threshold(rule: Rule, base_center: float | None) -> float:
+    """The rule's threshold as a fraction; an absolute floor counts at the baseline's level."""
+    relative = rule.relative or 0.0
+    if rule.absolute and base_center:
+        return max(relative, rule.absolute / abs(base_center))
+    return relative
+
+
+def _message(decision: Decision, change: Change, threshold: float) -> str:
+    note = ""
+    called = decision.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT)
+    if decision.below_mde and change.mde is not None and not called:
+        note = (
+            f"; the threshold {threshold * 100:.0f} % is below the minimum detectable effect "
+            f"{change.mde * 100:.0f} %: more repeats would be needed to see it"
+        )
+    return decision.reason + note
+
+
+def fails(outcomes: Sequence[Outcome], fail_on_inconclusive: bool = False) -> list[Outcome]:
+    return [o for o in outcomes if o.failed(fail_on_inconclusive)]
+
+
+# -- rules files --------------------------------------------------------------------------------
 _RULE_KEYS = {f.name for f in fields(Rule)}
 
 
@@ -150,7 +421,7 @@ def _rule(item: Any, path: Path, i: int) -> Rule:
         value = item.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise GateError(f"{where}: {key!r} must be a number >= 0, got {value!r}")
         limits[key] = float(value)
     rule = Rule(metric, relative=limits.get("relative"), absolute=limits.get("absolute"))
@@ -163,27 +434,50 @@ def _rule(item: Any, path: Path, i: int) -> Rule:
     return rule
 
 
-# -- CI outputs -----------------------------------------------------------------------------
-def write_junit(outcomes: list[Outcome], path: Path, run: RunSummary, baseline: RunSummary) -> Path:
-    failures = sum(not o.passed for o in outcomes)
+# -- CI outputs ---------------------------------------------------------------------------------
+def provenance(side: Side) -> str:
+    """Revision(s), branch and testbed of a side's runs, as one line."""
+    beds = {read_testbed(r.run_dir) for r in side.runs}
+    revisions = sorted(
+        {str(r.section("environment").get("git_revision") or "?")[:12] for r in side.runs}
+    )
+    described = sorted({b.describe() for b in beds if b is not None}) or ["testbed not recorded"]
+    return f"revision {', '.join(revisions)}; " + "; ".join(described)
+
+
+def write_junit(
+    outcomes: list[Outcome],
+    path: Path,
+    run: Side,
+    base: Side,
+    fail_on_inconclusive: bool = False,
+) -> Path:
+    failed = fails(outcomes, fail_on_inconclusive)
     suite = ET.Element(
         "testsuite",
         name="fanout-bench gate",
         tests=str(len(outcomes)),
-        failures=str(failures),
+        failures=str(len(failed)),
         errors="0",
-        skipped=str(sum(o.passed and o.baseline is None for o in outcomes)),
+        skipped=str(sum(o.skipped for o in outcomes)),
     )
-    ET.SubElement(
-        ET.SubElement(suite, "properties"), "property", name="baseline", value=baseline.run_id
-    )
+    props = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("baseline", ", ".join(map(str, base.sources))),
+        ("run", ", ".join(map(str, run.sources))),
+        ("baseline_provenance", provenance(base)),
+        ("run_provenance", provenance(run)),
+    ):
+        ET.SubElement(props, "property", name=name, value=value)
     for o in outcomes:
-        case = ET.SubElement(suite, "testcase", classname=f"gate.{run.run_id}", name=o.rule.metric)
-        if not o.passed:
-            failure = ET.SubElement(case, "failure", message=o.message)
-            failure.text = f"baseline {o.baseline}, run {o.value}: {o.message}"
-        elif o.baseline is None:
+        case = ET.SubElement(suite, "testcase", classname="gate", name=o.name)
+        text = f"baseline {o.baseline}, run {o.value}: {o.message}"
+        if o.failed(fail_on_inconclusive):
+            ET.SubElement(case, "failure", message=o.message).text = text
+        elif o.skipped:
             ET.SubElement(case, "skipped", message=o.message)
+        else:
+            ET.SubElement(case, "system-out").text = f"{o.verdict}: {text}"
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
     return path
@@ -193,29 +487,64 @@ def _show(value: float | None) -> str:
     return "–" if value is None else sig(value)
 
 
-def markdown(outcomes: list[Outcome], run: RunSummary, baseline: RunSummary) -> str:
+def _interval(o: Outcome) -> str:
+    c = o.change
+    if c is None or c.low is None or c.high is None:
+        return "–"
+    return f"{c.low * 100:+.1f} % … {c.high * 100:+.1f} %"
+
+
+def markdown(
+    outcomes: list[Outcome], run: Side, base: Side, fail_on_inconclusive: bool = False
+) -> str:
     """A table for a CI job summary ($GITHUB_STEP_SUMMARY) or a pull-request comment."""
-    failed = sum(not o.passed for o in outcomes)
-    verdict = "passed" if not failed else f"failed ({failed} of {len(outcomes)} rules)"
+    failed = fails(outcomes, fail_on_inconclusive)
+    inconclusive = [o for o in outcomes if o.verdict is Verdict.INCONCLUSIVE]
+    verdict = "passed" if not failed else f"failed ({len(failed)} of {len(outcomes)} rules)"
+    if not failed and inconclusive:
+        verdict += f", {len(inconclusive)} inconclusive"
+    n_base = len(base.runs) // max(1, len(base.cases))
+    n_run = len(run.runs) // max(1, len(run.cases))
+    bound = [r for r in run.runs + base.runs if r.client_bound]
     lines = [
         f"### fan-out bench gate: {verdict}",
         "",
-        f"Run `{run.run_id}` against baseline `{baseline.run_id}`.",
-        "",
+        f"- Run: {', '.join(f'`{p}`' for p in run.sources)} ({provenance(run)})",
+        f"- Baseline: {', '.join(f'`{p}`' for p in base.sources)} ({provenance(base)})",
+        f"- {n_run} run(s) per case against {n_base}; {len(run.cases)} case(s); "
+        f"α {ALPHA} over all metrics (Holm).",
         *(
-            f"> ⚠ The {role} `{summary.run_id}` is client-bound: its numbers describe the load "
-            "generator as much as the broker.\n"
-            for role, summary in (("run", run), ("baseline", baseline))
-            if summary.client_bound
+            [
+                "- One run per side: intervals come from the runs' own measurement intervals "
+                "and say nothing about run-to-run variation."
+            ]
+            if n_base == 1 and n_run == 1
+            else []
         ),
-        "| metric | baseline | run | change | result |",
-        "|---|---:|---:|---:|---|",
+        *(
+            [
+                f"> ⚠ Client-bound: {', '.join(f'`{r.run_id}`' for r in bound)}: their numbers "
+                "describe the load generator as much as the broker.",
+                "",
+            ]
+            if bound
+            else [""]
+        ),
+        "| case | metric | baseline | run | change | interval | MDE | verdict |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for o in outcomes:
-        change = "–" if o.change is None else ("+" if o.change > 0 else "") + sig(o.change)
-        mark = "pass" if o.passed else "**FAIL**"
+        c = o.change
+        change = "–" if c is None else f"{c.estimate * 100:+.1f} %"
+        mde = "–" if c is None or c.mde is None else f"{c.mde * 100:.1f} %"
+        mark = "skipped" if o.skipped else str(o.verdict)
+        if o.failed(fail_on_inconclusive):
+            mark = f"**{mark.upper()}**"
         lines.append(
-            f"| {o.rule.metric} | {_show(o.baseline)} | {_show(o.value)} | {change} | "
-            f"{mark}: {o.message} |"
+            f"| {o.case or '–'} | {o.rule.metric} | {_show(o.baseline)} | {_show(o.value)} | "
+            f"{change} | {_interval(o)} | {mde} | {mark}: {o.message} |"
         )
     return "\n".join(lines) + "\n"
+
+
+__all__ = ["InputError", "Testbed"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
@@ -65,6 +65,8 @@ class Change:
     method: str
     """How the interval was made, in words a reader can check."""
     alpha: float = ALPHA
+    resampled: tuple[float, ...] = field(default=(), compare=False, repr=False)
+    """A bootstrap's log changes, so Holm's level can redraw the interval without resampling."""
 
     @property
     def has_interval(self) -> bool:
@@ -173,7 +175,7 @@ def compare_runs(base: ArrayLike, run: ArrayLike, alpha: float = ALPHA) -> Chang
     estimate = float(np.exp(lb.mean() - la.mean()) - 1)
     se = math.sqrt(la.var(ddof=1) / len(la) + lb.var(ddof=1) / len(lb))
     df = min(len(la), len(lb)) - 1
-    if se == 0:  # identical values on each side: the change is exact
+    if se <= 1e-12:  # identical values on each side (to rounding): the change is exact
         return _exact(estimate, method, alpha)
     res = stats.ttest_ind(lb, la, equal_var=False)
     ci = res.confidence_interval(1 - alpha)
@@ -193,7 +195,7 @@ def _compare_runs_linear(a: np.ndarray, b: np.ndarray, alpha: float, method: str
     scale = abs(float(a.mean())) or 1.0
     estimate = float(b.mean() - a.mean()) / scale
     se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
-    if se == 0:
+    if se <= 1e-12 * max(1.0, abs(estimate)):
         return _exact(estimate, method, alpha)
     res = stats.ttest_ind(b, a, equal_var=False)
     ci = res.confidence_interval(1 - alpha)
@@ -217,7 +219,7 @@ def compare_against_target(values: ArrayLike, target: float, alpha: float = ALPH
         return Change(float(x.mean() - 1) if len(x) else 0.0, None, None, None, None, method, alpha)
     se = float(x.std(ddof=1) / math.sqrt(len(x)))
     estimate = float(x.mean() - 1)
-    if se == 0:
+    if se <= 1e-12 * max(1.0, abs(estimate)):
         return _exact(estimate, method, alpha)
     res = stats.ttest_1samp(x, 1.0)
     ci = res.confidence_interval(1 - alpha)
@@ -265,10 +267,16 @@ def compare_interval_histograms(
         base.sum(0), values, q
     )
 
+    def merged(rows: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        # A resample as weights (how often each interval was drawn) times the count rows:
+        # one matrix product per batch, not a (batch × intervals × buckets) copy.
+        idx = np.atleast_2d(idx.astype(int))
+        weights = np.zeros((idx.shape[0], len(rows)))
+        np.add.at(weights, (np.arange(idx.shape[0])[:, None], idx), 1)
+        return np.asarray(percentile_of_counts(weights @ rows, values, q))
+
     def log_ratio(ia: np.ndarray, ib: np.ndarray, axis: int = -1) -> np.ndarray:
-        pa = percentile_of_counts(base[ia.astype(int)].sum(axis=-2), values, q)
-        pb = percentile_of_counts(run[ib.astype(int)].sum(axis=-2), values, q)
-        return np.asarray(np.log(pb / pa))
+        return np.asarray(np.log(merged(run, ib) / merged(base, ia)))
 
     return _bootstrap(
         (np.arange(len(base)), np.arange(len(run))), log_ratio, float(point), method, alpha, seed
@@ -328,4 +336,23 @@ def _bootstrap(
         float(np.expm1(z * se)) if math.isfinite(se) else None,
         method,
         alpha,
+        tuple(float(x) for x in dist),
+    )
+
+
+def at_level(change: Change, alpha: float) -> Change | None:
+    """A bootstrap's interval at another level, from its kept resamples (percentile method);
+    None when the change was not bootstrapped (re-estimate it instead)."""
+    if not change.resampled:
+        return None
+    dist = np.asarray(change.resampled)
+    low, high = np.quantile(dist, [alpha / 2, 1 - alpha / 2])
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(POWER)
+    se = float(dist.std(ddof=1))
+    return replace(
+        change,
+        low=float(np.expm1(low)),
+        high=float(np.expm1(high)),
+        mde=float(np.expm1(z * se)),
+        alpha=alpha,
     )

@@ -1,163 +1,243 @@
-"""`bench gate`: rules, exit codes, and the JUnit XML and Markdown it always writes."""
+"""`bench gate`: repeats, intervals and verdicts; sweeps case by case; bad input; the JUnit
+XML and Markdown it always writes."""
 
 from __future__ import annotations
 
+import json
+import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from reports.cli import gate_main
-from reports.gate import DEFAULT_RULES, GateError, Rule, evaluate, load_rules
-from reports.metrics import Direction
-from reports.results import load_summary
+from reports.gate import GateError, load_rules
 from reports.samples import sample_summary, write_run
+from results_contract.hlog import HlogWriter, new_histogram
+from results_contract.intervals import INTERVALS_FILE
+from results_contract.paths import SWEEP_FILE, SWEEP_SUMMARY_FILE
+from results_contract.schemas import SWEEP_SCHEMA
+from results_contract.testbed import Testbed as Bed
+from results_contract.testbed import write_testbed
+
+CV = 0.04
 
 
-def run_gate(tmp_path: Path, base_kw: dict, run_kw: dict, *extra: str):
-    """Gate a synthetic run against a synthetic baseline; the exit code and both outputs."""
-    base = write_run(tmp_path / "base", sample_summary(run_id="base", **base_kw))
-    run = write_run(tmp_path / "run", sample_summary(run_id="run", **run_kw))
-    junit = tmp_path / "out" / "junit.xml"
-    md = tmp_path / "out" / "gate.md"
+def runs(folder: Path, n: int, seed: int, factor: float = 1.0, **kw: Any) -> list[Path]:
+    """n runs of the sample with seeded run-to-run spread; `factor` scales the latencies."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        noise = float(np.exp(rng.normal(0, CV)))
+        summary = sample_summary(
+            run_id=f"{folder.name}{i}",
+            e2e_p99_ms=round(12.3 * factor * noise, 4),
+            connection_time_s=round(3.2 * float(np.exp(rng.normal(0, CV))), 4),
+        )
+        for key, value in kw.items():
+            summary["headline"][key] = value
+        out.append(write_run(folder / f"r{i}", summary).parent)
+    return out
+
+
+def gate(tmp_path: Path, run: list[Path], base: list[Path], *extra: str) -> tuple[int, Any, str]:
+    junit, md = tmp_path / "out" / "junit.xml", tmp_path / "out" / "gate.md"
     code = gate_main(
-        [str(run), "--baseline", str(base), "--junit", str(junit), "--markdown", str(md), *extra]
+        [
+            *map(str, run),
+            "--baseline",
+            *map(str, base),
+            "--junit",
+            str(junit),
+            "--markdown",
+            str(md),
+            *extra,
+        ]
     )
-    return code, ET.parse(junit).getroot(), md.read_text()
+    return (
+        code,
+        ET.parse(junit).getroot() if junit.exists() else None,
+        (md.read_text() if md.exists() else ""),
+    )
 
 
 def failed(suite: ET.Element) -> list[str]:
     return [c.get("name", "") for c in suite.iter("testcase") if c.find("failure") is not None]
 
 
-def test_a_regression_fails_with_one_failure_element_per_failed_rule(tmp_path: Path) -> None:
-    code, suite, md = run_gate(tmp_path, {"e2e_p99_ms": 100.0}, {"e2e_p99_ms": 200.0})
-    assert code == 1
-    # The sample's P50 and P99 at the kernel scale with its P99, so all three regress; nothing
-    # else does.
-    assert failed(suite) == ["e2e_kernel_p99_ms", "e2e_p99_ms", "e2e_p50_ms"]
-    assert suite.get("failures") == "3"
-    assert suite.get("tests") == str(len(DEFAULT_RULES))
-    assert f"failed (3 of {len(DEFAULT_RULES)} rules)" in md
-    assert md.count("**FAIL**") == 3
+def test_same_revision_repeats_pass_and_print_change_interval_and_mde(tmp_path: Path) -> None:
+    code, suite, md = gate(tmp_path, runs(tmp_path / "run", 5, 1), runs(tmp_path / "base", 5, 2))
+    assert code == 0 and failed(suite) == []
+    assert "5 run(s) per case against 5" in md
+    row = next(line for line in md.splitlines() if "| e2e_p99_ms |" in line)
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[5].endswith("%") and "…" in cells[6] and cells[7].endswith("%")
 
 
-def test_the_kernel_p99_rule_is_skipped_without_kernel_times_in_the_baseline(
-    tmp_path: Path,
-) -> None:
-    rule = Rule("e2e_kernel_p99_ms", relative=0.25, absolute=5.0)
-    assert rule in DEFAULT_RULES
-    base = load_summary(write_run(tmp_path / "b", sample_summary(kernel_times=False)))
-    run = load_summary(write_run(tmp_path / "r", sample_summary(e2e_p99_ms=100.0)))
-    outcome = evaluate(rule, run, base)
-    assert outcome.passed and outcome.message == "not in the baseline: skipped"
-
-
-def test_noise_within_the_rules_passes(tmp_path: Path) -> None:
-    # +20 % and +2 ms: under both default thresholds (25 % and 5 ms). Connection time +30 %
-    # but +0.6 s: under the 1 s floor.
-    code, suite, md = run_gate(
-        tmp_path,
-        {"e2e_p99_ms": 10.0, "connection_time_s": 2.0},
-        {"e2e_p99_ms": 12.0, "connection_time_s": 2.6},
+def test_a_slowdown_beyond_the_noise_fails_the_latency_rules(tmp_path: Path) -> None:
+    code, suite, md = gate(
+        tmp_path, runs(tmp_path / "run", 5, 1, factor=1.3), runs(tmp_path / "base", 5, 2)
     )
+    assert code == 1
+    assert {"e2e_p99_ms", "e2e_p50_ms", "e2e_kernel_p99_ms"} <= set(failed(suite))
+    assert "connection_time_per_consumer_ms" not in failed(suite)
+    assert "**REGRESSION**" in md
+
+
+def test_inconclusive_passes_unless_asked_to_fail(tmp_path: Path) -> None:
+    run, base = runs(tmp_path / "run", 2, 1), runs(tmp_path / "base", 2, 2)
+    code, _, md = gate(tmp_path, run, base)
+    assert code == 0 and "inconclusive" in md
+    code, suite, _ = gate(tmp_path, run, base, "--fail-on-inconclusive")
+    assert code == 1 and failed(suite)
+
+
+def _intervals(folder: Path, scale: float, seed: int) -> None:
+    """Sixty one-second histograms of e2e values, as the analysis writes them."""
+    rng = np.random.default_rng(seed)
+    with open(folder / INTERVALS_FILE, "w", encoding="ascii") as stream:
+        writer = HlogWriter(stream, 1000.0)
+        for k in range(60):
+            hist = new_histogram()
+            for v in rng.lognormal(math.log(5000 * scale), 0.5, 400):
+                hist.record_value(int(v))
+            writer.write("e2e", 1000.0 + k, 1.0, hist)
+
+
+def test_one_run_per_side_bootstraps_its_intervals_and_says_so(tmp_path: Path) -> None:
+    (base,) = runs(tmp_path / "base", 1, 1)
+    (same,) = runs(tmp_path / "same", 1, 1)
+    (slow,) = runs(tmp_path / "slow", 1, 1, factor=1.5)
+    _intervals(base, 1.0, 1)
+    _intervals(same, 1.0, 2)
+    _intervals(slow, 1.5, 3)
+    code, suite, md = gate(tmp_path, [same], [base])
     assert code == 0
-    assert suite.get("failures") == "0" and failed(suite) == []
-    assert len(list(suite.iter("testcase"))) == len(DEFAULT_RULES)
-    assert "gate: passed" in md
+    assert "say nothing about run-to-run variation" in md
+    row = next(line for line in md.splitlines() if "| e2e_p99_ms |" in line)
+    assert "…" in row
+    code, suite, md = gate(tmp_path, [slow], [base])
+    assert code == 1 and "e2e_p99_ms" in failed(suite)
+    # Without measurement intervals (CPU per delivery) a single pair is inconclusive.
+    assert "client_cpu_us_per_delivery" in md and "no measurement intervals" in md
 
 
-def test_both_thresholds_must_be_exceeded(tmp_path: Path) -> None:
-    rule = Rule("e2e_p99_ms", relative=0.25, absolute=5.0)
-    base = load_summary(write_run(tmp_path / "b", sample_summary(e2e_p99_ms=100.0)))
-    small = load_summary(write_run(tmp_path / "s", sample_summary(e2e_p99_ms=124.0)))
-    large = load_summary(write_run(tmp_path / "l", sample_summary(e2e_p99_ms=126.0)))
-    assert evaluate(rule, small, base).passed  # +24 %: above 5 ms, under 25 %
-    assert not evaluate(rule, large, base).passed
-    tiny_base = load_summary(write_run(tmp_path / "tb", sample_summary(e2e_p99_ms=2.0)))
-    tiny = load_summary(write_run(tmp_path / "t", sample_summary(e2e_p99_ms=6.0)))
-    assert evaluate(rule, tiny, tiny_base).passed  # +200 % but only +4 ms
+@pytest.mark.parametrize(
+    ("where", "value", "field"),
+    [
+        (("headline", "e2e_p99_ms"), float("nan"), "headline.e2e_p99_ms"),
+        (("headline", "connection_time_s"), float("inf"), "headline.connection_time_s"),
+        (("latency", "e2e", "p50"), "12 ms", "latency.e2e.p50"),
+    ],
+)
+def test_a_value_that_is_not_a_finite_number_is_bad_input(
+    tmp_path: Path, capsys, where: tuple[str, ...], value: Any, field: str
+) -> None:
+    base = runs(tmp_path / "base", 1, 1)
+    summary = sample_summary(run_id="bad")
+    node = summary
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    run = write_run(tmp_path / "bad", summary)
+    run.write_text(json.dumps(summary))  # NaN and Infinity as Python's json writes them
+    code, _, _ = gate(tmp_path, [run.parent], base)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert str(run) in err and field in err
 
 
-def test_higher_is_better_fails_on_a_drop(tmp_path: Path) -> None:
-    rule = Rule("deliveries_received", relative=0.01)
-    assert rule.resolved_direction is Direction.HIGHER_IS_BETTER
-    base = load_summary(write_run(tmp_path / "b", sample_summary()))
-    fewer = load_summary(write_run(tmp_path / "f", sample_summary(deliveries_lost=6000)))
-    assert not evaluate(rule, fewer, base).passed
-    assert evaluate(rule, base, fewer).passed  # more is never a regression
+def test_a_summary_without_its_headline_is_bad_input(tmp_path: Path, capsys) -> None:
+    summary = sample_summary()
+    del summary["headline"]
+    run = write_run(tmp_path / "bad", summary)
+    assert gate(tmp_path, [run.parent], runs(tmp_path / "base", 1, 1))[0] == 2
+    assert "headline" in capsys.readouterr().err
 
 
-def test_any_lost_delivery_and_a_partial_run_fail(tmp_path: Path) -> None:
-    code, suite, _ = run_gate(tmp_path, {}, {"deliveries_lost": 1, "partial": True})
+def test_kernel_metrics_are_skipped_with_a_note_without_kernel_times(tmp_path: Path) -> None:
+    base = write_run(tmp_path / "b", sample_summary(kernel_times=False)).parent
+    run = write_run(tmp_path / "r", sample_summary(kernel_times=False)).parent
+    code, suite, md = gate(tmp_path, [run], [base])
+    assert code == 0
+    assert "no kernel receive times" in md
+    skipped = [c.get("name") for c in suite.iter("testcase") if c.find("skipped") is not None]
+    assert "e2e_kernel_p99_ms" in skipped
+
+
+def test_a_metric_missing_from_the_run_fails_its_rule(tmp_path: Path) -> None:
+    summary = sample_summary(run_id="r")
+    summary["harness_cost"]["broker_cpu_us_per_delivery"] = None
+    run = write_run(tmp_path / "r", summary).parent
+    code, suite, _ = gate(tmp_path, [run], runs(tmp_path / "base", 1, 1))
+    assert code == 1 and failed(suite) == ["broker_cpu_us_per_delivery"]
+
+
+def test_losses_reordering_and_partial_runs_fail_exactly(tmp_path: Path) -> None:
+    lost = write_run(tmp_path / "l", sample_summary(deliveries_lost=1, partial=True)).parent
+    code, suite, _ = gate(tmp_path, [lost], runs(tmp_path / "base", 1, 1))
+    assert code == 1 and {"deliveries_lost", "run_complete"} <= set(failed(suite))
+
+
+def test_a_run_publishing_less_than_asked_fails_the_rate_rule(tmp_path: Path) -> None:
+    short = []
+    for i in range(3):
+        summary = sample_summary(run_id=f"s{i}")
+        summary["series"]["publish_rate"] = [0.8 + 0.01 * (k % 3) for k in range(60)]
+        short.append(write_run(tmp_path / f"s{i}", summary).parent)
+    code, suite, _ = gate(tmp_path, short, runs(tmp_path / "base", 3, 1))
+    assert code == 1 and "publish_rate_vs_asked" in failed(suite)
+
+
+def _sweep(folder: Path, cases: dict[str, float], repeats: int, seed: int) -> Path:
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    names, keys = [], []
+    i = 0
+    for r in range(repeats):
+        for key, p99 in cases.items():
+            name = f"{i:02d}-{key}-r{r + 1}"
+            summary = sample_summary(
+                run_id=name, e2e_p99_ms=round(p99 * float(np.exp(rng.normal(0, CV))), 4)
+            )
+            write_run(folder / name, summary)
+            names.append(name)
+            keys.append(key)
+            i += 1
+    (folder / SWEEP_FILE).write_text(json.dumps({"cases": names, "case_keys": keys}))
+    (folder / SWEEP_SUMMARY_FILE).write_text(json.dumps({"schema": SWEEP_SCHEMA, "cases": []}))
+    return folder
+
+
+def test_sweeps_are_gated_case_by_case(tmp_path: Path) -> None:
+    base = _sweep(tmp_path / "base", {"Shared": 10.0, "Broadcast": 5.0}, 4, 1)
+    run = _sweep(tmp_path / "run", {"Shared": 10.0, "Broadcast": 7.5}, 4, 2)
+    code, suite, md = gate(tmp_path, [run], [base])
     assert code == 1
-    assert set(failed(suite)) == {"deliveries_lost", "run_complete"}
+    assert "Broadcast: e2e_p99_ms" in failed(suite)
+    assert not any(name.startswith("Shared") for name in failed(suite))
+    assert "| Shared | e2e_p99_ms |" in md
 
 
-def test_a_consumer_short_of_messages_fails_even_when_totals_match(tmp_path: Path) -> None:
-    code, suite, _ = run_gate(tmp_path, {}, {"consumers_short": 1})
-    assert code == 1
-    assert failed(suite) == ["consumers_short"]
+def test_a_case_on_one_side_only_is_bad_input_naming_it(tmp_path: Path, capsys) -> None:
+    base = _sweep(tmp_path / "base", {"Shared": 10.0, "Broadcast": 5.0}, 1, 1)
+    run = _sweep(tmp_path / "run", {"Shared": 10.0, "Key_Shared": 5.0}, 1, 2)
+    assert gate(tmp_path, [run], [base])[0] == 2
+    err = capsys.readouterr().err
+    assert "'Key_Shared' only in the run" in err and "'Broadcast' only in the baseline" in err
 
 
-def test_new_client_errors_fail(tmp_path: Path) -> None:
-    code, suite, _ = run_gate(tmp_path, {}, {"client_errors": 3})
-    assert code == 1
-    assert failed(suite) == ["client_errors"]
-
-
-def test_a_rules_file_overrides_defaults_of_the_same_metric(tmp_path: Path) -> None:
-    rules = tmp_path / "gates.yaml"
-    rules.write_text(
-        "rules:\n"
-        "  - metric: e2e_kernel_p99_ms\n    relative: 1.5\n"
-        "  - metric: e2e_p99_ms\n    relative: 1.5\n"
-        "  - metric: e2e_p50_ms\n    relative: 1.5\n"
-        "  - metric: latency.e2e.p99_9\n    relative: 0.1\n    direction: lower_is_better\n"
-    )
-    loaded = load_rules(rules)
-    assert [r.metric for r in loaded][-4:] == [
-        "e2e_kernel_p99_ms",
-        "e2e_p99_ms",
-        "e2e_p50_ms",
-        "latency.e2e.p99_9",
-    ]
-    assert len(loaded) == len(DEFAULT_RULES) + 1
-    code, suite, _ = run_gate(
-        tmp_path, {"e2e_p99_ms": 100.0}, {"e2e_p99_ms": 200.0}, "--rules", str(rules)
-    )
-    assert code == 1
-    assert failed(suite) == ["latency.e2e.p99_9"]  # a dotted path into summary.json
-
-
-def test_replace_defaults_keeps_only_the_files_rules(tmp_path: Path) -> None:
-    rules = tmp_path / "gates.yaml"
-    rules.write_text("replaceDefaults: true\nrules:\n  - metric: deliveries_lost\n")
-    assert load_rules(rules) == (Rule("deliveries_lost"),)
-
-
-def test_a_metric_the_baseline_lacks_is_skipped_not_failed(tmp_path: Path) -> None:
-    rules = tmp_path / "gates.yaml"
-    rules.write_text("replaceDefaults: true\nrules:\n  - metric: latency.connect.p99\n")
-    base = sample_summary(run_id="base")
-    del base["latency"]["connect"]
-    write_run(tmp_path / "base", base)
-    run = write_run(tmp_path / "run", sample_summary(run_id="run"))
-    junit = tmp_path / "j.xml"
-    args = [str(run), "--baseline", str(tmp_path / "base"), "--rules", str(rules)]
-    assert gate_main([*args, "--junit", str(junit), "--markdown", str(tmp_path / "g.md")]) == 0
-    suite = ET.parse(junit).getroot()
-    assert suite.get("skipped") == "1" and suite.find("testcase/skipped") is not None
-
-
-def test_outputs_default_to_the_run_folder(tmp_path: Path, capsys) -> None:
-    base = write_run(tmp_path / "base", sample_summary(run_id="base"))
-    run = write_run(tmp_path / "run", sample_summary(run_id="run"))
-    assert gate_main([str(run.parent), "--baseline", str(base.parent)]) == 0
-    printed = capsys.readouterr().out.splitlines()
-    assert str(run.parent / "gate-junit.xml") in printed
-    assert str(run.parent / "gate.md") in printed
-    assert ET.parse(run.parent / "gate-junit.xml").getroot().get("failures") == "0"
+def test_revision_branch_and_testbed_are_shown(tmp_path: Path) -> None:
+    run = runs(tmp_path / "run", 1, 1)
+    base = runs(tmp_path / "base", 1, 2)
+    write_testbed(run[0], Bed("abc123def4567890", "feature", "Test CPU", 2, "6.1.0"))
+    code, suite, md = gate(tmp_path, run, base)
+    assert "branch feature, Test CPU ×2, Linux 6.1.0" in md and "revision abc123def456" in md
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert "Test CPU" in props["run_provenance"]
+    assert props["baseline_provenance"].endswith("testbed not recorded")
 
 
 @pytest.mark.parametrize(
