@@ -58,6 +58,23 @@ def _body(i: int) -> bytes:
     return f"m{i}".encode()
 
 
+def _eventually(check, timeout_s: float = 15) -> None:
+    """Wait for a condition the broker reaches on its own (acks in, a cursor expired)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _unacked(broker: BrokerProcess, topic: str, consumer: str) -> int:
+    (found,) = [
+        c["unackedMessages"]
+        for c in _stats(broker, topic)["subscriptions"]["all"]["consumers"]
+        if c["consumerName"] == consumer
+    ]
+    return int(found)
+
+
 def test_a_named_broadcast_consumer_away_3_s_resumes_where_it_stood(tmp_path):
     broker = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
     try:
@@ -70,7 +87,7 @@ def test_a_named_broadcast_consumer_away_3_s_resumes_where_it_stood(tmp_path):
             producer.send(_body(i))
         assert _drain(steady) == [_body(i) for i in range(10)]
         assert _drain(away) == [_body(i) for i in range(10)]
-        time.sleep(0.3)  # the client's ack grouping (100 ms)
+        _eventually(lambda: _unacked(broker, "blip", "away") == 0)  # the client groups acks
         away_client.close()
 
         for i in range(10, 20):
@@ -139,12 +156,16 @@ def test_a_departed_broadcast_consumer_cursor_expires_and_is_counted(tmp_path):
         producer.send(_body(0))
         assert _drain(steady) == [_body(0)]
         gone.close()  # it leaves without acknowledging
-        time.sleep(0.5)
-        subscription = _stats(broker, "expiry")["subscriptions"]["all"]
-        assert subscription["msgBacklog"] == 1  # held for the one that left
-        assert subscription["departedConsumerCursors"] == 1
-        time.sleep(1.5)
-        subscription = _stats(broker, "expiry")["subscriptions"]["all"]
+
+        def subscription_now() -> dict:
+            return _stats(broker, "expiry")["subscriptions"]["all"]
+
+        left = time.monotonic()
+        _eventually(lambda: subscription_now()["departedConsumerCursors"] == 1)
+        assert subscription_now()["msgBacklog"] == 1  # held for the one that left
+        _eventually(lambda: subscription_now()["expiredConsumerCursorsCounter"] == 1)
+        assert time.monotonic() - left >= 1.0 - 0.1  # not before its expiration time
+        subscription = subscription_now()
         assert subscription["expiredConsumerCursorsCounter"] == 1
         assert subscription["departedConsumerCursors"] == 0
         assert subscription["msgBacklog"] == 0  # nothing held for it any more
@@ -208,8 +229,12 @@ def test_acks_beyond_what_was_sent_are_refused_and_counted(tmp_path):
                 message_id=[pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id)],
             )
             sock.sendall(encode_frame(ack))  # raw: the client codec sends ACKs its own way
-        time.sleep(0.5)
-        subscription = _stats(broker, "acks")["subscriptions"]["shared"]
+
+        def subscription_now() -> dict:
+            return _stats(broker, "acks")["subscriptions"]["shared"]
+
+        _eventually(lambda: subscription_now()["acksRefusedCounter"] == 2)
+        subscription = subscription_now()
         assert subscription["msgBacklog"] == 5
         assert subscription["acksRefusedCounter"] == 2
         with urllib.request.urlopen(f"{broker.admin}/metrics", timeout=5) as reply:
@@ -318,7 +343,8 @@ def test_named_broadcast_consumers_resume_after_a_clean_restart(tmp_path):
         assert _drain(fast) == [_body(i) for i in range(10)]
         for _ in range(3):
             late.acknowledge(late.receive(timeout_millis=5000))
-        time.sleep(0.5)  # the client's ack grouping; the broker's save is left to its stop
+        _eventually(lambda: _unacked(broker, "bc-stop", "late") == 7)  # its 3 acks are in
+        # (the broker's save of the cursors is left to its stop)
         broker = broker.restart()
         with contextlib.suppress(pulsar.NotConnected):
             client.close()

@@ -232,6 +232,12 @@ def test_a_topic_dispatch_rate_is_one_quota_shared_by_its_subscriptions() -> Non
             counts.append(_count(a, T.MESSAGE) + _count(b, T.MESSAGE))
             clock.advance(1.0)
         assert counts == [20, 20, 20, 0]
+        subs = broker.topic().subscriptions.values()
+        by_topic = [
+            s.dispatcher.policy_events.get("dispatchThrottledMsgEventsByTopicLimit", 0)
+            for s in subs
+        ]
+        assert sum(by_topic) >= 2
 
     run(go)
 
@@ -320,6 +326,28 @@ def test_the_ttl_expires_a_backlog_at_the_first_check_after_it_passes() -> None:
         clock.advance(0.7)  # 2.6 s: the check at 2.4 s found them 2.4 s old
         assert sub()["msgBacklog"] == 0
         assert sub()["totalMsgExpired"] == 25
+
+    run(go)
+
+
+def test_the_ttl_counts_from_when_a_delayed_message_is_deliverable() -> None:
+    async def go(clock: FakeClock) -> None:
+        broker = Broker(clock, messageExpiryCheckIntervalInMinutes=0.01)  # every 0.6 s
+        producer, idle = broker.client(), broker.client()
+        _producer(producer)
+        _subscribe(idle, "s", permits=0)
+        broker.set(MESSAGE_TTL, 1)
+        producer.conn.data_received(_sends(clock, 0, 1, deliver_in_s=4.0))
+        await settle()
+
+        def sub() -> dict[str, Any]:
+            stats: dict[str, Any] = topic_stats(broker.topic())["subscriptions"]["s"]
+            return stats
+
+        clock.advance(4.7)  # published 4.7 s ago, deliverable 0.7 s ago: within its TTL
+        assert (sub()["msgBacklog"], sub()["totalMsgExpired"]) == (1, 0)
+        clock.advance(0.7)  # the check at 5.4 s: deliverable 1.4 s ago
+        assert (sub()["msgBacklog"], sub()["totalMsgExpired"]) == (0, 1)
 
     run(go)
 
