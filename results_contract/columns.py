@@ -88,11 +88,13 @@ DELIVERY_COLUMNS = _columns(
 
 # raw/<worker-id>/bursts.csv: one row per second in which the worker read deliveries over a
 # window of its own (harness/burst_meter.py): from its first to its last read of that second,
-# the window's length and the CPU the worker spent inside it (its process CPU time, ms).
+# the window's length, the CPU the worker spent inside it (its process CPU time, ms) and the
+# time its thread waited for a core while runnable (run-queue time, ms).
 BURST_COLUMNS = _columns(
     ("ts", Kind.INTEGER),
     ("window_ms", Kind.NUMBER),
     ("cpu_ms", Kind.NUMBER),
+    ("wait_ms", Kind.NUMBER),
 )
 
 # broker/process.csv: the broker process the harness started, once a second, read from

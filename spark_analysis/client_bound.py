@@ -31,7 +31,7 @@ from results_contract.client_bound import (
 from results_contract.columns import BURST_COLUMNS
 from spark_analysis.inputs import parsers, read_csv, second_index
 
-BURST_PARSERS = parsers(BURST_COLUMNS, "ts", "window_ms", "cpu_ms")
+BURST_PARSERS = parsers(BURST_COLUMNS, "ts", "window_ms", "cpu_ms", "wait_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,16 +53,20 @@ class BurstLoad:
     hot_seconds: int  # of those, the ones with CPU inside the window above CPU_LIMIT_PERCENT
     cpu: float  # median over those seconds of the CPU inside the window, % of a core
     window_ms: float  # median window
+    wait: float = 0.0  # median share of the window spent waiting for a core, %
 
 
 def burst_load(
-    worker: str, rows: Iterable[tuple[int, float, float]], measure_start: float, seconds: int
+    worker: str,
+    rows: Iterable[tuple[int, float, float, float]],
+    measure_start: float,
+    seconds: int,
 ) -> BurstLoad | None:
-    """A worker's (ts, window_ms, cpu_ms) rows judged over the measure phase; None when no
-    measure second had a window long enough to judge."""
+    """A worker's (ts, window_ms, cpu_ms, wait_ms) rows judged over the measure phase; None
+    when no measure second had a window long enough to judge."""
     windows = [
-        (window_ms, 100.0 * cpu_ms / window_ms)
-        for ts, window_ms, cpu_ms in rows
+        (window_ms, 100.0 * cpu_ms / window_ms, 100.0 * wait_ms / window_ms)
+        for ts, window_ms, cpu_ms, wait_ms in rows
         if 0 <= second_index(ts, measure_start) < seconds and window_ms >= BURST_MIN_WINDOW_MS
     ]
     if not windows:
@@ -70,9 +74,10 @@ def burst_load(
     return BurstLoad(
         worker,
         seconds=len(windows),
-        hot_seconds=sum(1 for _, cpu in windows if cpu > CPU_LIMIT_PERCENT),
-        cpu=round(statistics.median(cpu for _, cpu in windows), 1),
-        window_ms=round(statistics.median(w for w, _ in windows), 1),
+        hot_seconds=sum(1 for _, cpu, _ in windows if cpu > CPU_LIMIT_PERCENT),
+        cpu=round(statistics.median(cpu for _, cpu, _ in windows), 1),
+        window_ms=round(statistics.median(w for w, _, _ in windows), 1),
+        wait=round(statistics.median(wait for _, _, wait in windows), 1),
     )
 
 
@@ -83,7 +88,10 @@ def read_bursts(
     long enough are left out)."""
     loads = []
     for worker, path in files:
-        rows = [(int(v[0]), float(v[1]), float(v[2])) for _, v in read_csv(path, BURST_PARSERS)]
+        rows = [
+            (int(v[0]), float(v[1]), float(v[2]), float(v[3]))
+            for _, v in read_csv(path, BURST_PARSERS)
+        ]
         load = burst_load(worker, rows, measure_start, seconds)
         if load is not None:
             loads.append(load)
@@ -174,6 +182,7 @@ def judge(
         "max_loop_lag_ms": max((load.max_loop_lag_ms for load in loads), default=None),
         "burst_cpu": None if busiest is None else busiest.cpu,
         "burst_ms": None if busiest is None else busiest.window_ms,
+        "burst_wait": None if busiest is None else busiest.wait,
         "kernel_times": tail.kernel_times,
         "note": None if tail.kernel_times else NO_KERNEL_TIMES,
         "client_delay_p99_ms": delay,

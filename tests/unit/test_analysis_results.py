@@ -99,6 +99,7 @@ def test_case_row_refuses_other_schemas() -> None:
 NO_TAIL = {
     "burst_cpu": None,
     "burst_ms": None,
+    "burst_wait": None,
     "kernel_times": False,
     "note": NO_KERNEL_TIMES,
     "client_delay_p99_ms": None,
@@ -166,6 +167,7 @@ def test_a_tail_the_client_moved_by_more_than_its_share_is_client_bound() -> Non
         "distortion_share": 0.6923,
         "burst_cpu": None,
         "burst_ms": None,
+        "burst_wait": None,
     }
 
 

@@ -39,15 +39,20 @@ class Clocks:
     def __init__(self) -> None:
         self.wall = 1000.0
         self.cpu = 5.0
+        self.wait = 1.0
 
-    def run(self, wall_s: float, cpu_s: float) -> None:
+    def run(self, wall_s: float, cpu_s: float, wait_s: float = 0.0) -> None:
         self.wall += wall_s
         self.cpu += cpu_s
+        self.wait += wait_s
 
 
 def meter(tmp_path: Path, clocks: Clocks) -> BurstMeter:
     return BurstMeter(
-        tmp_path / "w0" / "bursts.csv", clock=lambda: clocks.wall, cpu=lambda: clocks.cpu
+        tmp_path / "w0" / "bursts.csv",
+        clock=lambda: clocks.wall,
+        cpu=lambda: clocks.cpu,
+        wait=lambda: clocks.wait,
     )
 
 
@@ -62,19 +67,19 @@ def test_the_meter_writes_the_window_from_first_to_last_read_and_the_cpu_inside(
     clocks = Clocks()
     bursts = meter(tmp_path, clocks)
     bursts.activity()  # the first read of the second
-    for _ in range(4):  # 4 more marks, 50 ms apart, 48 ms of CPU each: saturated
-        clocks.run(0.05, 0.048)
+    for _ in range(4):  # 4 more marks, 50 ms apart, 40 ms of CPU and 5 waiting for a core
+        clocks.run(0.05, 0.04, 0.005)
         bursts.activity()
     clocks.run(0.6, 0.01)  # idle until the tick: outside the window
     window = bursts.tick(1001)
     assert window is not None
-    assert window[0] == pytest.approx(200.0) and window[1] == pytest.approx(192.0)
+    assert window == pytest.approx((200.0, 160.0, 20.0))
     assert bursts.tick(1002) is None  # no reads in that second: no row
     bursts.activity()  # one read alone has no window
     assert bursts.tick(1003) is None
     bursts.close()
     written = rows(tmp_path / "w0" / "bursts.csv")
-    assert written == [list(header(BURST_COLUMNS)), ["1001", "200.000", "192.000"]]
+    assert written == [list(header(BURST_COLUMNS)), ["1001", "200.000", "160.000", "20.000"]]
 
 
 def test_a_burst_over_a_tick_is_two_windows(tmp_path: Path) -> None:
@@ -90,22 +95,22 @@ def test_a_burst_over_a_tick_is_two_windows(tmp_path: Path) -> None:
     bursts.activity()
     second = bursts.tick(1002)
     bursts.close()
-    assert first == pytest.approx((100.0, 100.0))
-    assert second == pytest.approx((100.0, 20.0))
+    assert first == pytest.approx((100.0, 100.0, 0.0))
+    assert second == pytest.approx((100.0, 20.0, 0.0))
 
 
 def test_burst_load_judges_the_measure_seconds_with_windows_long_enough() -> None:
     start = 1000.0  # second index k is the row with ts start + k + 1
     data = [
-        (1000, 300.0, 299.0),  # the warm-up's last second: not judged
-        (1001, 300.0, 297.0),  # 99 %
-        (1002, 400.0, 380.0),  # 95 %
-        (1003, BURST_MIN_WINDOW_MS - 1, 45.0),  # too short to judge
-        (1004, 200.0, 100.0),  # 50 %
-        (1011, 500.0, 500.0),  # after the measure phase (10 s)
+        (1000, 300.0, 299.0, 0.0),  # the warm-up's last second: not judged
+        (1001, 300.0, 297.0, 3.0),  # 99 %, waiting 1 %
+        (1002, 400.0, 380.0, 20.0),  # 95 %, 5 %
+        (1003, BURST_MIN_WINDOW_MS - 1, 45.0, 0.0),  # too short to judge
+        (1004, 200.0, 100.0, 80.0),  # 50 %, 40 %
+        (1011, 500.0, 500.0, 0.0),  # after the measure phase (10 s)
     ]
     load = burst_load("w1", data, start, 10)
-    assert load == BurstLoad("w1", seconds=3, hot_seconds=2, cpu=95.0, window_ms=300.0)
+    assert load == BurstLoad("w1", seconds=3, hot_seconds=2, cpu=95.0, window_ms=300.0, wait=5.0)
     assert burst_load("w1", data[:1] + data[3:4], start, 10) is None
 
 
@@ -114,10 +119,14 @@ def test_read_bursts_reads_each_workers_file(tmp_path: Path) -> None:
         path = tmp_path / worker / "bursts.csv"
         path.parent.mkdir()
         path.write_text(
-            "ts,window_ms,cpu_ms\n" + "".join(f"{1001 + k},200.0,{2 * cpu}\n" for k in range(5))
+            "ts,window_ms,cpu_ms,wait_ms\n"
+            + "".join(f"{1001 + k},200.0,{2 * cpu},1.0\n" for k in range(5))
         )
     loads = read_bursts([(w, tmp_path / w / "bursts.csv") for w in ("w0", "w1")], 1000.0, 5)
-    assert [(b.worker, b.hot_seconds, b.cpu) for b in loads] == [("w0", 5, 98.0), ("w1", 0, 30.0)]
+    assert [(b.worker, b.hot_seconds, b.cpu, b.wait) for b in loads] == [
+        ("w0", 5, 98.0, 0.5),
+        ("w1", 0, 30.0, 0.5),
+    ]
 
 
 def test_a_worker_saturated_inside_its_bursts_is_client_bound_though_its_seconds_are_calm() -> None:
@@ -130,6 +139,7 @@ def test_a_worker_saturated_inside_its_bursts_is_client_bound_though_its_seconds
     ]
     assert verdict["rules_broken"] == ["burst_cpu"]
     assert verdict["burst_cpu"] == 97.0 and verdict["burst_ms"] == 420.0
+    assert verdict["burst_wait"] == 0.0
     assert verdict["max_cpu"] == 40.0  # the one-second view, still reported as what it is
 
 
@@ -170,13 +180,13 @@ def test_the_report_says_a_distortion_reason_once_and_gives_the_burst_cpu(
         [CALM_SECONDS],
         20,
         TailLatency(100.0, 60.0, 40.0),
-        [BurstLoad("w0", seconds=20, hot_seconds=0, cpu=55.0, window_ms=120.0)],
+        [BurstLoad("w0", seconds=20, hot_seconds=0, cpu=55.0, window_ms=120.0, wait=30.0)],
     )
     doc["client_bound"] = verdict
     band = _band(render_run(write_run(tmp_path / "run", doc)).read_text())
     assert band.count("the client added") == 1, band
-    assert "inside the burst of deliveries (120 ms, medians)" in band, band
-    assert "55" in band
+    assert "55.0 % inside the burst of deliveries (120 ms, medians;" in band, band
+    assert "55" in band and "waiting for a core 30" in band, band
 
 
 def test_counts_are_independent_of_the_order_of_workers() -> None:
