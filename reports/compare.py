@@ -1,7 +1,10 @@
 """Runs or sweeps side by side, every number with its ratio to the first one.
 
 The canonical use is Shared against Broadcast: put the baseline first, and ×0.17 reads as
-"the second takes 17 % of the first's time".
+"the second takes 17 % of the first's time". A ratio is coloured only when the gate's own
+decision (reports/stats.py `decide`, threshold 0, Holm over the column's metrics) calls it a
+change: its interval excludes "no change". Without an interval (a run without intervals.hlog,
+a metric with no measurement intervals) nothing is coloured.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reports import charts
+from reports.changes import InputError, estimate
 from reports.charts import PALETTE, Chart, Curve, Series, SpectrumPanel, StageRow, TimePanel
-from reports.metrics import LATENCY_LABELS, METRICS, Metric, metric_value, ratio, verdict
-from reports.results import ResultsError, RunSummary, SweepSummary, load_any
+from reports.metrics import LATENCY_LABELS, METRICS, Metric, metric_value, ratio
+from reports.results import ResultsError, RunSummary, SweepSummary, load_any, load_summary
+from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide, holm
 from reports.sweeps import number, scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
+from reports.testbeds import provenance
 from results_contract.metrics import E2E
 
 COMPARE_RUN_CHARTS = (
@@ -27,26 +33,77 @@ COMPARE_RUN_CHARTS = (
 COMPARE_SWEEP_CHARTS = ("compare-connection-vs-consumers", "compare-e2e-p99-vs-consumers")
 
 
+_CSS = {Verdict.REGRESSION: "worse", Verdict.IMPROVEMENT: "better"}
+
+
 @dataclass(frozen=True)
 class MetricRow:
-    """One metric across runs; ratios[0] is always ×1."""
+    """One metric across runs; ratios[0] is always ×1; decisions[0] is None."""
 
     metric: Metric
     values: tuple[float | None, ...]
     ratios: tuple[float | None, ...]
+    decisions: tuple[Decision | None, ...] = ()
 
     @property
     def verdicts(self) -> tuple[str, ...]:
-        return ("",) + tuple(verdict(r, self.metric.direction) for r in self.ratios[1:])
+        """CSS classes: worse / better for a called change, same for one within noise, "" when
+        there is nothing to decide from."""
+        out = [""]
+        for d in self.decisions[1:]:
+            out.append("" if d is None else _CSS.get(d.verdict, "same"))
+        return tuple(out)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple("" if d is None else f"{d.verdict}: {d.reason}" for d in self.decisions)
+
+
+# Counts (losses, errors, deliveries): exact numbers, a change is a change.
+COUNTS = frozenset(name for name, m in METRICS.items() if m.unit == "")
+
+
+def _change(metric: str, a: RunSummary, b: RunSummary, alpha: float) -> Change | None:
+    va, vb = metric_value(a.data, metric), metric_value(b.data, metric)
+    if va is None or vb is None:
+        return None
+    if metric in COUNTS:
+        est = (vb - va) / max(abs(va), 1.0)
+        return Change(est, est, est, 1.0 if est == 0 else 0.0, 0.0, "exact counts", alpha)
+    try:
+        return estimate(metric, [a], [b], alpha)
+    except InputError as exc:
+        raise ResultsError(str(exc)) from None
 
 
 def run_rows(runs: Sequence[RunSummary]) -> list[MetricRow]:
-    """Every known metric that at least one run has, with ratios to the first run."""
+    """Every known metric that at least one run has, with ratios to the first run and the
+    gate's decision on each change (Holm over each column's metrics)."""
+    metrics = [
+        m for m in METRICS.values() if any(metric_value(r.data, m.name) is not None for r in runs)
+    ]
+    columns: list[list[Decision | None]] = []
+    for run in runs[1:]:
+        changes = [_change(m.name, runs[0], run, ALPHA) for m in metrics]
+        levels = holm([c.p_value if c and c.has_interval else None for c in changes])
+        column: list[Decision | None] = []
+        for m, c, (level, significant) in zip(metrics, changes, levels, strict=True):
+            if c is None:
+                column.append(None)
+                continue
+            if c.has_interval and level != c.alpha:
+                c = at_level(c, level) or (
+                    c if m.name in COUNTS else estimate(m.name, [runs[0]], [run], level)
+                )
+            column.append(decide(c, 0.0, m.direction, significant) if c.has_interval else None)
+        columns.append(column)
     rows = []
-    for metric in METRICS.values():
+    for i, metric in enumerate(metrics):
         values = tuple(metric_value(run.data, metric.name) for run in runs)
-        if any(v is not None for v in values):
-            rows.append(MetricRow(metric, values, tuple(ratio(v, values[0]) for v in values)))
+        decisions = (None, *(col[i] for col in columns))
+        rows.append(
+            MetricRow(metric, values, tuple(ratio(v, values[0]) for v in values), decisions)
+        )
     return rows
 
 
@@ -109,21 +166,31 @@ def _compare_runs(runs: list[RunSummary], out: Path) -> Path:
         letters=[_letter(i) for i in range(len(runs))],
         rows=run_rows(runs),
         charts=_run_charts(runs, names),
+        provenance=[provenance([r]) for r in runs],
     )
 
 
 def _compare_sweeps(sweeps: list[SweepSummary], out: Path) -> Path:
     named = []
+    kinds = []
     for i, sweep in enumerate(sweeps):
         for kind, cases in series_by_type(sweep.cases).items():
             named.append((f"{_letter(i)}: {kind}", cases, sweep.fits.get(kind)))
+            kinds.append(kind)
+    # B's Broadcast against A's Broadcast: each series against A's series of the same name
+    # (A's first when A has no such series).
+    first_of_a = {kind: j for j, kind in reversed(list(enumerate(kinds[: _count_a(sweeps)])))}
+    reference = [first_of_a.get(kind, 0) for kind in kinds]
     fits = [
         (
             name,
             fit,
-            ratio(number(fit, "extrapolated_100k_s"), number(named[0][2], "extrapolated_100k_s")),
+            ratio(
+                number(fit, "extrapolated_100k_s"),
+                number(named[reference[j]][2], "extrapolated_100k_s"),
+            ),
         )
-        for name, _, fit in named
+        for j, (name, _, fit) in enumerate(named)
         if fit
     ]
     return write_page(
@@ -132,10 +199,27 @@ def _compare_sweeps(sweeps: list[SweepSummary], out: Path) -> Path:
         sweeps=sweeps,
         letters=[_letter(i) for i in range(len(sweeps))],
         names=[name for name, _, _ in named],
-        rows=scaling_rows([(name, cases) for name, cases, _ in named]),
+        rows=scaling_rows([(name, cases) for name, cases, _ in named], reference),
+        reference=[named[r][0] for r in reference],
+        provenance=[_sweep_provenance(s) for s in sweeps],
         fits=fits,
         charts=scaling_charts(named, prefix="compare-"),
     )
+
+
+def _count_a(sweeps: Sequence[SweepSummary]) -> int:
+    """How many series the first sweep has."""
+    return len(series_by_type(sweeps[0].cases)) if sweeps else 0
+
+
+def _sweep_provenance(sweep: SweepSummary) -> str:
+    runs = []
+    for folder in sweep.case_dirs().values():
+        try:
+            runs.append(load_summary(folder))
+        except ResultsError:
+            continue
+    return provenance(runs) if runs else "revision and testbed not recorded"
 
 
 def default_output(paths: Sequence[Path]) -> Path:

@@ -30,7 +30,6 @@ from reports.changes import (
     KERNEL_METRICS,
     PUBLISH_RATE,
     TARGET_METRICS,
-    InputError,
     center,
     estimate,
     no_kernel_times,
@@ -40,8 +39,8 @@ from reports.formatting import sig
 from reports.metrics import METRICS, Direction
 from reports.results import ResultsError, RunSummary, SweepSummary, load_any, load_summary
 from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide, holm
+from reports.testbeds import provenance
 from results_contract.paths import SWEEP_FILE
-from results_contract.testbed import Testbed, read_testbed
 
 
 class GateError(ValueError):
@@ -435,16 +434,6 @@ def _rule(item: Any, path: Path, i: int) -> Rule:
 
 
 # -- CI outputs ---------------------------------------------------------------------------------
-def provenance(side: Side) -> str:
-    """Revision(s), branch and testbed of a side's runs, as one line."""
-    beds = {read_testbed(r.run_dir) for r in side.runs}
-    revisions = sorted(
-        {str(r.section("environment").get("git_revision") or "?")[:12] for r in side.runs}
-    )
-    described = sorted({b.describe() for b in beds if b is not None}) or ["testbed not recorded"]
-    return f"revision {', '.join(revisions)}; " + "; ".join(described)
-
-
 def write_junit(
     outcomes: list[Outcome],
     path: Path,
@@ -465,8 +454,8 @@ def write_junit(
     for name, value in (
         ("baseline", ", ".join(map(str, base.sources))),
         ("run", ", ".join(map(str, run.sources))),
-        ("baseline_provenance", provenance(base)),
-        ("run_provenance", provenance(run)),
+        ("baseline_provenance", provenance(base.runs)),
+        ("run_provenance", provenance(run.runs)),
     ):
         ET.SubElement(props, "property", name=name, value=value)
     for o in outcomes:
@@ -509,8 +498,8 @@ def markdown(
     lines = [
         f"### fan-out bench gate: {verdict}",
         "",
-        f"- Run: {', '.join(f'`{p}`' for p in run.sources)} ({provenance(run)})",
-        f"- Baseline: {', '.join(f'`{p}`' for p in base.sources)} ({provenance(base)})",
+        f"- Run: {', '.join(f'`{p}`' for p in run.sources)} ({provenance(run.runs)})",
+        f"- Baseline: {', '.join(f'`{p}`' for p in base.sources)} ({provenance(base.runs)})",
         f"- {n_run} run(s) per case against {n_base}; {len(run.cases)} case(s); "
         f"α {ALPHA} over all metrics (Holm).",
         *(
@@ -545,6 +534,3 @@ def markdown(
             f"{change} | {_interval(o)} | {mde} | {mark}: {o.message} |"
         )
     return "\n".join(lines) + "\n"
-
-
-__all__ = ["InputError", "Testbed"]

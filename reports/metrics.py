@@ -23,8 +23,6 @@ from results_contract.metrics import (
     stage_metric,
 )
 
-# Changes smaller than this are noise on a shared laptop: not called better or worse.
-SAME_WITHIN = 0.05
 STAGE_LABELS = {s: f"{i} {s.replace('_', ' ')}" for i, s in enumerate(STAGES, start=1)}
 # Names of summary.json's latency entries, as a reader would say them.
 LATENCY_LABELS = {
@@ -196,12 +194,3 @@ def ratio(value: float | None, base: float | None) -> float | None:
         return 1.0 if value == 0 else None
     return value / base
 
-
-def verdict(r: float | None, direction: Direction) -> str:
-    """Better, worse or same for this metric's direction ("" without a ratio); a CSS class too."""
-    if r is None:
-        return ""
-    if abs(r - 1) <= SAME_WITHIN:
-        return "same"
-    improved = r < 1 if direction is Direction.LOWER_IS_BETTER else r > 1
-    return "better" if improved else "worse"

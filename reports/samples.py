@@ -283,6 +283,29 @@ def sample_sweep(
     return {"schema": SWEEP_SCHEMA, "sweep_id": sweep_id, "cases": cases, "fits": fits}
 
 
+def write_intervals(
+    folder: Path, scale: float = 1.0, seed: int = 1, tag: str = "e2e", seconds: int = 60
+) -> Path:
+    """folder/intervals.hlog as the analysis writes it: one histogram of `tag` per second,
+    400 log-normal values around 5 ms × `scale` each (seeded)."""
+    import numpy as np
+
+    from results_contract.hlog import HlogWriter, new_histogram
+    from results_contract.intervals import INTERVALS_FILE
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / INTERVALS_FILE
+    with open(path, "w", encoding="ascii") as stream:
+        writer = HlogWriter(stream, 1000.0)
+        for k in range(seconds):
+            hist = new_histogram()
+            for v in rng.lognormal(math.log(5000 * scale), 0.5, 400):
+                hist.record_value(int(v))
+            writer.write(tag, 1000.0 + k, 1.0, hist)
+    return path
+
+
 def write_run(folder: Path, summary: dict[str, Any]) -> Path:
     """Writes `summary` as folder/summary.json and returns that path."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -87,17 +87,24 @@ def number(case: Mapping[str, Any] | None, key: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def scaling_rows(series: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> list[ScalingRow]:
-    """Sweep cases lined up by consumer count, so Shared and Broadcast at 20K share a row."""
+def scaling_rows(
+    series: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+    reference: Sequence[int] | None = None,
+) -> list[ScalingRow]:
+    """Sweep cases lined up by consumer count, so Shared and Broadcast at 20K share a row.
+
+    Each series' ratios are to the series `reference[i]` names (default: the first), so a
+    comparison of sweeps can set B's Broadcast against A's Broadcast."""
     by_count: list[dict[int, Mapping[str, Any]]] = [
         {int(c["consumers"]): c for c in cases if isinstance(c.get("consumers"), int)}
         for _, cases in series
     ]
+    refs = list(reference) if reference is not None else [0] * len(series)
     rows = []
     for consumers in sorted({n for cases in by_count for n in cases}):
-        first = by_count[0].get(consumers)
         cells = []
-        for cases in by_count:
+        for i, cases in enumerate(by_count):
+            first = by_count[refs[i]].get(consumers)
             case = cases.get(consumers)
             cells.append(
                 ScalingCell(

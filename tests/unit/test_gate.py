@@ -4,7 +4,6 @@ XML and Markdown it always writes."""
 from __future__ import annotations
 
 import json
-import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,7 @@ import pytest
 
 from reports.cli import gate_main
 from reports.gate import GateError, load_rules
-from reports.samples import sample_summary, write_run
-from results_contract.hlog import HlogWriter, new_histogram
-from results_contract.intervals import INTERVALS_FILE
+from reports.samples import sample_summary, write_intervals, write_run
 from results_contract.paths import SWEEP_FILE, SWEEP_SUMMARY_FILE
 from results_contract.schemas import SWEEP_SCHEMA
 from results_contract.testbed import Testbed as Bed
@@ -95,15 +92,7 @@ def test_inconclusive_passes_unless_asked_to_fail(tmp_path: Path) -> None:
 
 
 def _intervals(folder: Path, scale: float, seed: int) -> None:
-    """Sixty one-second histograms of e2e values, as the analysis writes them."""
-    rng = np.random.default_rng(seed)
-    with open(folder / INTERVALS_FILE, "w", encoding="ascii") as stream:
-        writer = HlogWriter(stream, 1000.0)
-        for k in range(60):
-            hist = new_histogram()
-            for v in rng.lognormal(math.log(5000 * scale), 0.5, 400):
-                hist.record_value(int(v))
-            writer.write("e2e", 1000.0 + k, 1.0, hist)
+    write_intervals(folder, scale, seed)
 
 
 def test_one_run_per_side_bootstraps_its_intervals_and_says_so(tmp_path: Path) -> None:

@@ -248,10 +248,11 @@ def test_run_comparison_ratios_and_verdicts(tmp_path: Path) -> None:
     rows = {row.metric.name: row for row in run_rows([shared, broadcast])}
     assert rows["e2e_p99_ms"].values == (680.0, 119.0)
     assert rows["e2e_p99_ms"].ratios == (1.0, pytest.approx(0.175))
-    assert rows["e2e_p99_ms"].verdicts == ("", "better")
+    # No measurement intervals (intervals.hlog) in these runs: nothing to decide a change from.
+    assert rows["e2e_p99_ms"].verdicts == ("", "")
     assert rows["connection_time_s"].ratios[1] == pytest.approx(0.075)
     assert rows["deliveries_lost"].ratios == (1.0, None)  # 0 → 6,000 has no ratio...
-    assert rows["publish_p99_ms"].verdicts[1] == "same"
+    assert rows["publish_p99_ms"].verdicts[1] == ""
     # ...and fewer deliveries received is worse, though the number went down.
     assert rows["deliveries_received"].verdicts[1] == "worse"
 
@@ -262,7 +263,7 @@ def test_comparison_page_shows_the_ratios(tmp_path: Path) -> None:
     html = render_comparison([a, b], tmp_path / "cmp.html").read_text()
     row = re.search(r'<tr data-metric="e2e_p99_ms">(.*?)</tr>', html, re.S)
     assert row is not None
-    assert '<span class="ratio better">×0.250</span>' in row.group(1)
+    assert "×0.250</span>" in row.group(1)
     assert drawn(html) == set(COMPARE_RUN_CHARTS)
     assert_offline(html)
 
