@@ -155,6 +155,8 @@ class WorkerRun:
         self.rate = (0.0, workload.initial_rate)
         """(from, total msg/s): the producers' schedule, replaced by PublishRate."""
         self.driver: BenchmarkDriver[Any] = load_driver(self.plan.driver_class)
+        self.request_type = type(self.driver).__name__.removesuffix("Driver").lower()
+        """What Locust's statistics call this driver's requests (pulsar, nats, redis, mqtt)."""
         self.driver.initialize(
             self.driver.parse_config(
                 self.plan.driver_settings, f"driver {self.plan.driver_class} (from the master): "
@@ -284,7 +286,7 @@ class WorkerRun:
             # Timed from the send to its receipt on the coordinator's clock, in a callback:
             # no block to wrap in request.measure().
             self.request.fire(
-                request_type="pulsar",
+                request_type=self.request_type,
                 name="send",
                 response_time=(acked - actual) / 1000,
                 response_length=0,

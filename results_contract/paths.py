@@ -38,11 +38,6 @@ SWEEP_FILE = "sweep.json"
 SWEEP_SUMMARY_FILE = "sweep-summary.json"
 
 
-def broker_stats_file(n: int) -> str:
-    """The n-th periodic broker stats file; BROKER_STATS_PATTERN matches every one."""
-    return f"stats-{n}.json"
-
-
 def raw_dir(run_dir: Path) -> Path:
     return run_dir / RAW_DIR
 

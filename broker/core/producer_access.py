@@ -30,12 +30,6 @@ EXCLUSIVE = 1
 WAIT_FOR_EXCLUSIVE = 2
 EXCLUSIVE_WITH_FENCING = 3
 """CommandProducer.producer_access_mode (Pulsar's ProducerAccessMode)."""
-MODE_NAMES = {
-    SHARED: "Shared",
-    EXCLUSIVE: "Exclusive",
-    WAIT_FOR_EXCLUSIVE: "WaitForExclusive",
-    EXCLUSIVE_WITH_FENCING: "ExclusiveWithFencing",
-}
 
 
 class ProducerRefused(Exception):

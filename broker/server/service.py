@@ -158,12 +158,6 @@ class BrokerService:
         )
         return preset or NAME_BY_SUBTYPE[req.subType]
 
-    def create_subscription(self, topic_name: str, subscription: str, mode: str) -> None:
-        """All at once: for callers on the loop with few partitions (the admin API goes in
-        steps: `subscription_targets`, then `create_subscription_on` ADMIN_STEP at a time)."""
-        canonical, names = self.subscription_targets(topic_name, subscription, mode)
-        self.create_subscription_on(names, subscription, canonical)
-
     def subscription_targets(
         self, topic_name: str, subscription: str, mode: str
     ) -> tuple[str, list[str]]:
