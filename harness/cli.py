@@ -1,6 +1,6 @@
 """`bench`: one entry point, one subcommand per job (run, broker, worker, analyze, report,
-compare, gate). Heavy imports happen inside each subcommand: `run` and `worker` must import
-Locust (which monkey-patches with gevent) before anything opens a socket."""
+compare, gate, history). Heavy imports happen inside each subcommand: `run` and `worker` must
+import Locust (which monkey-patches with gevent) before anything opens a socket."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ commands:
   analyze RESULTS_DIR                 merge raw results with Spark into summary.json
   report RESULTS_DIR                  render report.html from summary.json
   compare A B [...]                   side-by-side comparison page of runs or sweeps
-  gate RUN --baseline BASE            regression gate for CI (exit code 0/1, JUnit XML)
+  gate RUN... --baseline BASE...      regression gate for CI (exit code 0/1/2, JUnit XML)
+  history add|gate|trend              runs per branch and testbed over time (SQLite file)
 """
 
 
@@ -53,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         from reports.cli import gate_main
 
         return gate_main(rest)
+    if command == "history":
+        from reports.history import main as history_main
+
+        return history_main(rest)
     print(f"bench: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

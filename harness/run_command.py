@@ -2,7 +2,12 @@
 
 Several driver files (repeated --driver, or the workload's `drivers` list) make a sweep over
 drivers: every case runs against each broker in turn, one broker after the other on this
-machine, and the sweep report puts them side by side."""
+machine, and the sweep report puts them side by side.
+
+--repeat N (or the workload's `repeat`) runs every case N times, each with a fresh broker, the
+cases interleaved (case 1, case 2, …, case 1 again): slow drift of the machine then spreads
+over every case instead of biasing one. Every repeat is kept, as a case folder ending in -rK;
+sweep.json's `case_keys` say which case each folder repeats, so `bench gate` pools them."""
 
 from __future__ import annotations
 
@@ -20,10 +25,12 @@ import locust  # noqa: F401, I001 - gevent monkey-patching must come before sock
 from drivers.config import ConfigError
 from harness.coordinator import Coordinator, RunError
 from harness.driver_config import DriverFile, load_driver_file
+from harness.manifest import PROJECT_ROOT
 from harness.progress import Progress
 from harness.run_plan import RunPlan
-from harness.workload import Workload, load_workload
+from harness.workload import Workload, load_workload, parse_repeat
 from results_contract import paths
+from results_contract.testbed import collect, write_testbed
 
 
 def _slug(text: str) -> str:
@@ -67,9 +74,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--master-port", type=int, default=0)
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument("--no-analysis", action="store_true", help="stop after the raw results")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        help="independent runs of every case, interleaved (default: the workload's `repeat`, 1)",
+    )
     args = parser.parse_args(argv)
     try:
         spec = load_workload(args.workload)
+        repeat = spec.repeat if args.repeat is None else parse_repeat(args.repeat, "")
         driver_paths: list[Path | None] = list(args.driver or spec.drivers) or [None]
         drivers = [_checked_driver(path, spec.cases, args.workload) for path in driver_paths]
         names = [d.name for d in drivers]
@@ -82,8 +95,8 @@ def main(argv: list[str]) -> int:
         print(f"bench run: {exc}", file=sys.stderr)
         return 2
     side_by_side = len(drivers) > 1
-    is_sweep = spec.is_sweep or side_by_side
-    runs = [(driver, case) for driver in drivers for case in spec.cases]
+    is_sweep = spec.is_sweep or side_by_side or repeat > 1
+    runs = [(driver, case, r) for r in range(repeat) for driver in drivers for case in spec.cases]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = (
         args.results
@@ -91,13 +104,21 @@ def main(argv: list[str]) -> int:
     )
     progress = Progress()
     run_dirs: list[Path] = []
+    case_keys: list[str] = []
+    testbed = collect(PROJECT_ROOT)
     try:
-        for i, (driver, case) in enumerate(runs):
+        for i, (driver, case, r) in enumerate(runs):
             slug = f"{driver.name}_{case.slug}" if side_by_side else case.slug
+            if repeat > 1:
+                slug = f"{slug}-r{r + 1}"
             run_dir = base / f"{i:02d}-{_slug(slug)}" if is_sweep else base
             run_id = f"{stamp}-{i:02d}" if is_sweep else stamp
             plan = RunPlan.make(run_id.replace("-", ""), case, driver)
             shown = f"{driver.name}: {case.label}" if side_by_side else case.label
+            # The case a folder repeats ("" for a workload of one case): the gate pools by it.
+            case_keys.append(shown if spec.is_sweep or side_by_side else "")
+            if repeat > 1:
+                shown = f"{shown} (repeat {r + 1}/{repeat})".lstrip()
             label = f" ({i + 1}/{len(runs)}: {shown})" if is_sweep else ""
             progress.note(
                 f"run {run_dir}{label}: {case.total_consumers} consumers, {case.subscription_type}"
@@ -112,6 +133,7 @@ def main(argv: list[str]) -> int:
                 master_port=args.master_port,
                 progress=progress,
             ).run()
+            write_testbed(run_dir, testbed)
             run_dirs.append(run_dir)
         if is_sweep:
             (base / paths.SWEEP_FILE).write_text(
@@ -120,6 +142,8 @@ def main(argv: list[str]) -> int:
                         "sweep_id": base.name,
                         "workload": str(args.workload),
                         "cases": [d.name for d in run_dirs],
+                        "case_keys": case_keys[: len(run_dirs)],
+                        "repeats": repeat,
                         **({"drivers": names} if side_by_side else {}),
                     },
                     indent=2,

@@ -162,6 +162,9 @@ _PARSERS: dict[str, Parser] = {
 }
 # Not a key of one run: the driver files a sweep runs the same cases against, in order.
 DRIVERS_KEY = "drivers"
+# Not a key of one run either: how many independent runs of each case (`bench run --repeat`).
+REPEAT_KEY = "repeat"
+MAX_REPEAT = 100
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -335,6 +338,8 @@ class WorkloadSpec:
     """In run order: the first axis in the file varies slowest."""
     drivers: tuple[Path, ...] = ()
     """The `drivers` key: driver files to run every case against, one after the other."""
+    repeat: int = 1
+    """The `repeat` key: independent runs of every case, interleaved (docs/reports.md)."""
 
     @property
     def is_sweep(self) -> bool:
@@ -346,8 +351,9 @@ def load_workload(path: str | os.PathLike[str]) -> WorkloadSpec:
     path = Path(path)
     where = f"{path}: "
     data = dict(load_yaml_mapping(path, str(path)))
-    check_keys(data, [*_PARSERS, DRIVERS_KEY], where)
+    check_keys(data, [*_PARSERS, DRIVERS_KEY, REPEAT_KEY], where)
     drivers = _drivers(data.pop(DRIVERS_KEY, None), path, where)
+    repeat = parse_repeat(data.pop(REPEAT_KEY, 1), where)
     fixed: dict[str, Any] = {}
     axes: list[SweepAxis] = []
     for key, raw in data.items():
@@ -364,8 +370,24 @@ def load_workload(path: str | os.PathLike[str]) -> WorkloadSpec:
     )
     name = fixed["name"]
     return WorkloadSpec(
-        name=name, slug=_slugify(name), path=path, axes=tuple(axes), cases=cases, drivers=drivers
+        name=name,
+        slug=_slugify(name),
+        path=path,
+        axes=tuple(axes),
+        cases=cases,
+        drivers=drivers,
+        repeat=repeat,
     )
+
+
+def parse_repeat(raw: object, where: str) -> int:
+    """A whole number of runs per case, 1 to MAX_REPEAT."""
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_REPEAT:
+        raise ConfigError(
+            f"{where}{REPEAT_KEY}: expected a whole number of runs from 1 to {MAX_REPEAT}, "
+            f"got {raw!r}"
+        )
+    return raw
 
 
 def _drivers(raw: object, path: Path, where: str) -> tuple[Path, ...]:

@@ -141,7 +141,7 @@ def estimate(
         target = rs[0].target or 1.0
         values: Sequence[float] = r if len(r) >= 2 else rs[0].per_second
         return compare_against_target(values, target, alpha)
-    if len(b) >= 2 and len(r) >= 2:
+    if (len(b) >= 2 and len(r) >= 2) or (len(r) == 1 and len(b) >= 3 and min(b + r) > 0):
         return compare_runs(b, r, alpha)
     point = (r[0] / b[0] - 1) if b and r and b[0] else 0.0
     if len(b) == 1 and len(r) == 1 and metric in INTERVAL_PERCENTILES:

@@ -167,6 +167,8 @@ def compare_runs(base: ArrayLike, run: ArrayLike, alpha: float = ALPHA) -> Chang
     a = np.asarray(base, dtype=float)
     b = np.asarray(run, dtype=float)
     method = f"Welch t on log values, {len(b)} run(s) against {len(a)}"
+    if len(b) == 1 and len(a) >= 3 and (a > 0).all() and b[0] > 0:
+        return _against_history(np.log(a), float(np.log(b[0])), alpha)
     if len(a) < 2 or len(b) < 2:
         raise ValueError("compare_runs needs two or more runs per side")
     if (a <= 0).any() or (b <= 0).any():
@@ -184,6 +186,32 @@ def compare_runs(base: ArrayLike, run: ArrayLike, alpha: float = ALPHA) -> Chang
         float(np.expm1(ci.low)),
         float(np.expm1(ci.high)),
         float(res.pvalue),
+        float(np.expm1(_mde_t(se, df, alpha))),
+        method,
+        alpha,
+    )
+
+
+def _against_history(la: np.ndarray, lb: float, alpha: float) -> Change:
+    """One new run against three or more earlier ones (a history's last K): the new run is
+    assumed to spread as they do, so its interval is the t prediction interval of one more
+    run from theirs (Conbench's lookback, with t instead of z for few runs)."""
+    method = f"one run against the spread of {len(la)} earlier runs (t prediction interval)"
+    s = float(la.std(ddof=1))
+    estimate = float(np.expm1(lb - la.mean()))
+    if s <= 1e-12:
+        return _exact(estimate, method, alpha)
+    se = s * math.sqrt(1 + 1 / len(la))
+    df = len(la) - 1
+    t = (lb - la.mean()) / se
+    p = float(2 * stats.t.sf(abs(t), df))
+    half = float(stats.t.ppf(1 - alpha / 2, df)) * se
+    d = lb - float(la.mean())
+    return Change(
+        estimate,
+        float(np.expm1(d - half)),
+        float(np.expm1(d + half)),
+        p,
         float(np.expm1(_mde_t(se, df, alpha))),
         method,
         alpha,
