@@ -8,6 +8,9 @@ backlogQuota (`?backlogQuotaType=destination_storage|message_age`, read back thr
 `backlogQuotaMap`). GET answers 204 when the topic has no value of its own, as Pulsar does;
 `?applied=true` answers what is in force instead. Unlike Pulsar, a policy may be set before
 the topic exists (the harness sets them before the run creates the topic).
+
+The admin API's route table (broker.admin.http) routes each method of POLICY_PATH to `get`,
+`post` or `delete`, which raise PolicyError (400) for what Pulsar refuses.
 """
 
 from __future__ import annotations
@@ -16,9 +19,8 @@ import json
 import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs
 
-from broker.policies.manager import Change, PolicyManager
+from broker.policies.manager import PolicyManager
 from broker.policies.topic_policies import (
     BACKLOG_QUOTA,
     BACKLOG_QUOTA_TYPES,
@@ -31,8 +33,9 @@ from broker.policies.topic_policies import (
 
 _KINDS = "|".join([*BODY_KINDS, MESSAGE_TTL, "backlogQuotaMap"])
 POLICY_PATH = re.compile(
-    rf"^/admin/v2/(persistent|non-persistent)/([^/?]+)/([^/?]+)/([^/?]+)/({_KINDS})(?:\?(.*))?$"
+    rf"^/admin/v2/(persistent|non-persistent)/([^/?]+)/([^/?]+)/([^/?]+)/({_KINDS})$"
 )
+"""A topic policy's path, without its query (the admin API's route table matches it)."""
 
 Reply = tuple[int, Any]
 """(HTTP status, JSON body or None for an empty one)."""
@@ -40,37 +43,11 @@ OnLoop = Callable[..., Any]
 """Runs a function on the broker's event loop and returns its result (admin.http)."""
 
 
-def handle(
-    method: str, path: str, body: bytes, manager: PolicyManager, on_loop: OnLoop
-) -> Reply | None:
-    """The answer to a topic-policy request, or None when `path` is not one."""
-    match = POLICY_PATH.match(path)
-    if match is None:
-        return None
-    kind_, tenant, ns, name, kind, query = match.groups()
-    topic = f"{kind_}://{tenant}/{ns}/{name}"
-    params = {k: v[-1] for k, v in parse_qs(query or "").items()}
-    try:
-        if method == "GET":
-            return _get(topic, kind, params, manager, on_loop)
-        if kind == "backlogQuotaMap":
-            return 405, {"reason": "backlogQuotaMap is read only: POST backlogQuota"}
-        if method == "POST":
-            change = _post(topic, kind, params, body, manager, on_loop)
-        elif method == "DELETE":
-            quota_type = _quota_type(params) if kind == BACKLOG_QUOTA.path else None
-            change = on_loop(manager.remove, topic, kind, quota_type)
-        else:
-            return 405, {"reason": f"{method} not allowed on {kind}"}
-    except PolicyError as exc:
-        return 400, {"reason": str(exc)}
-    manager.save(change)
-    return 204, None
-
-
-def _get(
-    topic: str, kind: str, params: dict[str, str], manager: PolicyManager, on_loop: OnLoop
+def get(
+    groups: tuple[str, ...], params: dict[str, str], manager: PolicyManager, on_loop: OnLoop
 ) -> Reply:
+    """GET: the topic's own value (204 without one), or with `applied=true` what is in force."""
+    topic, kind = _topic_and_kind(groups)
     applied = params.get("applied", "false").lower() == "true"
     if kind == "backlogQuotaMap":
         value = on_loop(manager.get, topic, BACKLOG_QUOTA.path, applied)
@@ -79,25 +56,50 @@ def _get(
     return (204, None) if value is None else (200, value)
 
 
-def _post(
-    topic: str,
-    kind: str,
+def post(
+    groups: tuple[str, ...],
     params: dict[str, str],
     body: bytes,
     manager: PolicyManager,
     on_loop: OnLoop,
-) -> Change:
+) -> Reply:
+    """POST: set the policy; 400 with the reason (PolicyError) for a value Pulsar refuses."""
+    topic, kind = _topic_and_kind(groups)
+    if kind == "backlogQuotaMap":
+        return 405, {"reason": "backlogQuotaMap is read only: POST backlogQuota"}
     if kind == MESSAGE_TTL:
-        return on_loop(manager.set, topic, kind, parse_ttl(params.get("messageTTL")))
-    try:
-        data = json.loads(body or b"null")
-    except ValueError as exc:
-        raise PolicyError(f"{kind}: the body is not JSON: {exc}") from None
-    value = BODY_KINDS[kind].parse(data)
-    validate(kind, value)
-    if kind == BACKLOG_QUOTA.path:
-        return on_loop(manager.set_backlog_quota, topic, _quota_type(params), value)
-    return on_loop(manager.set, topic, kind, value)
+        change = on_loop(manager.set, topic, kind, parse_ttl(params.get("messageTTL")))
+    else:
+        try:
+            data = json.loads(body or b"null")
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            raise PolicyError(f"{kind}: the body is not JSON: {reason}") from None
+        value = BODY_KINDS[kind].parse(data)
+        validate(kind, value)
+        if kind == BACKLOG_QUOTA.path:
+            change = on_loop(manager.set_backlog_quota, topic, _quota_type(params), value)
+        else:
+            change = on_loop(manager.set, topic, kind, value)
+    manager.save(change)
+    return 204, None
+
+
+def delete(
+    groups: tuple[str, ...], params: dict[str, str], manager: PolicyManager, on_loop: OnLoop
+) -> Reply:
+    """DELETE: remove the topic's own value (the broker's default applies again)."""
+    topic, kind = _topic_and_kind(groups)
+    if kind == "backlogQuotaMap":
+        return 405, {"reason": "backlogQuotaMap is read only: DELETE backlogQuota"}
+    quota_type = _quota_type(params) if kind == BACKLOG_QUOTA.path else None
+    manager.save(on_loop(manager.remove, topic, kind, quota_type))
+    return 204, None
+
+
+def _topic_and_kind(groups: tuple[str, ...]) -> tuple[str, str]:
+    domain, tenant, ns, name, kind = groups
+    return f"{domain}://{tenant}/{ns}/{name}", kind
 
 
 def _quota_type(params: dict[str, str]) -> str:
