@@ -2,6 +2,12 @@
 
 PyYAML keeps the last of two duplicate keys, which hides typos; here a duplicate is an error,
 and every problem is one ConfigError line naming the file (drivers/config.py).
+
+Aliases are bounded: PyYAML shares an aliased value rather than copying it, so a "billion
+laughs" file loads at once and then hangs whatever walks it (sweeps, the manifest: issue 27,
+60 s of nothing). The document's size with every alias expanded is counted on the parsed
+nodes, before anything is built, and over MAX_EXPANDED_VALUES it is refused; so is an alias
+inside its own anchor.
 """
 
 from __future__ import annotations
@@ -11,6 +17,10 @@ from pathlib import Path
 import yaml
 
 from drivers.config import DOCS_HINT, ConfigError, describe
+
+MAX_EXPANDED_VALUES = 100_000
+"""Values (scalars, lists, mappings) a run's YAML file may hold once its aliases are expanded:
+the largest sweep in workloads/ holds a few hundred."""
 
 
 def load_yaml_mapping(path: Path, source: str) -> dict[object, object]:
@@ -26,7 +36,17 @@ def load_yaml_mapping(path: Path, source: str) -> dict[object, object]:
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read ({exc.strerror})") from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        loader = _StrictLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = None
+            if node is not None:
+                _count_expanded(node, source, {}, set())
+                data = loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except RecursionError:
+        raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(f"{source}: {_describe_yaml_error(exc)}") from None
     except yaml.YAMLError as exc:
@@ -38,6 +58,33 @@ def load_yaml_mapping(path: Path, source: str) -> dict[object, object]:
             f"{source}: the top level is {describe(data)}, expected a mapping of keys ({DOCS_HINT})"
         )
     return data
+
+
+def _count_expanded(node: yaml.Node, source: str, counted: dict[int, int], open_: set[int]) -> int:
+    """How many values `node` holds with its aliases expanded (an aliased node is counted once
+    per use, its count computed once); ConfigError past MAX_EXPANDED_VALUES or for a cycle."""
+    key = id(node)
+    if key in counted:
+        return counted[key]
+    if key in open_:
+        line = node.start_mark.line + 1
+        raise ConfigError(f"{source}: line {line}: an alias inside its own anchor (a cycle)")
+    open_.add(key)
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_count_expanded(item, source, counted, open_) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            total += _count_expanded(key_node, source, counted, open_)
+            total += _count_expanded(value_node, source, counted, open_)
+    open_.discard(key)
+    if total > MAX_EXPANDED_VALUES:
+        raise ConfigError(
+            f"{source}: line {node.start_mark.line + 1}: over {MAX_EXPANDED_VALUES:,} values "
+            f"once its aliases (*name) are expanded; write the values out or use fewer aliases"
+        )
+    counted[key] = total
+    return total
 
 
 class _DuplicateKey(yaml.MarkedYAMLError):
