@@ -42,7 +42,14 @@ BENCH_REMOTE = ROOT / "deploy" / "bench_remote.py"
 HOSTS = {"broker": "bench-broker", "coordinator": "bench-client-0", "worker": "bench-client-1"}
 CONSUMERS = 300
 RATE, WARMUP, MEASURE = 10, 2, 5
-RAW_FILES = ["connections.csv", "deliveries.csv", "histograms.hlog", "stages.csv", "timeline.csv"]
+RAW_FILES = [
+    "bursts.csv",
+    "connections.csv",
+    "deliveries.csv",
+    "histograms.hlog",
+    "stages.csv",
+    "timeline.csv",
+]
 DEPLOY_TIMEOUT = 230.0
 WORKERS = ["w0", "w1", "w2"]  # one local worker on the coordinator, two on the worker host
 NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

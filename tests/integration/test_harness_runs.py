@@ -226,6 +226,7 @@ def test_workers_elsewhere_ship_their_raw_files_to_the_coordinator(tmp_path):
     for worker in ("w0", "w1"):
         names = sorted(p.name for p in (run_dir / "raw" / worker).iterdir())
         assert names == [
+            "bursts.csv",
             "connections.csv",
             "deliveries.csv",
             "histograms.hlog",

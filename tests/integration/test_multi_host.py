@@ -30,7 +30,14 @@ ADMIN_PORT = 8080
 MASTER_PORT = 5557  # fixed: the remote worker must know where to join
 CONSUMERS = 200
 REMOTE_HOSTNAME = "fanout-worker-b"
-RAW_FILES = ["connections.csv", "deliveries.csv", "histograms.hlog", "stages.csv", "timeline.csv"]
+RAW_FILES = [
+    "bursts.csv",
+    "connections.csv",
+    "deliveries.csv",
+    "histograms.hlog",
+    "stages.csv",
+    "timeline.csv",
+]
 RUN_TIMEOUT = 90.0
 
 
