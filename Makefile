@@ -80,6 +80,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 # Regenerates pulsar_protocol/pulsar_api_pb2.py and its type stub (.pyi) from the project's own .proto.
 proto: $(STAMP)

@@ -282,7 +282,8 @@ def _svg(metric: str, series: Sequence[Point], cps: Sequence[ChangePoint]) -> Ma
             'stroke="#2c7fb8"/>'
         )
         parts.append(
-            f'<circle class="point" cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="3" fill="#2c7fb8">'
+            f'<circle class="point mark" cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="3" '
+            'fill="#2c7fb8">'
             f"<title>{escape(p.revision[:12])}: {p.value:.4g} ({p.low:.4g} … {p.high:.4g}, "
             f"{p.runs} run(s))</title></circle>"
         )

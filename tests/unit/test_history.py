@@ -53,7 +53,7 @@ def test_a_planted_step_is_a_change_point_at_its_revision(tmp_path: Path, capsys
     html = out.read_text()
     start = html.index('data-chart="trend-e2e_p99_ms"')
     chart = html[start : html.index("</figure>", start)]
-    assert chart.count('class="point"') == REVISIONS
+    assert chart.count('class="point mark"') == REVISIONS
     assert f'data-change-point="{revision(STEP_AT)}"' in chart
     assert chart.count("data-change-point=") == 1
     # No step in the connection time: no change point there.
