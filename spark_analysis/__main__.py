@@ -1,13 +1,51 @@
-"""`python -m spark_analysis RESULTS_DIR [--spark-master URL]`; spark-submit runs this file too."""
+"""`python -m spark_analysis RESULTS_DIR [--spark-master URL]`; spark-submit runs this file too.
+
+Exit codes as `bench gate`, `compare` and `report`: 0 done, 2 bad input (one line naming the
+file and what is wrong). Spark's own start-up and log lines go to
+RESULTS_DIR/logs/analysis-spark.log, not between the command and its answer.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from spark_analysis.errors import AnalysisError
 from spark_analysis.job import analyze_path
+
+BAD_INPUT = 2
+SPARK_LOG = Path("logs") / "analysis-spark.log"
+
+
+@contextmanager
+def spark_output_in(path: Path | None) -> Iterator[None]:
+    """The JVM Spark starts inherits this process's stderr and prints its start-up there (6 to
+    9 lines, before any answer): for the analysis, stderr is `path` (appended), so the JVM
+    keeps writing there. None, or a path that cannot be written, leaves stderr alone."""
+    log = None
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            log = path.open("ab")
+        except OSError:
+            log = None
+    if log is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        log.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,11 +62,14 @@ def main(argv: list[str] | None = None) -> int:
         help="Spark master (default: the one spark-submit was given, else local[*])",
     )
     args = parser.parse_args(argv)
+    results_dir: Path = args.results_dir
+    log = results_dir / SPARK_LOG if results_dir.is_dir() else None
     try:
-        written = analyze_path(args.results_dir, master=args.spark_master)
+        with spark_output_in(log):
+            written = analyze_path(results_dir, master=args.spark_master)
     except AnalysisError as exc:
         print(f"spark_analysis: {exc}", file=sys.stderr)
-        return 1
+        return BAD_INPUT
     print(written)
     return 0
 

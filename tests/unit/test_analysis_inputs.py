@@ -266,9 +266,9 @@ def test_sweep_json_forms(tmp_path) -> None:
 
 
 def test_command_line_reports_errors(tmp_path, capsys) -> None:
-    assert main([str(tmp_path / "nowhere")]) == 1
+    assert main([str(tmp_path / "nowhere")]) == 2  # bad input, as gate, compare and report
     assert capsys.readouterr().err == f"spark_analysis: {tmp_path / 'nowhere'}: not a folder\n"
-    assert main([str(tmp_path)]) == 1
+    assert main([str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"spark_analysis: {tmp_path / 'manifest.json'}: missing\n"
 
 
