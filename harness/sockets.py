@@ -22,7 +22,9 @@ from pathlib import Path
 
 FD_MARGIN = 256
 """File descriptors a worker keeps for everything but the broker connections: logs, raw
-files, Locust's sockets (the native driver keeps the same margin)."""
+files, Locust's sockets. The drivers' socket budget keeps the same margin
+(drivers/net/sockets.py, which the harness may not import: tests/unit/test_import_layers.py);
+tests/unit/test_sockets.py checks the two agree."""
 PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 DEFAULT_PORT_RANGE = (32768, 60999)  # Linux's default, when the file cannot be read
 PORT_SHARE = 0.9

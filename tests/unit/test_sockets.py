@@ -59,6 +59,12 @@ def test_a_worker_reports_its_open_file_limit_raised_to_the_hard_one(
     assert sockets.socket_limit() == 4096 - sockets.FD_MARGIN  # what it has, not what it asked
 
 
+def test_the_harness_plans_with_the_drivers_margin() -> None:
+    from drivers.net import sockets as driver_sockets
+
+    assert sockets.FD_MARGIN == driver_sockets.FD_MARGIN
+
+
 def test_the_worker_count_follows_the_limit_not_a_fixed_number() -> None:
     big = plan(19000, 1)
     assert run_connections(big) == 19001  # and the producer's
