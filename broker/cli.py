@@ -63,9 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from broker.app import run
 
+    started = False
+
+    def ready() -> None:
+        nonlocal started
+        started = True
+        print(f"broker ready on {config.advertised_url}", flush=True)
+
     try:
-        run(config, ready=lambda: print(f"broker ready on {config.advertised_url}", flush=True))
+        run(config, ready=ready)
     except OSError as exc:
-        print(f"bench broker: cannot listen on {config.advertised_url}: {exc}", file=sys.stderr)
+        # Only an error before `ready` can be the listening socket's; one after it is the
+        # data folder's (a full disk at shutdown: StorageError names the file system).
+        if started or exc.filename:
+            print(f"bench broker: {exc}", file=sys.stderr)
+        else:
+            print(f"bench broker: cannot listen on {config.advertised_url}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -12,6 +12,7 @@ import asyncio
 import bisect
 import logging
 import os
+import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -288,6 +289,29 @@ def _indexes(
     return mark, acked
 
 
+class StorageError(OSError):
+    """Writing the data folder failed where the broker could not refuse a request instead (at
+    shutdown): the message names the folder, the file system it is on and its free space."""
+
+    def __init__(self, data_dir: Path, failures: list[str]) -> None:
+        shown = "; ".join(failures[:5]) + (
+            f"; and {len(failures) - 5} more" if failures[5:] else ""
+        )
+        super().__init__(f"writing {describe_disk(data_dir)} failed: {shown}")
+
+
+def describe_disk(path: Path) -> str:
+    """`path` (on the file system mounted at M, B bytes free): what a full disk needs said."""
+    try:
+        mount = path.resolve()
+        while not os.path.ismount(mount) and mount != mount.parent:
+            mount = mount.parent
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return str(path)
+    return f"{path} (on the file system mounted at {mount}, {free:,} bytes free)"
+
+
 class LedgerStorage:
     """All persistent topics of one broker: one journal, a ledger and cursor writer per topic.
 
@@ -475,10 +499,28 @@ class LedgerStorage:
         return [error for *_, error in failed]
 
     async def close(self) -> None:
+        """Write and sync what is left, then close every file. A step that fails (a full disk)
+        does not skip the others: every ledger is still synced and closed, then StorageError
+        names the data folder, its file system and each failure (issue 27)."""
         if self._task is not None:
             self._task.cancel()
-        await self.journal.close()
-        await self.flush_cursors(everything=True)
-        for entry_log in self._logs.values():
-            entry_log.ledger.sync()
-            entry_log.close()
+        failures: list[str] = []
+        try:
+            await self.journal.close()
+        except Exception as exc:  # noqa: BLE001 - every step runs; all are reported below
+            failures.append(f"the journal's last writes: {exc}")
+        try:
+            await self.flush_cursors(everything=True)
+        except Exception as exc:  # noqa: BLE001
+            failures.append(f"cursors: {exc}")
+        for name, entry_log in self._logs.items():
+            try:
+                entry_log.ledger.sync()
+            except Exception as exc:  # noqa: BLE001
+                failures.append(f"{name}: sync: {exc}")
+            try:
+                entry_log.close()
+            except Exception as exc:  # noqa: BLE001
+                failures.append(f"{name}: close: {exc}")
+        if failures:
+            raise StorageError(Path(self.config.dataDir), failures)

@@ -199,3 +199,56 @@ def test_long_names_a_topic_folder_cannot_hold_are_refused_and_long_subscription
 
     assert asyncio.run(run_once()) == {}
     assert asyncio.run(run_once()) == {long_sub: ("Shared", 0, set(), {})}
+
+
+def test_a_full_disk_at_close_still_syncs_and_closes_the_rest_and_names_the_disk(
+    tmp_path: Path,
+) -> None:
+    """Issue 27: on a full disk the first failing sync stopped the close (no later sync, no
+    close) and the broker blamed its listening socket. Now every ledger is synced and closed,
+    then one error names the data folder, its file system, its free space and each failure."""
+    import errno
+
+    from broker.storage.ledger_storage import StorageError
+
+    async def scenario() -> tuple[list[str], list[bool], str]:
+        storage = LedgerStorage(BrokerConfig(dataDir=str(tmp_path), journalSyncData=False))
+        storage.attach(asyncio.get_running_loop())
+        names = [f"{TOPIC}-{i}" for i in range(3)]
+        logs = [storage.open_topic(name)[0] for name in names]
+        synced: list[str] = []
+        for name, entry_log in zip(names, logs, strict=True):
+            await entry_log.append(SECTION, b"", 1, 1)
+
+            def sync(name: str = name) -> None:
+                if name.endswith("-0"):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                synced.append(name)
+
+            entry_log.ledger.sync = sync  # type: ignore[method-assign]
+        with pytest.raises(StorageError) as failed:
+            await storage.close()
+        return synced, [entry_log.ledger._closed for entry_log in logs], str(failed.value)
+
+    synced, closed, message = asyncio.run(scenario())
+    assert synced == [f"{TOPIC}-1", f"{TOPIC}-2"]
+    assert closed == [True, True, True]
+    assert message.startswith(f"writing {tmp_path} (on the file system mounted at ")
+    assert "bytes free" in message
+    assert f"{TOPIC}-0: sync: [Errno 28] No space left on device" in message
+
+
+def test_an_error_after_the_broker_started_is_not_blamed_on_listening(monkeypatch, capsys) -> None:
+    from broker import app, cli
+    from broker.storage.ledger_storage import StorageError
+
+    def run(config, ready) -> None:
+        ready()
+        raise StorageError(Path("/data"), ["cursors: [Errno 28] No space left on device"])
+
+    monkeypatch.setattr(app, "run", run)
+    assert cli.main(["--port", "6650"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot listen" not in err
+    assert err.startswith("bench broker: writing /data")
+    assert "No space left on device" in err
