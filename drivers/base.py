@@ -70,6 +70,20 @@ class ConsumerCallback(Protocol):
         parses the message and records its latencies once, with a count."""
 
 
+class BatchConsumerCallback(ConsumerCallback, Protocol):
+    def deliveries_received(
+        self,
+        payload: bytes,
+        consumer_indexes: Sequence[int],
+        reads: Sequence[Sequence[Any]],
+    ) -> None:
+        """The same message delivered to each of `consumer_indexes` over several reads (on
+        many sockets, or in frames each with its own stamps): `reads` are (deliveries,
+        receive_us, kernel_us, stamps), each covering the next that-many indexes. What a
+        `messages_received` per read would say, in one call; drivers.net.deliveries uses it
+        when the callback has it (harness.recorder.Recorder does)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerSpec:
     """One consumer to create. `index` is unique within the worker and names it in callbacks."""

@@ -30,8 +30,8 @@ from drivers.mqtt.packets import (
     Publish,
     SubAck,
 )
+from drivers.net.deliveries import ReadDeliveries
 from drivers.peer.connection import PeerConnection, RequestFailed
-from drivers.peer.deliveries import DeliveryGroup
 
 Done = Callable[[int, Exception | None], None]
 """Called with the answer's receive time, or with the error that ended the wait."""
@@ -64,7 +64,7 @@ class MqttConnection(PeerConnection):
         self.operation_timeout = operation_timeout
         self.consumer_index: int | None = None
         self._parser = ClientParser(version)
-        self._deliveries = DeliveryGroup(callback)
+        self._deliveries = ReadDeliveries(self, callback)
         self._subscribed: AsyncResult[int] = AsyncResult()
         self._unpinged: list[Done] = []
         self._pinged: deque[list[Done]] = deque()
@@ -162,8 +162,6 @@ class MqttConnection(PeerConnection):
         except RequestFailed as exc:
             self._fail(str(exc))
             raise
-        finally:
-            deliveries.flush()
 
     def _on_suback(self, event: SubAck, receive_us: int) -> None:
         if self._subscribed.ready() or event.packet_id != SUBSCRIBE_ID:

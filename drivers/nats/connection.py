@@ -22,8 +22,8 @@ from gevent.pool import Group
 from drivers.base import ConsumerCallback
 from drivers.nats import protocol
 from drivers.nats.protocol import NEED_DATA, ClientParser, Err, Info, Msg, Ping, Pong
+from drivers.net.deliveries import ReadDeliveries
 from drivers.peer.connection import PeerConnection, RequestFailed
-from drivers.peer.deliveries import DeliveryGroup
 
 Done = Callable[[int, Exception | None], None]
 """Called with the PONG's receive time, or with the error that ended the wait."""
@@ -50,7 +50,7 @@ class NatsConnection(PeerConnection):
         """sid -> the harness's consumer index."""
         self.server_info: dict[str, object] = {}
         self._parser = ClientParser()
-        self._deliveries = DeliveryGroup(callback)
+        self._deliveries = ReadDeliveries(self, callback)
         self._unpinged: list[Done] = []
         """Waiters whose commands are queued but not yet followed by a PING."""
         self._pinged: deque[list[Done]] = deque()
@@ -113,8 +113,6 @@ class NatsConnection(PeerConnection):
         except protocol.ProtocolError as exc:
             self._fail(f"protocol error from {self.address}: {exc}")
             raise RequestFailed(str(exc)) from None
-        finally:
-            deliveries.flush()
 
     def _on_info(self, event: Info) -> None:
         """The server's greeting (and later updates): answer the first with CONNECT, whose

@@ -1,13 +1,17 @@
 """One TCP connection to a peer broker under gevent: the socket half that every peer driver's
 connection shares, measured at the wire as the native Pulsar driver's is.
 
-The reader reads whole buffers (up to RECV_SIZE at once), takes one clock read per recv and,
-on Linux, the kernel's receive time of those bytes (SO_TIMESTAMPING, drivers.net
-.rx_timestamps), and hands the bytes with both times to the subclass's sans-IO codec
-(`_on_data`), inline: with thousands of consumers a greenlet per message would cost seconds.
+No greenlet reads it: the process's receive engine (drivers.net.reactor) calls `on_readable`
+when the socket has bytes, and the connection reads once, without blocking, whole buffers (up
+to RECV_SIZE at once), with one clock read per recv and, on Linux, the kernel's receive time of
+those bytes (SO_TIMESTAMPING, drivers.net.rx_timestamps), and hands the bytes with both times
+to the subclass's sans-IO codec (`_on_data`), whose deliveries go to the pass's
+drivers.net.deliveries: with thousands of consumers, one connection each, a greenlet woken per
+socket per message was most of the client's cost.
 Writes from many greenlets (subscribers, a producer, the reader's acknowledgements and pongs)
 are queued and leave under one lock, in the order they were queued: `write_soon` coalesces
-what a connect storm queues in one loop turn into one send.
+what a connect storm queues in one loop turn into one send. The engine never waits for a
+socket: what the kernel does not take at once from its writes is left to the writer greenlet.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import gevent
 from gevent import socket
@@ -24,6 +29,7 @@ from gevent.pool import Group
 
 from drivers.base import DriverError
 from drivers.net import rx_timestamps
+from drivers.net.reactor import reactor
 from drivers.net.sockets import connect_socket
 from drivers.peer.settings import check_service_url
 from results_contract.clock import now_us
@@ -83,7 +89,12 @@ class PeerConnection:
         self._write_lock = Semaphore()
         self._write_wanted = Event()
         self._writer: gevent.Greenlet | None = None
-        self._reader: gevent.Greenlet | None = None
+        self._reactor = reactor()
+        self._fd = -1
+        self._raw: Any = None
+        """The OS socket under gevent's wrapper (non-blocking), which the engine reads."""
+        self._stamping = False
+        self._room = memoryview(bytearray(0))
 
     @property
     def closed(self) -> bool:
@@ -117,8 +128,11 @@ class PeerConnection:
     def start(self, sock: socket.socket) -> None:
         """Start the reader on a connected socket and say hello (tests pass a socketpair)."""
         self._sock = sock
-        self.kernel_timestamps = rx_timestamps.enable(sock)
-        self._reader = self._group.spawn(self._read_loop)
+        self._raw = getattr(sock, "_sock", sock)  # gevent's wrapper keeps the OS socket here
+        self.kernel_timestamps = self._stamping = rx_timestamps.enable(sock)
+        self._room = memoryview(bytearray(RECV_SIZE))
+        self._fd = sock.fileno()
+        self._reactor.add(self._fd, self)
         self._hello()
 
     def wait_ready(self) -> None:
@@ -161,6 +175,28 @@ class PeerConnection:
             except RequestFailed:
                 return
 
+    def _flush_now(self) -> None:
+        """`_flush` for the receive engine, which serves every connection of the process and
+        so must not wait for one: one send() of what the kernel takes now; the rest, or all of
+        it while another greenlet is writing, goes to the writer."""
+        if not self._out:
+            return
+        if self._write_lock.locked() or self._raw is None:
+            self.write_soon(b"")
+            return
+        self._before_flush()
+        data, self._out = self._out, bytearray()
+        try:
+            sent = self._raw.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
+            raise RequestFailed(f"connection to {self.address} lost") from None
+        if sent < len(data):
+            self._out[:0] = data[sent:]
+            self.write_soon(b"")
+
     def _flush(self) -> None:
         if not self._out:
             return
@@ -179,32 +215,28 @@ class PeerConnection:
                 raise RequestFailed(f"connection to {self.address} lost") from None
 
     # -- reading -------------------------------------------------------------------------------
-    def _read_loop(self) -> None:
-        sock = self._sock
-        assert sock is not None
-        room = bytearray(RECV_SIZE)
-        view = memoryview(room)
-        stamped = self.kernel_timestamps
-        kernel_time_us = rx_timestamps.kernel_time_us
-        ancillary_size = rx_timestamps.ANCILLARY_SIZE
+    def on_readable(self) -> None:
+        """The engine's call: the socket has bytes (or its end). One recv into the
+        connection's buffer, handed to the codec with its read and kernel times."""
+        view, raw = self._room, self._raw
         kernel_us = 0
         try:
-            while True:
-                if stamped:
-                    nbytes, ancillary, _, _ = sock.recvmsg_into([view], ancillary_size)
+            try:
+                if self._stamping:
+                    nbytes, ancillary, _, _ = raw.recvmsg_into([view], rx_timestamps.ANCILLARY_SIZE)
                     receive_us = now_us()  # one clock read for everything this recv returned
-                    kernel_us = kernel_time_us(ancillary)
+                    kernel_us = rx_timestamps.kernel_time_us(ancillary)
                     self.kernel_timestamps = kernel_us != 0
                 else:
-                    nbytes = sock.recv_into(view)
+                    nbytes = raw.recv_into(view)
                     receive_us = now_us()
-                if not nbytes:
-                    self._fail(f"connection closed by the broker at {self.address}")
-                    return
-                self._on_data(view[:nbytes], receive_us, kernel_us)
-                self._flush()
-                # A recv that finds data never yields: one busy connection would starve the rest.
-                gevent.sleep(0)
+            except BlockingIOError:
+                return  # woken for nothing: wait for the next
+            if not nbytes:
+                self._fail(f"connection closed by the broker at {self.address}")
+                return
+            self._on_data(view[:nbytes], receive_us, kernel_us)
+            self._flush_now()
         except RequestFailed:
             return
         except OSError as exc:
@@ -240,10 +272,10 @@ class PeerConnection:
         if not self._ready.ready():
             self._ready.set_exception(error)
         self._on_failed(error)
-        current = gevent.getcurrent()
-        for greenlet in (self._reader, self._writer):
-            if greenlet is not None and greenlet is not current:
-                greenlet.kill(block=False)
+        if self._fd >= 0:
+            self._reactor.remove(self._fd)
+        if self._writer is not None and self._writer is not gevent.getcurrent():
+            self._writer.kill(block=False)
         if self._sock is not None:
             self._sock.close()
         self._on_closed(self)

@@ -3,19 +3,24 @@
 The codec (pulsar_protocol.connection.Connection) holds every rule of the wire: handshake,
 PING/PONG, request ids and their answers, consumer and producer states, permits and acks.
 This shell reads the socket, feeds the codec, hands each event to its handler, and writes
-what the codec queued. The reader takes one clock read per recv and hands every delivery to
-the harness inline: with tens of thousands of consumers, a greenlet per message would cost
-seconds (DESIGN.md, "Measure at the wire"). Consecutive deliveries of one entry in a read (a
-broadcast reaches every consumer of the connection with identical bytes) come from the codec
-as one MessageRun (read from bytes, without protobuf), are acknowledged in one
-`acknowledge_run`, and go to the harness as one `messages_received` with their consumer
-indexes, so it parses and records each distinct message once. On Linux the socket also
-carries the kernel's receive time of each read (rx_timestamps.py): one kernel time per recv,
-passed with every delivery of that read, so a busy reader shows as client delay, not as
-broker latency. Writes
-from many greenlets (subscribers, a producer, the ack flusher, the reader's FLOWs and PONGs)
-drain the codec under one lock, so frames never interleave and leave in the order the codec
-queued them.
+what the codec queued. No greenlet reads it: the process's receive engine
+(drivers.net.reactor) calls `on_readable` when the socket has bytes, and the connection reads
+once, without blocking, with one clock read per recv and, on Linux, the kernel's receive time
+of those bytes (drivers.net.rx_timestamps), so a busy reader shows as client delay, not as
+broker latency. With one connection per consumer, a greenlet woken per socket per message was
+most of the client's cost (docs/benchmarks.md, "The receive engine").
+
+Consecutive deliveries of one entry in a read (a broadcast reaches every consumer of the
+connection with identical bytes) come from the codec as one MessageRun (read from bytes,
+without protobuf) and are acknowledged in one `acknowledge_run`. Every delivery then goes to
+the pass's `Deliveries` (drivers.net.deliveries, one per pool), which gathers them by message
+across frames, subscriptions and sockets and hands each message to the harness once at the end
+of the pass, so it parses and records each distinct message once, with counts.
+
+Writes from many greenlets (subscribers, a producer, the ack flusher, the reader's FLOWs and
+PONGs) drain the codec under one lock, so frames never interleave and leave in the order the
+codec queued them. The engine and the ack flusher never wait for a socket: what the kernel does
+not take at once is left to the connection's writer greenlet.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from gevent.event import AsyncResult, Event
 from gevent.lock import Semaphore
 from gevent.pool import Group
 
-from drivers.base import BrokerStamps, ConsumerCallback, ConsumerSpec, DriverError
+from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
 from drivers.net import rx_timestamps
+from drivers.net.deliveries import Deliveries, deliveries_for
+from drivers.net.reactor import reactor
 from drivers.net.sockets import connect_socket
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.consumer import ConsumerState, subscribe_template
@@ -128,9 +135,12 @@ class Connection:
         route: Route | None = None,
         on_consumers_lost: Callable[[list[ConsumerState]], None] = lambda states: None,
         acks: AckFlusher | None = None,
+        deliveries: Deliveries | None = None,
+        decoder: DeliveryDecoder | None = None,
     ) -> None:
-        """`acks` flushes the grouped acks of this connection with those of its pool's others
-        (one of its own when None)."""
+        """`acks` flushes the grouped acks of this connection with those of its pool's others,
+        `decoder` decodes each distinct message once for all of them (one of its own when
+        None); `deliveries` gathers its deliveries (the process's for `callback` when None)."""
         self.id = conn_id
         self.route = route or Route.service(settings)
         self.address = str(self.route)
@@ -151,18 +161,22 @@ class Connection:
         self._said_unstamped = False
         self._kernel_us = 0
         """The kernel receive time of the read being handled (0: unknown)."""
-        self._group_bodies: list[bytes] = []
-        self._group_stamps: BrokerStamps | None = None
-        self._group_receive_us = 0
-        self._group_indexes: list[int] = []
-        """Deliveries of the read being handled not yet handed over: consecutive MESSAGEs of
-        identical bytes (a broadcast entry to the consumers of this connection), by consumer
-        index, handed to the harness in one `messages_received` per body."""
+        self._recv_size = RECV_START
+        self._raw: Any = None
+        """The OS socket under gevent's wrapper (non-blocking): what the engine reads and the
+        flushes that must not wait write."""
+        self._unsent = b""
+        """Bytes a flush that must not wait left behind: they leave first at the next flush."""
+        self._reactor = reactor()
+        self._fd = -1
+        self._stamping = False
+        """Whether reads ask for the kernel's receive time (SO_TIMESTAMPING is on)."""
         self._write_lock = Semaphore()
         self._protocol = ProtocolConnection(
             CLIENT, individual_acks=settings.ack_mode == "individual", message_runs=True
         )
-        self._deliveries = DeliveryDecoder(settings.verify_checksum)
+        self._decoder = decoder or DeliveryDecoder(settings.verify_checksum)
+        self._deliveries = deliveries or deliveries_for(callback)
         self._ready: AsyncResult[None] = AsyncResult()
         self._waiting: dict[int, AsyncResult[tuple[pb.BaseCommand, int]]] = {}
         """request_id → the greenlet's result waiting for its answer."""
@@ -177,7 +191,6 @@ class Connection:
         self._partition_counts: dict[str, AsyncResult[int]] = {}
         self._own_acks = acks is None
         self._acks = acks or AckFlusher(settings.ack_group_time_ms, group)
-        self._reader: gevent.Greenlet | None = None
         self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
             ev.Message: self._on_message,
             ev.Response: self._on_response,
@@ -229,8 +242,10 @@ class Connection:
     def start(self, sock: socket.socket) -> None:
         """Start the reader on a connected socket and send CONNECT (tests pass a socketpair)."""
         self._sock = sock
-        self.kernel_timestamps = rx_timestamps.enable(sock)
-        self._reader = self._group.spawn(self._read_loop)
+        self._raw = getattr(sock, "_sock", sock)  # gevent's wrapper keeps the OS socket here
+        self.kernel_timestamps = self._stamping = rx_timestamps.enable(sock)
+        self._fd = sock.fileno()
+        self._reactor.add(self._fd, self)
         try:
             self.send(
                 ev.Connect(
@@ -311,10 +326,13 @@ class Connection:
         """Write everything the codec queued. Drained under the lock, so whatever one greenlet
         drains leaves before what the next one drains."""
         protocol = self._protocol
-        if not protocol.wants_write:
+        if not protocol.wants_write and not self._unsent:
             return  # the reader calls this after every recv, and most queue nothing
         with self._write_lock:
-            data = protocol.data_to_send()
+            data = (
+                self._unsent + protocol.data_to_send() if self._unsent else protocol.data_to_send()
+            )
+            self._unsent = b""
             sock = self._sock
             if not data or sock is None:
                 return
@@ -327,6 +345,28 @@ class Connection:
             except OSError as exc:
                 self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
                 raise RequestFailed(f"connection to {self.address} lost") from None
+
+    def _flush_now(self) -> None:
+        """`_flush` for the receive engine and the ack flusher, which serve every connection
+        of the process and so must not wait for one: one send() of what the kernel takes now;
+        the rest, or all of it while another greenlet is writing, goes to the writer."""
+        protocol = self._protocol
+        if not protocol.wants_write and not self._unsent:
+            return
+        if self._unsent or self._write_lock.locked() or self._raw is None:
+            self._write_soon()
+            return
+        data = protocol.data_to_send()
+        try:
+            sent = self._raw.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
+            raise RequestFailed(f"connection to {self.address} lost") from None
+        if sent < len(data):
+            self._unsent = data[sent:]
+            self._write_soon()
 
     def next_request_id(self) -> int:
         return self._protocol.next_request_id()
@@ -540,8 +580,10 @@ class Connection:
         for producer in list(self.producers.values()):
             producer.connection_lost(error)
         self._deadlines.clear()
+        if self._fd >= 0:
+            self._reactor.remove(self._fd)
         current = gevent.getcurrent()
-        for greenlet in (self._reader, self._sweeper, self._writer):
+        for greenlet in (self._sweeper, self._writer):
             if greenlet is not None and greenlet is not current:
                 greenlet.kill(block=False)
         if self._own_acks:
@@ -556,32 +598,31 @@ class Connection:
                 self._on_consumers_lost(subscribed)
 
     # -- the reader ---------------------------------------------------------------------------
-    def _read_loop(self) -> None:
-        sock, handle_read, protocol = self._sock, self._handle_read, self._protocol
-        assert sock is not None
-        recvmsg_into = sock.recvmsg_into if self.kernel_timestamps else None
-        kernel_time_us = rx_timestamps.kernel_time_us
-        size = RECV_START
+    def on_readable(self) -> None:
+        """The engine's call: the socket has bytes (or its end). One recv, straight into the
+        codec's buffer (get_buffer: no bytes object per recv), then everything it holds."""
+        protocol, raw = self._protocol, self._raw
+        size = self._recv_size
         try:
-            while True:
-                # Straight into the codec's buffer (get_buffer): no bytes object per recv.
+            try:
                 with protocol.get_buffer(size) as room:
-                    if recvmsg_into is None:
-                        nbytes = sock.recv_into(room)
+                    if self._stamping:
+                        nbytes, ancillary, _, _ = raw.recvmsg_into(
+                            [room], rx_timestamps.ANCILLARY_SIZE
+                        )
                         receive_us = now_us()  # one clock read for everything this recv returned
-                    else:
-                        nbytes, ancillary, _, _ = recvmsg_into([room], rx_timestamps.ANCILLARY_SIZE)
-                        receive_us = now_us()
-                        self._kernel_us = kernel_us = kernel_time_us(ancillary)
+                        self._kernel_us = kernel_us = rx_timestamps.kernel_time_us(ancillary)
                         if nbytes and (kernel_us != 0) is not self.kernel_timestamps:
                             self._kernel_times_changed(kernel_us != 0)
-                protocol.buffer_updated(nbytes)
-                if nbytes == size and size < RECV_SIZE:
-                    size *= 2
-                handle_read(receive_us)
-                # A recv that finds data never yields: without this, one busy connection would
-                # starve the others, the subscribers and the timers.
-                gevent.sleep(0)
+                    else:
+                        nbytes = raw.recv_into(room)
+                        receive_us = now_us()
+            except BlockingIOError:
+                return  # woken for nothing (another reader drained it): wait for the next
+            protocol.buffer_updated(nbytes)
+            if nbytes == size and size < RECV_SIZE:
+                self._recv_size = size * 2
+            self._handle_read(receive_us)
         except RequestFailed:
             return  # the broker closed, refused, or a write failed: _fail has run
         except OSError as exc:
@@ -594,28 +635,24 @@ class Connection:
 
     def _handle_data(self, data: bytes, receive_us: int) -> None:
         """`_handle_read` of bytes read elsewhere (benchmarks.client_receive, without a
-        socket)."""
+        socket), its deliveries handed over at once."""
         self._protocol.receive_data(data)
         self._handle_read(receive_us)
+        self._deliveries.flush()
 
     def _handle_read(self, receive_us: int) -> None:
         """Everything one recv put in the codec's buffer: handle its events, write what they
         queued."""
         protocol, handlers = self._protocol, self._handlers
-        next_event, on_run, hand_over = protocol.next_event, self._on_run, self._hand_over
-        try:
-            while (event := next_event()) is not NEED_DATA:
-                if type(event) is MessageRun:
-                    on_run(event, receive_us)
-                elif type(event) is Message:
-                    self._on_message(event, receive_us)
-                else:
-                    if self._group_indexes:  # deliveries first, in the order they came
-                        hand_over()
-                    handlers[type(event)](event, receive_us)
-        finally:  # also when a later frame of the read breaks the protocol
-            if self._group_indexes:
-                hand_over()
+        next_event, on_run, flush = protocol.next_event, self._on_run, self._deliveries.flush
+        while (event := next_event()) is not NEED_DATA:
+            if type(event) is MessageRun:
+                on_run(event, receive_us)
+            elif type(event) is Message:
+                self._on_message(event, receive_us)
+            else:
+                flush()  # deliveries first, in the order they came
+                handlers[type(event)](event, receive_us)
         self._after_batch()
 
     def _kernel_times_changed(self, stamped: bool) -> None:
@@ -630,7 +667,7 @@ class Connection:
     def _after_batch(self) -> None:
         """Write the FLOWs and PONGs this recv made the codec queue in one go; tell the ack
         flusher when acks are grouped."""
-        self._flush()
+        self._flush_now()
         if self._protocol.acks_due:
             self._acks.due(self)
 
@@ -663,37 +700,22 @@ class Connection:
     def _deliver(
         self, indexes: list[int], payload: bytes, entry_metadata: bytes | None, receive_us: int
     ) -> int:
-        """Decode a delivery (once per distinct entry: DeliveryDecoder) and add its consumers
-        to the group of the same entry; a different entry hands the group over first. Returns
-        the permits it consumed (a batch's messages; 1 for one it could not decode)."""
+        """Decode a delivery (once per distinct entry: DeliveryDecoder) and add it to the pass's
+        deliveries. Returns the permits it consumed (a batch's messages; 1 for one it could not
+        decode)."""
+        decoder = self._decoder
         try:
-            bodies = self._deliveries.bodies(payload)
+            bodies = decoder.bodies(payload)
         except RemoteProtocolError as exc:
             log.warning(
                 "connection %d: dropped a delivery to consumers %s: %s", self.id, indexes, exc
             )
-            bodies = []
-        stamps = self._deliveries.stamps(entry_metadata)
-        # The decoder hands back the very same objects for identical bytes.
-        if (
-            bodies is not self._group_bodies
-            or stamps is not self._group_stamps
-            or receive_us != self._group_receive_us
-        ):
-            if self._group_indexes:
-                self._hand_over()
-            self._group_bodies, self._group_stamps = bodies, stamps
-            self._group_receive_us = receive_us
-        self._group_indexes += indexes
+            return 1
+        stamps = decoder.stamps(entry_metadata)
+        add, kernel_us = self._deliveries.add, self._kernel_us
+        for body in bodies:
+            add(self, body, indexes, receive_us, kernel_us, stamps)
         return len(bodies) or 1
-
-    def _hand_over(self) -> None:
-        """Give the grouped deliveries to the harness: one call per message body."""
-        indexes, self._group_indexes = self._group_indexes, []
-        received, kernel_us = self._callback.messages_received, self._kernel_us
-        stamps, receive_us = self._group_stamps, self._group_receive_us
-        for body in self._group_bodies:
-            received(indexes, body, receive_us, stamps, kernel_us)
 
     def _on_connected(self, event: ev.Connected, receive_us: int) -> None:
         if not self._ready.ready():
@@ -745,4 +767,7 @@ class Connection:
         """The ack flusher's turn: the codec's grouped ACKs go to this connection's writer (which
         may wait for room in the socket without holding up the flusher)."""
         if self.error is None and self._protocol.flush_acks():
-            self._write_soon()
+            try:
+                self._flush_now()
+            except RequestFailed:
+                pass  # _fail has recorded why

@@ -15,10 +15,12 @@ import gevent
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, DriverError
+from drivers.net.deliveries import deliveries_for
 from drivers.net.sockets import FD_MARGIN, socket_budget, source_address
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.connection import Connection
 from drivers.pulsar.consumer import ConsumerState
+from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
 
@@ -45,6 +47,10 @@ class ConnectionPool:
         self._pinger = group.spawn(self._ping_loop)
         self._on_consumers_lost = on_consumers_lost
         self._acks = AckFlusher(settings.ack_group_time_ms, group)
+        # One of each for every connection: a message read on many sockets is decoded once and
+        # handed to the harness once per receive pass (drivers.net.deliveries).
+        self._decoder = DeliveryDecoder(settings.verify_checksum)
+        self._deliveries = deliveries_for(callback)
 
     @property
     def service(self) -> Route:
@@ -88,6 +94,8 @@ class ConnectionPool:
             route,
             self._on_consumers_lost,
             self._acks,
+            self._deliveries,
+            self._decoder,
         )
         self._live.add(conn)
         conn.will_open()

@@ -18,8 +18,8 @@ from gevent.event import AsyncResult
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback
+from drivers.net.deliveries import ReadDeliveries
 from drivers.peer.connection import PeerConnection, RequestFailed
-from drivers.peer.deliveries import DeliveryGroup
 
 Done = Callable[[object, int, Exception | None], None]
 """Called with the reply and its receive time, or with the error (None reply)."""
@@ -55,7 +55,7 @@ class RedisConnection(PeerConnection):
         self.consumer_index: int | None = None
         """The consumer this connection subscribed, once SUBSCRIBE is sent."""
         self._resp = hiredis.Reader()
-        self._deliveries = DeliveryGroup(callback)
+        self._deliveries = ReadDeliveries(self, callback)
         self._waiting: deque[Done] = deque()
 
     def request(self, data: bytes, done: Done) -> None:
@@ -118,8 +118,6 @@ class RedisConnection(PeerConnection):
         except RequestFailed as exc:
             self._fail(str(exc))
             raise
-        finally:
-            deliveries.flush()
 
     def _on_failed(self, error: RequestFailed) -> None:
         waiting, self._waiting = self._waiting, deque()

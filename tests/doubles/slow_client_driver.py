@@ -54,6 +54,11 @@ class _SlowCallback:
         self._inner.messages_received(consumer_indexes, payload, *args)
         self._maybe_block(payload)
 
+    def deliveries_received(self, payload: bytes, *args: Any) -> None:
+        """The receive engine's batch of a message (drivers.net.deliveries): blocks the same."""
+        self._inner.deliveries_received(payload, *args)
+        self._maybe_block(payload)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 

@@ -44,10 +44,12 @@ class Calls:
 
 
 def feed(conn: PeerConnection, data: bytes, byte_by_byte: bool) -> None:
-    """Reads of `data`: one, or one per byte; read n has receive time n and kernel time 100+n."""
+    """Reads of `data`: one, or one per byte, each a pass of the receive engine; read n has
+    receive time n and kernel time 100+n."""
     chunks = [data[i : i + 1] for i in range(len(data))] if byte_by_byte else [data]
     for n, chunk in enumerate(chunks):
         conn._on_data(memoryview(chunk), n, 100 + n)
+        conn._deliveries.flush()  # what the receive engine does at the end of each pass
 
 
 def queued(conn: PeerConnection) -> bytes:

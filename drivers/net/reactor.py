@@ -1,0 +1,132 @@
+"""The receive engine: one greenlet per process drains every ready socket per wake.
+
+A greenlet per socket, each woken by gevent for each read, costs a hub switch, a watcher and
+a turn of the loop per socket per message: with one connection per consumer that was most of
+the client's 83 µs per delivery (docs/benchmarks.md, "The receive engine"). Here the sockets
+are registered with one level-triggered `select.epoll`; one greenlet waits for the epoll's own
+descriptor to be readable through gevent's hub (so the rest of the process, subscribers,
+timers, Locust, runs meanwhile), then asks the epoll which sockets are ready and calls each
+one's reader, which reads what the socket holds without blocking (asyncio's
+`_SelectorSocketTransport._read_ready` does the same: DESIGN.md, "Many sockets, one loop").
+Work that is worth doing once per pass rather than once per socket (handing the pass's
+deliveries to the harness grouped by message) runs at its end, through `after_pass`.
+
+A reader must never block: it reads from the non-blocking socket under gevent's wrapper and
+hands writes it cannot finish to a greenlet of its own. It may take as long as it needs (a
+slowed harness), which then delays every socket of the process alike: the kernel's receive
+times show that delay as the client's, not the broker's.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import weakref
+from collections.abc import Callable
+from typing import Protocol
+
+import gevent
+from gevent.hub import get_hub
+from gevent.monkey import get_original
+
+__all__ = ["Reactor", "Readable", "reactor"]
+
+_epoll = get_original("select", "epoll")
+"""The kernel's epoll (Linux), as before gevent's monkey-patching, which takes it out of
+`select` in a Locust worker."""
+
+log = logging.getLogger("drivers.net")
+
+MAX_EVENTS = 1024
+"""Sockets handled per pass at most; then the greenlet yields, so a storm of ready sockets
+does not starve the other greenlets for its whole length."""
+
+
+class Readable(Protocol):
+    def on_readable(self) -> None:
+        """The socket has bytes (or an end, or an error): read once, without blocking."""
+
+
+class Reactor:
+    def __init__(self) -> None:
+        self._epoll: select.epoll | None = None
+        self._readers: dict[int, Readable] = {}
+        self._after: dict[object, Callable[[], None]] = {}
+        self._greenlet: gevent.Greenlet | None = None
+
+    def add(self, fd: int, reader: Readable) -> None:
+        """Call `reader.on_readable()` whenever `fd` has something to read, until `remove`."""
+        if self._epoll is None:
+            self._epoll = _epoll()
+        self._epoll.register(fd, select.EPOLLIN)
+        self._readers[fd] = reader
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._run)
+
+    def remove(self, fd: int) -> None:
+        """Stop reading `fd` (before it is closed: a closed descriptor leaves the epoll by
+        itself, but its number may come back as another socket's)."""
+        if self._readers.pop(fd, None) is not None and self._epoll is not None:
+            try:
+                self._epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass  # closed already
+        greenlet = self._greenlet
+        if not self._readers and greenlet is not None and greenlet is not gevent.getcurrent():
+            # Nothing left to read (when a reader leaves from within a pass, the pass ends it).
+            self._greenlet = None
+            greenlet.kill(block=False)
+
+    def after_pass(self, key: object, action: Callable[[], None]) -> None:
+        """Run `action` once at the end of the current pass (once per key however often it is
+        asked for)."""
+        self._after[key] = action
+
+    def _run(self) -> None:
+        epoll = self._epoll
+        assert epoll is not None
+        hub = get_hub()
+        watcher = hub.loop.io(epoll.fileno(), 1)  # 1: readable
+        readers = self._readers
+        try:
+            while readers:
+                ready = epoll.poll(0, MAX_EVENTS)
+                if not ready:
+                    hub.wait(watcher)
+                    continue
+                for fd, _ in ready:
+                    reader = readers.get(fd)
+                    if reader is not None:  # removed by a reader before it in this pass
+                        try:
+                            reader.on_readable()
+                        except Exception:
+                            log.exception("reader of descriptor %d failed", fd)
+                            self.remove(fd)
+                self._end_pass()
+                gevent.sleep(0)  # a pass of ready sockets never yields: let the others run
+        finally:
+            watcher.close()
+            if self._greenlet is gevent.getcurrent():
+                self._greenlet = None
+
+    def _end_pass(self) -> None:
+        """Run what the pass asked for (what it asks meanwhile runs too)."""
+        while self._after:
+            after, self._after = self._after, {}
+            for action in after.values():
+                try:
+                    action()
+                except Exception:
+                    log.exception("end of a receive pass failed")
+
+
+_REACTORS: weakref.WeakKeyDictionary[object, Reactor] = weakref.WeakKeyDictionary()
+
+
+def reactor() -> Reactor:
+    """This process's reactor (one per gevent hub: one per thread that runs greenlets)."""
+    hub = get_hub()
+    found = _REACTORS.get(hub)
+    if found is None:
+        found = _REACTORS[hub] = Reactor()
+    return found
