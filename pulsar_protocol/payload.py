@@ -51,12 +51,17 @@ def payload_offsets(section: bytes, verify: bool = True) -> tuple[int, int]:
 
 def decode_payload(section: bytes, verify: bool = True) -> Payload:
     meta_start, data_start = payload_offsets(section, verify)
+    return Payload(_metadata(section, meta_start, data_start), section[data_start:])
+
+
+def _metadata(section: bytes, meta_start: int, data_start: int) -> pb.MessageMetadata:
+    """The section's MessageMetadata; the codec's own error, never protobuf's, for bad bytes."""
     metadata = pb.MessageMetadata()
     try:
         metadata.ParseFromString(section[meta_start:data_start])
     except DecodeError as exc:
         raise RemoteProtocolError(f"undecodable MessageMetadata: {exc}") from exc
-    return Payload(metadata, section[data_start:])
+    return metadata
 
 
 def is_batch(metadata: pb.MessageMetadata) -> bool:
@@ -99,9 +104,7 @@ def join_batch(messages: list[tuple[pb.SingleMessageMetadata, bytes]]) -> bytes:
 
 def message_count(section: bytes) -> int:
     """Messages in an entry: permits count messages, not entries."""
-    meta_start, data_start = payload_offsets(section, verify=False)
-    metadata = pb.MessageMetadata()
-    metadata.ParseFromString(section[meta_start:data_start])
+    metadata = _metadata(section, *payload_offsets(section, verify=False))
     return metadata.num_messages_in_batch if is_batch(metadata) else 1
 
 
