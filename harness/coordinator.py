@@ -48,7 +48,7 @@ from harness.sockets import (
     workers_needed,
 )
 from harness.users import user_classes
-from harness.worker_group import RunError, Totals, WorkerGroup
+from harness.worker_group import RunError, Totals, WorkerGroup, tolerate_silence
 from results_contract.paths import (
     BROKER_DATA_DIR,
     BROKER_LOG_FILE,
@@ -317,6 +317,7 @@ class Coordinator:
         w = self.plan.workload
         # The master's users never run: they only tell Locust's dispatcher the user mix.
         env = Environment(user_classes=user_classes(None, producers=w.total_producers))
+        tolerate_silence()
         runner = env.create_master_runner(self.master_bind, self.master_port)
         host = "127.0.0.1" if self.master_bind in ("*", "0.0.0.0") else self.master_bind
         group = self.group = WorkerGroup(

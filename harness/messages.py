@@ -124,6 +124,8 @@ class WorkerReady(Message):
     socket_limit: int = 0
     """The connections the worker can hold (harness/sockets.py); 0 from a worker that does
     not say (an older `bench worker`)."""
+    pid: int = 0
+    """The worker's process id: the master tells a local worker that died by its process."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -386,7 +386,7 @@ class WorkerProcess:
         listen(runner, Finish, self.on_finish, concurrent=True)
         # Locust's join came before the lines above. The limit is raised here, before the
         # driver opens anything, and told to the master, which sizes the run by it.
-        send(runner, WorkerReady(runner.client_id, socket_limit()))
+        send(runner, WorkerReady(runner.client_id, socket_limit(), os.getpid()))
 
     def on_clock_ping(self, ping: ClockPing) -> None:
         send(self.runner, ClockPong(ping.seq, now_us(), socket.gethostname()))

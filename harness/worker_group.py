@@ -5,12 +5,20 @@ and liveness.
 Nothing here sleeps and polls: message handlers record what arrived and set `changed`, and the
 coordinator waits on it (`next_change`). Liveness is the one timer, riding Locust's
 heartbeats: a worker Locust marks missing, or drops, is lost, and the run goes on without it
-(and is marked partial).
+(and is marked partial); a local worker whose process exited is lost at once.
+
+A worker busy reading tens of thousands of sockets on a loaded machine may send no heartbeat
+for seconds and still be working: Locust's own limit (3 missed heartbeats) would call it
+missing and, once every worker is, stop the test, producers included (19,000 one-connection
+consumers here, load average 13: both workers "missing" and the producers stopped after 3 of
+8 messages). So the master waits WORKER_SILENCE_S without a heartbeat instead
+(`tolerate_silence`), and a worker that died is told by its process, not by its silence.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import subprocess
 import sys
 import time
@@ -20,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import locust.runners
 from gevent.event import AsyncResult, Event
 from gevent.pool import Group
 from locust.runners import HEARTBEAT_INTERVAL, STATE_MISSING, MasterRunner
@@ -46,6 +55,17 @@ from harness.progress import Progress
 from results_contract.clock import now_us
 from results_contract.hlog import decode, new_histogram
 from results_contract.paths import worker_dir
+
+WORKER_SILENCE_S = 30.0
+"""How long a worker may send no heartbeat before it is missing, hence lost (Locust: 3 s)."""
+
+
+def tolerate_silence() -> None:
+    """Make this process's Locust master wait WORKER_SILENCE_S for a worker's heartbeat before
+    it marks it missing: before the master runner is made, which reads the setting for every
+    worker that joins and for every heartbeat (locust.runners.HEARTBEAT_LIVENESS, counted in
+    HEARTBEAT_INTERVALs)."""
+    locust.runners.HEARTBEAT_LIVENESS = math.ceil(WORKER_SILENCE_S / HEARTBEAT_INTERVAL)
 
 
 class RunError(RuntimeError):
@@ -107,6 +127,8 @@ class WorkerGroup:
         self._ping_ids = itertools.count()
         self._ready: set[str] = set()
         self.socket_limits: dict[str, int] = {}
+        self._pids: dict[str, int] = {}
+        """Locust client id -> the worker's process id (0: it did not say)."""
         """Locust client id -> the connections that worker can hold (0: it did not say)."""
         self._background = Group()
 
@@ -124,6 +146,7 @@ class WorkerGroup:
     def _on_worker_ready(self, msg: WorkerReady) -> None:
         self._ready.add(msg.client_id)
         self.socket_limits[msg.client_id] = msg.socket_limit
+        self._pids[msg.client_id] = msg.pid
         self.changed.set()
 
     def _on_clock_pong(self, pong: ClockPong) -> None:
@@ -228,17 +251,24 @@ class WorkerGroup:
         self.changed.set()
 
     def _watch_liveness(self) -> None:
-        """A worker Locust dropped, or marked missing (no heartbeat), is lost."""
+        """A worker Locust dropped, or marked missing (no heartbeat), is lost; so is a local
+        worker whose process exited."""
+        exited = {p.pid: p for p in self._processes}
         while True:
             gevent.sleep(HEARTBEAT_INTERVAL)
             for state in self.workers.values():
                 if state.lost or state.finished:
                     continue
                 node = self.runner.clients.get(state.client_id)
-                if node is None or node.state == STATE_MISSING:
+                process = exited.get(self._pids.get(state.client_id, 0))
+                code = None if process is None else process.poll()
+                if node is None or node.state == STATE_MISSING or code is not None:
                     state.lost = True
+                    at = time.strftime("%H:%M:%S")
                     reason = (
-                        f"worker {state.worker_id} stopped answering at {time.strftime('%H:%M:%S')}"
+                        f"worker {state.worker_id} stopped answering at {at}"
+                        if code is None
+                        else f"worker {state.worker_id} exited with {code} at {at}"
                     )
                     self.partial_reasons.append(reason)
                     self.progress.note(f"warning: {reason}; the run will be marked partial")

@@ -164,3 +164,33 @@ def test_user_classes_are_made_per_run_and_the_base_classes_never_change():
     assert ProducerUser.fixed_count == 0  # Locust's default, untouched
     assert user_classes(None, producers=2)[1].fixed_count == 2
     assert master[1].fixed_count == 7
+
+
+def test_a_local_worker_whose_process_exited_is_lost_at_once(group):
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    dead.wait()
+    group._processes.append(dead)
+    group.runner.deliver(m.WorkerReady("c1", 19744, dead.pid))  # still RUNNING to Locust
+    group._background.spawn(group._watch_liveness)
+    assert group._wait_for(lambda: group.workers["w1"].lost, 5)
+    assert not group.workers["w0"].lost
+    assert "worker w1 exited with 3" in group.partial_reasons[0]
+    assert group.socket_limits["c1"] == 19744
+    group.stop()
+
+
+def test_the_master_waits_longer_than_locusts_3_heartbeats_for_a_busy_worker():
+    import locust.runners
+
+    from harness.worker_group import WORKER_SILENCE_S, tolerate_silence
+
+    before = locust.runners.HEARTBEAT_LIVENESS
+    try:
+        tolerate_silence()
+        seconds = locust.runners.HEARTBEAT_LIVENESS * locust.runners.HEARTBEAT_INTERVAL
+        assert seconds >= WORKER_SILENCE_S > 3
+    finally:
+        locust.runners.HEARTBEAT_LIVENESS = before
