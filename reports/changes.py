@@ -67,12 +67,23 @@ class Sample:
     per_second: tuple[float, ...] = ()
 
 
+# Sections whose keys the analysis always writes (null when it has no value): a key missing
+# there is a damaged or hand-made summary, bad input rather than a missing metric.
+COMPLETE_SECTIONS = ("headline", HARNESS_COST)
+
+
 def _number(run: RunSummary, path: tuple[str, ...]) -> float | None:
-    """A number at `path`; None when absent or null; InputError for anything else."""
+    """A number at `path`; None when null or absent where absence means "not measured" (a
+    latency metric without data); InputError for a key missing from a complete section or a
+    value that is not a finite number."""
     raw = lookup(run.data, path)
-    if raw is None:
-        return None
     field = ".".join(path)
+    if raw is None:
+        section = run.data.get(path[0])
+        if path[0] in COMPLETE_SECTIONS and isinstance(section, Mapping) and len(path) == 2:
+            if path[1] not in section:
+                raise InputError(f"{run.path}: {field} is missing")
+        return None
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise InputError(f"{run.path}: {field} is {raw!r}, not a number")
     if not math.isfinite(raw):

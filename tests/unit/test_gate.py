@@ -138,6 +138,14 @@ def test_a_value_that_is_not_a_finite_number_is_bad_input(
     assert str(run) in err and field in err
 
 
+def test_a_key_missing_from_the_headline_is_bad_input(tmp_path: Path, capsys) -> None:
+    summary = sample_summary()
+    del summary["headline"]["e2e_p99_ms"]
+    run = write_run(tmp_path / "bad", summary)
+    assert gate(tmp_path, [run.parent], runs(tmp_path / "base", 1, 1))[0] == 2
+    assert f"{run}: headline.e2e_p99_ms is missing" in capsys.readouterr().err
+
+
 def test_a_summary_without_its_headline_is_bad_input(tmp_path: Path, capsys) -> None:
     summary = sample_summary()
     del summary["headline"]
