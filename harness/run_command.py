@@ -7,7 +7,11 @@ machine, and the sweep report puts them side by side.
 --repeat N (or the workload's `repeat`) runs every case N times, each with a fresh broker, the
 cases interleaved (case 1, case 2, …, case 1 again): slow drift of the machine then spreads
 over every case instead of biasing one. Every repeat is kept, as a case folder ending in -rK;
-sweep.json's `case_keys` say which case each folder repeats, so `bench gate` pools them."""
+sweep.json's `case_keys` say which case each folder repeats, so `bench gate` pools them.
+
+Exit codes: 0 done; 1 the run failed (RunError); 2 bad input, before anything started; 3 done
+but partial (a worker lost or timed out, consumers missing): its data, analysis and report are
+kept, marked partial, and CI fails on it; 130 interrupted."""
 
 from __future__ import annotations
 
@@ -45,6 +49,20 @@ def _analyze(path: Path, spark_master: str) -> None:
         raise RunError(
             f"analysis of {path} failed (exit {result.returncode}); raw results are kept"
         )
+
+
+PARTIAL = 3
+
+
+def _partial(run_dirs: list[Path]) -> list[str]:
+    """`folder: reasons` of each run whose manifest says it is partial."""
+    found = []
+    for run_dir in run_dirs:
+        manifest = json.loads((run_dir / paths.MANIFEST_FILE).read_text())
+        if manifest.get("partial"):
+            reasons = "; ".join(map(str, manifest.get("partial_reasons") or [])) or "partial"
+            found.append(f"{run_dir}: {reasons}")
+    return found
 
 
 def main(argv: list[str]) -> int:
@@ -149,9 +167,12 @@ def main(argv: list[str]) -> int:
                     indent=2,
                 )
             )
+        partial = _partial(run_dirs)
+        for line in partial:
+            progress.note(f"bench run: partial run (exit {PARTIAL}): {line}")
         if args.no_analysis:
             print(base)
-            return 0
+            return PARTIAL if partial else 0
         _analyze(base, args.spark_master)
         from reports.render import render_run, render_sweep
 
@@ -168,7 +189,7 @@ def main(argv: list[str]) -> int:
         progress.note(f"bench run: interrupted; partial results in {base}")
         return 130
     print(os.path.abspath(report))
-    return 0
+    return PARTIAL if partial else 0
 
 
 def _checked_driver(path: Path | None, cases: tuple[Workload, ...], workload: Path) -> DriverFile:
