@@ -1,7 +1,12 @@
-"""The bundled broker made slower by a known amount: a busy wait of `--spin-us` µs per delivery
-after each Broadcast dispatch slice, so broker CPU per delivery and the dispatch latency rise
-by a set amount. For the regression gate's validation benchmark only (docs/reports.md,
-"Validation benchmark"); a driver file starts it as an embedded broker:
+"""The bundled broker made slower by a known amount, for the regression gate's validation
+benchmark only (docs/reports.md, "Validation benchmark"):
+
+- `--spin-us X`: a busy wait of X µs per delivery after each Broadcast dispatch slice, so
+  broker CPU per delivery rises by X µs;
+- `--delay-ms D`: each new entry's Broadcast dispatch starts D ms late (no CPU), so every
+  delivery's latency rises by D.
+
+A driver file starts it as an embedded broker:
 
     embeddedBroker:
       executable: /abs/path/.venv/bin/python
@@ -18,10 +23,17 @@ import time
 from typing import Any
 
 
-def install(spin_us: float) -> None:
+def install(spin_us: float, delay_ms: float) -> None:
     from broker.subscriptions.broadcast import BroadcastDispatcher
 
     dispatch = BroadcastDispatcher.dispatch
+    on_new_entries = BroadcastDispatcher.on_new_entries
+
+    def late(self: Any, turn: Any = None) -> None:
+        self.loop.call_later(delay_ms / 1000, on_new_entries, self, turn)
+
+    if delay_ms:
+        BroadcastDispatcher.on_new_entries = late  # type: ignore[method-assign]
 
     def slowed(self: Any) -> None:
         before = self.messages_out
@@ -30,14 +42,15 @@ def install(spin_us: float) -> None:
         while time.perf_counter_ns() < until:
             pass
 
-    BroadcastDispatcher.dispatch = slowed  # type: ignore[method-assign]
+    if spin_us:
+        BroadcastDispatcher.dispatch = slowed  # type: ignore[method-assign]
 
 
 def main(argv: list[str]) -> int:
-    spin_us = 0.0
-    if argv[:1] == ["--spin-us"]:
-        spin_us, argv = float(argv[1]), argv[2:]
-    install(spin_us)
+    options = {"--spin-us": 0.0, "--delay-ms": 0.0}
+    while argv[:1] and argv[0] in options:
+        options[argv[0]], argv = float(argv[1]), argv[2:]
+    install(options["--spin-us"], options["--delay-ms"])
     from broker.cli import main as broker_main
 
     return broker_main(argv)
