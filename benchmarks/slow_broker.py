@@ -29,8 +29,9 @@ def install(spin_us: float, delay_ms: float) -> None:
     dispatch = BroadcastDispatcher.dispatch
     on_new_entries = BroadcastDispatcher.on_new_entries
 
-    def late(self: Any, turn: Any = None) -> None:
-        self.loop.call_later(delay_ms / 1000, on_new_entries, self, turn)
+    def late(self: Any, *args: Any) -> None:
+        # *args: the signature differs between revisions (a dispatch turn, or nothing).
+        self.loop.call_later(delay_ms / 1000, on_new_entries, self, *args)
 
     if delay_ms:
         BroadcastDispatcher.on_new_entries = late  # type: ignore[method-assign]
