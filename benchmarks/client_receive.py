@@ -62,17 +62,22 @@ def _connected(consumers: int, individual: bool, recorder: Recorder) -> Connecti
 
 
 def _entry_reads(
-    consumers: int, entry_id: int, size: int, intended_us: int, read_size: int
+    consumers: int, entry_id: int, size: int, intended_us: int, read_size: int, shared: bool
 ) -> list[bytes]:
-    """The bytes of one entry's MESSAGE to every consumer, as recvs of `read_size` return them."""
+    """The bytes of one entry's MESSAGE to every consumer, as recvs of `read_size` return them.
+    `shared`: each consumer in a subscription of its own (the Shared baseline), whose
+    dispatcher stamps its own dispatch time, so no two frames have the same head."""
     body = stamp(bytes(size), intended_us, intended_us + 100, entry_id)
     section = encode_payload(
         pb.MessageMetadata(producer_name="p", sequence_id=entry_id, publish_time=1), body
     )
     t = intended_us + 200
-    bem = encode_stamps(entry_id, EntryStamps(t, t + 10, t + 500, t + 510, t + 520))
-    template = MessageTemplate(LEDGER, entry_id, len(section), bem)
-    data = b"".join(template.head(encode_varint(cid)) + section for cid in range(1, consumers + 1))
+    heads = []
+    for cid in range(1, consumers + 1):
+        dispatch_us = t + 520 + (3 * cid if shared else 0)
+        bem = encode_stamps(entry_id, EntryStamps(t, t + 10, t + 500, t + 510, dispatch_us))
+        heads.append(MessageTemplate(LEDGER, entry_id, len(section), bem).head(encode_varint(cid)))
+    data = b"".join(head + section for head in heads)
     return [data[i : i + read_size] for i in range(0, len(data), read_size)]
 
 
@@ -83,6 +88,7 @@ def _measure(
     read_size: int,
     individual: bool,
     profiler: cProfile.Profile | None,
+    shared: bool = False,
 ) -> tuple[float, int]:
     """CPU seconds for `entries` broadcast entries, and how many ACK frames were flushed."""
     with tempfile.TemporaryDirectory() as directory:
@@ -92,7 +98,7 @@ def _measure(
         protocol = conn._protocol
         start_us = int(time.time() * 1e6)
         reads = [
-            _entry_reads(consumers, n, size, start_us + n * 1_000_000, read_size)
+            _entry_reads(consumers, n, size, start_us + n * 1_000_000, read_size, shared)
             for n in range(entries)
         ]
         acks = 0
@@ -123,10 +129,19 @@ def main() -> None:
     parser.add_argument("--read-size", type=int, default=RECV_SIZE, help="bytes per recv")
     parser.add_argument("--individual", action="store_true", help="individual acks")
     parser.add_argument("--profile", action="store_true", help="cProfile, top functions")
+    parser.add_argument(
+        "--shared", action="store_true", help="one subscription per consumer (Shared baseline)"
+    )
     args = parser.parse_args()
     profiler = cProfile.Profile() if args.profile else None
     cpu, acks = _measure(
-        args.consumers, args.entries, args.size, args.read_size, args.individual, profiler
+        args.consumers,
+        args.entries,
+        args.size,
+        args.read_size,
+        args.individual,
+        profiler,
+        args.shared,
     )
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)

@@ -372,62 +372,55 @@ class Recorder:
         e2e: list[int],
         seq: int,
     ) -> None:
-        """Stages 1-6 and the sampled stage rows of `deliveries_received`."""
-        by_stages: dict[tuple[int, ...], int] = {}
+        """Stages 1-6 and the sampled stage rows of `deliveries_received`. Stages 1-4 are the
+        entry's, the same in every read of it; stage 5 (broker out) and 6 (broadcasting) differ
+        with each dispatch and read, and are recorded with counts."""
+        entry_stages: dict[tuple[int, int, int, int], int] = {}
+        broker_out: list[int] = []
         broadcasting: list[int] = []
-        broadcast_counts: list[int] = []
-        rows: list[tuple[int, tuple[int | str, ...]]] = []  # (deliveries, row) per read
+        stamped_counts: list[int] = []
+        mod = self._sample_mod
+        base = seq * 2654435761
+        writerow = self._stages.writerow
+        at = 0
         for (count, _, _, stamps), receive_us, latency in zip(reads, read_us, e2e, strict=True):
+            first, at = at, at + count
             if stamps is None:
-                rows.append((count, ()))
                 continue
+            row: tuple[int | str, ...]
             if stamps.complete:
                 stages = (
                     stamps.received_us - intended_us,
                     stamps.persist_start_us - stamps.received_us,
                     stamps.durable_us - stamps.persist_start_us,
                     stamps.notified_us - stamps.durable_us,
-                    stamps.dispatch_us - stamps.notified_us,
                 )
-                by_stages[stages] = by_stages.get(stages, 0) + count
+                entry_stages[stages] = entry_stages.get(stages, 0) + count
+                out = stamps.dispatch_us - stamps.notified_us
+                broker_out.append(out)
                 broadcasting.append(receive_us - stamps.dispatch_us)
-                broadcast_counts.append(count)
-                rows.append((count, (receive_us, latency, *stages, broadcasting[-1])))
+                stamped_counts.append(count)
+                if not mod:
+                    continue
+                row = (receive_us, latency, *stages, out, broadcasting[-1])
             elif stamps.dispatch_us:
+                if not mod:
+                    continue
                 span = stamps.dispatch_us - intended_us
-                rows.append(
-                    (
-                        count,
-                        (
-                            receive_us,
-                            latency,
-                            span,
-                            "",
-                            "",
-                            "",
-                            "",
-                            receive_us - stamps.dispatch_us,
-                        ),
-                    )
-                )
+                row = (receive_us, latency, span, "", "", "", "", receive_us - stamps.dispatch_us)
             else:
-                rows.append((count, ()))
-        for entry_stages, count in by_stages.items():
-            for stage_hist, value in zip(self._entry_stage_hists, entry_stages, strict=True):
+                continue
+            # Sample 1 in `mod` (message, consumer) pairs, as each delivery would pick itself.
+            for index in consumer_indexes[first:at]:
+                if (base + index * 40503) % mod == 0:
+                    writerow(row)
+        *hists, broker_out_hist = self._entry_stage_hists
+        for stages, count in entry_stages.items():
+            for stage_hist, value in zip(hists, stages, strict=True):
                 _record(stage_hist, value, count)
-        if broadcasting:
-            _record_counted(self._broadcasting, broadcasting, broadcast_counts)
-        mod = self._sample_mod
-        if mod:
-            base = seq * 2654435761
-            writerow = self._stages.writerow
-            at = 0
-            for count, row in rows:
-                if row:
-                    for index in consumer_indexes[at : at + count]:
-                        if (base + index * 40503) % mod == 0:
-                            writerow(row)
-                at += count
+        if broker_out:
+            _record_counted(broker_out_hist, broker_out, stamped_counts)
+            _record_counted(self._broadcasting, broadcasting, stamped_counts)
 
     def _flush_kernel_runs(self, client_delay: bool = True) -> None:
         """Record the pending repeats of e2e_kernel (and of client_delay)."""

@@ -223,6 +223,10 @@ class MessageRun(Event):
     redelivery_count: int = 0
     message_id: bytes = b""
     """The serialized MessageIdData, as protobuf writes it: what an ACK of it carries."""
+    entry_metadatas: tuple[bytes, ...] = ()
+    """Each consumer's own BrokerEntryMetadata, in the order of `consumer_ids`, when the frames
+    carry different ones (one subscription per consumer: each dispatcher stamps its own
+    dispatch time); empty when every frame carries `broker_entry_metadata`."""
 
 
 @dataclass(frozen=True, slots=True)

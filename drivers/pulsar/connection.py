@@ -674,6 +674,9 @@ class Connection:
     def _on_run(self, event: MessageRun, receive_us: int) -> None:
         """Deliveries of one entry to consumers of this connection (most often all of them:
         a broadcast); those closed meanwhile are skipped."""
+        if event.entry_metadatas:
+            self._on_stamped_run(event, receive_us)
+            return
         consumers = self.consumers
         indexes = []
         for consumer_id in event.consumer_ids:
@@ -687,6 +690,27 @@ class Connection:
             consumer_ids = tuple(cid for cid in consumer_ids if cid in consumers)
         n = self._deliver(indexes, event.payload, event.broker_entry_metadata, receive_us)
         self._protocol.acknowledge_run(consumer_ids, n, event.message_id)
+
+    def _on_stamped_run(self, event: MessageRun, receive_us: int) -> None:
+        """Deliveries of one entry, each with stamps of its own (one subscription per consumer:
+        the Shared baseline): the entry is decoded once, each consumer's stamps by themselves."""
+        consumers, decoder = self.consumers, self._decoder
+        try:
+            bodies = decoder.bodies(event.payload)
+        except RemoteProtocolError as exc:
+            log.warning("connection %d: dropped a delivery: %s", self.id, exc)
+            bodies = []
+        add, kernel_us, stamps_of = self._deliveries.add, self._kernel_us, decoder.stamps
+        delivered = []
+        for consumer_id, metadata in zip(event.consumer_ids, event.entry_metadatas, strict=True):
+            consumer = consumers.get(consumer_id)
+            if consumer is None:
+                continue  # closed meanwhile
+            delivered.append(consumer_id)
+            stamps, index = stamps_of(metadata), [consumer.index]
+            for body in bodies:
+                add(self, body, index, receive_us, kernel_us, stamps)
+        self._protocol.acknowledge_run(delivered, len(bodies) or 1, event.message_id)
 
     def _on_message(self, event: ev.Message, receive_us: int) -> None:
         """One delivery in a shape the codec's runs do not take (protobuf-parsed)."""

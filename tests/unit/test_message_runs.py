@@ -125,6 +125,9 @@ def _deliveries(
             while (event := client.next_event()) is not ev.NEED_DATA:
                 if isinstance(event, ev.MessageRun):
                     in_runs += len(event.consumer_ids)
+                    metadatas = event.entry_metadatas or [event.broker_entry_metadata] * len(
+                        event.consumer_ids
+                    )
                     out += [
                         (
                             cid,
@@ -133,10 +136,10 @@ def _deliveries(
                             event.partition,
                             event.redelivery_count,
                             event.payload,
-                            event.broker_entry_metadata,
+                            metadata,
                             event.message_id,
                         )
-                        for cid in event.consumer_ids
+                        for cid, metadata in zip(event.consumer_ids, metadatas, strict=True)
                     ]
                 elif isinstance(event, ev.Message):
                     m, mid = event.command, event.command.message_id
@@ -161,7 +164,9 @@ def _deliveries(
 
 def _stream() -> bytes:
     """A broker's deliveries: broadcast entries to consumer ids across varint lengths, with and
-    without entry metadata, a partition, a redelivery; MESSAGEs in other shapes; a PING."""
+    without entry metadata, a partition, a redelivery; an entry to one-consumer subscriptions
+    (the Shared baseline: each frame with its own dispatch stamp, some of another length);
+    MESSAGEs in other shapes; a PING."""
     small, big = section(b"a" * 300), section(b"b" * 2000)
     stamps = encode_stamps(4, EntryStamps(1, 2, 3, 4, 5))
     frames = []
@@ -170,6 +175,10 @@ def _stream() -> bytes:
         template = MessageTemplate(ledger, entry, len(payload), bem, redeliveries, partition)
         ids = [*range(120, 136), 16380, 16390, 2**40]
         frames += [template.head(encode_varint(cid)) + payload for cid in ids]
+    for n, cid in enumerate([*range(140, 156), 16381, 16391, 2**41]):
+        bem = encode_stamps(5, EntryStamps(1, 2, 3, 4, 1_000 + n * (1 if n % 3 else 500_000)))
+        template = MessageTemplate(1, 3, len(big), bem, 0, -1)
+        frames.append(template.head(encode_varint(cid)) + big)
     odd = [
         command(T.MESSAGE, consumer_id=3, message_id=pb.MessageIdData(ledgerId=1, entryId=3)),
         command(
@@ -199,8 +208,8 @@ def test_runs_deliver_what_protobuf_reads(how):
     slow, none_in_runs = _deliveries(_connected(False), chunks)
     fast, in_runs = _deliveries(_connected(True), chunks)
     assert fast == slow
-    assert none_in_runs == 0 and len(slow) == 3 * 19 + 5
-    assert in_runs == 3 * 19 + 3  # all but the two MESSAGEs in other shapes
+    assert none_in_runs == 0 and len(slow) == 4 * 19 + 5
+    assert in_runs == 4 * 19 + 3  # all but the two MESSAGEs in other shapes
     assert all(isinstance(d, tuple) for d in slow)
 
 
@@ -255,6 +264,25 @@ def test_a_broadcast_entry_comes_as_one_run_per_read():
     assert [cid for run in runs for cid in run.consumer_ids] == list(range(1, 201))
     assert runs[0].payload is runs[1].payload  # one bytes object for the entry's payload
     assert runs[0].message_id == pb.MessageIdData(ledgerId=9, entryId=4).SerializeToString()
+
+
+def test_an_entry_to_one_consumer_subscriptions_comes_as_one_run_with_their_own_stamps():
+    """The Shared baseline: each frame of one entry carries its subscription's dispatch stamp,
+    so no two are alike; they still come as one run per read, each consumer with its own."""
+    payload = section(b"x" * 1000)
+    metadatas = [encode_stamps(4, EntryStamps(1, 2, 3, 4, 10_000 + cid)) for cid in range(1, 101)]
+    data = b"".join(
+        MessageTemplate(9, 4, len(payload), bem).head(encode_varint(cid)) + payload
+        for cid, bem in zip(range(1, 101), metadatas, strict=True)
+    )
+    client = _connected(True)
+    client.receive_data(data)
+    run = client.next_event()
+    assert isinstance(run, ev.MessageRun)
+    assert client.next_event() is ev.NEED_DATA
+    assert run.consumer_ids == tuple(range(1, 101))
+    assert run.entry_metadatas == tuple(metadatas)
+    assert run.broker_entry_metadata == metadatas[0]
 
 
 def test_mangled_streams_read_the_same_with_and_without_runs():

@@ -288,6 +288,59 @@ def test_one_entry_to_many_consumers_in_one_read_is_handed_over_once(make_wire):
     assert acks == {ids[0]: [(1, 2)], ids[1]: [(1, 1)], ids[2]: [(1, 1)]}
 
 
+@dataclass
+class BatchedDeliveries(Deliveries):
+    """A callback with the engine's batch entry point (as the harness's Recorder has)."""
+
+    passes: list[tuple[bytes, tuple[int, ...], list[tuple]]] = field(default_factory=list)
+
+    def deliveries_received(self, payload, consumer_indexes, reads) -> None:
+        self.passes.append((payload, tuple(consumer_indexes), [tuple(r) for r in reads]))
+        at = 0
+        for count, receive_us, kernel_us, stamps in reads:
+            for index in consumer_indexes[at : at + count]:
+                self.message_received(index, payload, receive_us, stamps, kernel_us)
+            at += count
+
+
+def test_one_entry_to_one_consumer_subscriptions_is_handed_over_once_with_each_stamp():
+    """The Shared baseline: each consumer on the connection is in a subscription of its own,
+    whose dispatcher stamps its own dispatch time, so no two frames are alike; the entry still
+    goes to the harness in one call, each consumer with its own stamps, and each is acked."""
+    settings = Settings(host="127.0.0.1", port=6650)
+    ours, theirs = socket.socketpair()
+    group = Group()
+    callback = BatchedDeliveries()
+    conn = Connection(1, settings, callback, group)
+    broker = FakeBroker(theirs, settings)
+    try:
+        conn.start(ours)
+        broker.expect(T.CONNECT)
+        broker.send(encode_frame(command(T.CONNECTED, server_version="fake", protocol_version=20)))
+        conn.wait_ready()
+        wire = Wire(conn, broker, callback, group)
+        specs = [ConsumerSpec(i, f"c{i}", "topic", f"sub{i}", "Shared") for i in (4, 9, 7, 2)]
+        ids = [subscribe(wire, spec) for spec in specs]
+        frames = [message(cid, 0, section(b"e0"), 100 + n) for n, cid in enumerate(ids)]
+        broker.send(b"".join(frames))
+        callback.wait_for(4)
+        assert len(callback.passes) == 1
+        payload, indexes, reads = callback.passes[0]
+        assert (payload, indexes) == (b"e0", (4, 9, 7, 2))
+        assert [(count, stamps) for count, _, _, stamps in reads] == [
+            (1, BrokerStamps(1, 2, 3, 4, 100 + n)) for n in range(4)
+        ]
+        acks = {}
+        for _ in ids:
+            ack = broker.expect(T.ACK).ack
+            acks[ack.consumer_id] = [(m.ledgerId, m.entryId) for m in ack.message_id]
+        assert acks == {cid: [(1, 0)] for cid in ids}
+    finally:
+        conn.close()
+        group.kill()
+        theirs.close()
+
+
 def test_a_run_skips_consumers_gone_and_keeps_order_with_other_shapes(make_wire):
     """Deliveries to a consumer the driver closed, or never had, are neither handed over nor
     acknowledged; a MESSAGE in a shape the codec's runs decline (protobuf path) is handed
