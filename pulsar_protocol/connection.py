@@ -313,8 +313,10 @@ class Connection:
                 if self._fast_acks and (acks := decoder.next_ack_run()) is not None:
                     return AckRun(*acks)
                 if self._fast_runs and (run := decoder.next_message_run()) is not None:
-                    ids, msg, payload, bem = run
-                    return MessageRun(tuple(ids), msg[1], msg[2], payload, bem, *msg[3:6])
+                    ids, msg, payload, bem, stamped = run
+                    return MessageRun(
+                        tuple(ids), msg[1], msg[2], payload, bem, *msg[3:6], tuple(stamped or ())
+                    )
                 parts = decoder.next_parts()
                 if parts is None:
                     break

@@ -59,16 +59,23 @@ class _Run:
     """One entry's MESSAGE frames, any consumer: each is `head + consumer id + rest`, where the
     head depends only on the length of the id (as in MessageTemplate)."""
 
-    __slots__ = ("message", "payload", "broker_entry_metadata", "rest", "heads")
+    __slots__ = ("message", "payload", "broker_entry_metadata", "rest", "heads", "after_id")
 
     def __init__(
-        self, message: CommonMessage, payload: bytes, bem: bytes | None, rest: bytes
+        self,
+        message: CommonMessage,
+        payload: bytes,
+        bem: bytes | None,
+        rest: bytes,
+        after_id: bytes = b"",
     ) -> None:
         self.message = message
         self.payload = payload
         self.broker_entry_metadata = bem
         self.rest = rest
         self.heads: list[bytes | None] = [None] * 10  # by length of the id: b"" for no frame
+        self.after_id = after_id
+        """The command's bytes after the consumer id (message id, redelivery count)."""
 
 
 class FrameDecoder:
@@ -227,7 +234,57 @@ class FrameDecoder:
             run = self._start_run()
             if run is None or not (consumer_ids := self._scan(run)):
                 return None
-        return consumer_ids, run.message, run.payload, run.broker_entry_metadata
+        stamped: list[bytes] | None = None
+        if run.broker_entry_metadata is not None:
+            more, stamped = self._scan_stamped(run)
+            if more:
+                stamped = [run.broker_entry_metadata] * len(consumer_ids) + stamped
+                consumer_ids += more
+            else:
+                stamped = None
+        return consumer_ids, run.message, run.payload, run.broker_entry_metadata, stamped
+
+    def _scan_stamped(self, run: _Run) -> tuple[list[int], list[bytes]]:
+        """Consume the frames from here on that carry `run`'s entry to another consumer with
+        broker entry metadata of their own (one subscription per consumer, the Shared baseline:
+        each dispatcher stamps its own dispatch time, so no two frames are alike): their
+        consumer ids and metadata, in order. Compared frame by frame, not parsed."""
+        buf = self._buffer
+        size = self._end
+        pos = self._pos
+        after_id, payload = run.after_id, run.payload
+        after_size, payload_size = len(after_id), len(payload)
+        consumer_ids: list[int] = []
+        metadatas: list[bytes] = []
+        while size - pos >= 14 and buf.startswith(_MESSAGE_START, pos + 8):
+            total, cmd_size = _HEADER.unpack_from(buf, pos)
+            end = pos + 4 + total
+            cmd_end = pos + 8 + cmd_size
+            id_at = pos + 13
+            id_end = cmd_end - after_size
+            if (
+                end > size
+                or total > self._max
+                or cmd_size > _MAX_COMMON_MESSAGE
+                or not 0 < id_end - id_at < 10
+                or buf[pos + 11] != cmd_size - 4
+                or buf[pos + 12] != 0x08
+                or not buf.startswith(after_id, id_end)
+                or not buf.startswith(b"\x0e\x02", cmd_end)
+            ):
+                break
+            (bem_size,) = _U32.unpack_from(buf, cmd_end + 2)
+            bem_end = cmd_end + 6 + bem_size
+            if end - bem_end != payload_size or not buf.startswith(payload, bem_end):
+                break
+            consumer_id = _whole_varint(buf, id_at, id_end)
+            if consumer_id is None:
+                break
+            consumer_ids.append(consumer_id)
+            metadatas.append(bytes(buf[cmd_end + 6 : bem_end]))
+            pos = end
+        self._pos = pos
+        return consumer_ids, metadatas
 
     def _start_run(self) -> _Run | None:
         """The run the next frame starts, if it is a whole MESSAGE in the common shape."""
@@ -256,7 +313,7 @@ class FrameDecoder:
         if end - start != len(payload) or not buf.startswith(payload, start):
             payload = self._last_payload = bytes(buf[start:end])
         rest = bytes(buf[cmd_end - message[6] : start]) + payload
-        self._run = _Run(message, payload, bem, rest)
+        self._run = _Run(message, payload, bem, rest, bytes(buf[cmd_end - message[6] : cmd_end]))
         return self._run
 
     def _scan(self, run: _Run) -> list[int]:
@@ -344,7 +401,9 @@ class FrameDecoder:
 
 
 FrameParts = tuple[pb.BaseCommand, bytes | None, bytes | None]
-RunParts = tuple[list[int], CommonMessage, bytes, bytes | None]
+RunParts = tuple[list[int], CommonMessage, bytes, bytes | None, list[bytes] | None]
+"""(consumer ids, the entry's parse_message, payload section, broker entry metadata, and each
+consumer's own metadata when the frames carry different ones, else None)."""
 AckRunParts = tuple[list[int], bool, int, int]
 
 
