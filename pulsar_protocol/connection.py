@@ -307,8 +307,13 @@ class Connection:
         protocol; the connection is then in ERROR (and a server has queued its ERROR reply)."""
         if self.state is ConnectionState.ERROR:
             raise RemoteProtocolError("the connection is in ERROR after a protocol error")
+        decoder = self._decoder
+        if decoder._end == decoder._pos and not self._eof:
+            # Nothing buffered: what the loop below would find, without its calls (a broker
+            # with a connection per consumer asks once per ACK read).
+            return NEED_DATA
         try:
-            decoder, readers = self._decoder, self._readers
+            readers = self._readers
             while True:
                 if self._fast_acks and (acks := decoder.next_ack_run()) is not None:
                     return AckRun(*acks)
@@ -591,8 +596,11 @@ class Connection:
         return out[0] if len(out) == 1 else b"".join(out)
 
     def buffers_to_send(self) -> list[bytes]:
-        """As `data_to_send()`, without joining (for writelines: payloads are not copied)."""
-        out, self._out = self._out, []
+        """As `data_to_send()`, without joining (for writelines: payloads are not copied).
+        When nothing is queued, the empty list is the codec's own queue: read it, keep none."""
+        out = self._out
+        if out:
+            self._out = []
         return out
 
     def _queue(

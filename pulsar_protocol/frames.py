@@ -206,6 +206,14 @@ class FrameDecoder:
             or id_size[0] != len(ledger_id) + len(entry_id) + 2
         ):
             return None
+        if end == size:  # the last frame buffered (one consumer per connection): no run after it
+            self._pos = end
+            return (
+                [decode_varint(consumer_id)],
+                ack_type[0] == _CUMULATIVE,
+                decode_varint(ledger_id),
+                decode_varint(entry_id),
+            )
         # Frame: sizes (8 bytes), 08 0a 52 <body size> 08, the consumer id, then the tail.
         tail = bytes(buf[m.start(5) - 1 : end])
         more, self._pos = self._same_frames(

@@ -30,6 +30,7 @@ from broker.core.schemas import SchemaRefused, SchemaRegistry, schema_topic
 from broker.core.topic import Producer, Topic
 from broker.core.topic_name import InvalidTopicName, parse_topic
 from broker.server.auth import TokenAuthenticator
+from broker.server.turn_writes import TurnWrites
 from broker.subscriptions.base import SubscriptionError
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -89,6 +90,9 @@ class ConnectionHost(Protocol):
     def partitions_of(self, name: str) -> int: ...
 
     def subscription_mode(self, req: pb.CommandSubscribe) -> str: ...
+
+    @property
+    def turn_writes(self) -> TurnWrites: ...
 
 
 class ServerConnection(asyncio.Protocol):
@@ -302,21 +306,27 @@ class ServerConnection(asyncio.Protocol):
             self._write_soon()
 
     def write_frames(self, frames: list[bytes]) -> None:
-        if self._open():
+        """Queue a dispatch's MESSAGE frames (`_open` and `_write_soon` inline: once per
+        delivery with a connection per consumer)."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
             self.conn.send_frames(frames)
-            self._write_soon()
+            if not self._flush_due:
+                self._flush_due = True
+                self.service.turn_writes.add(self)
 
     def _write_soon(self) -> None:
         """Write what the codec queued once this turn of the event loop ends (or at the end
         of the read being handled, whichever comes first): the answers to a read, and the
         MESSAGE frames of every subscription dispatching to this connection in the turn,
         leave in one write (a client subscribing 100 consumers gets its 100 SUCCESS frames in
-        one segment; 100 one-consumer Shared subscriptions per connection: 100 writes → 1)."""
+        one segment; 100 one-consumer Shared subscriptions per connection: 100 writes → 1).
+        One callback writes for every connection of the turn (broker.server.turn_writes)."""
         if not self._flush_due:
             self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush_later)
+            self.service.turn_writes.add(self)
 
-    def _flush_later(self) -> None:
+    def flush_queued(self) -> None:
         self._flush_due = False
         self._flush()
 
@@ -383,6 +393,7 @@ class ServerConnection(asyncio.Protocol):
             T.LOOKUP_RESPONSE,
             request_id=req.request_id,
             brokerServiceUrl=self.service.config.advertised_url,
+            brokerServiceUrlTls=self.service.config.advertised_tls_url,
             response=pb.CommandLookupTopicResponse.Connect,
             authoritative=True,
         )
