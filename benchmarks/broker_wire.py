@@ -45,10 +45,11 @@ _U32 = struct.Struct(">I")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of `pid` from /proc (what the harness samples)."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(utime, stime) of `pid` from /proc, seconds: their sum is what the harness samples;
+    the kernel's share (stime) is mostly the socket writes and reads."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
 @dataclass(slots=True)
@@ -183,6 +184,8 @@ def run(
         broker.start()
         try:
             assert broker.pid is not None
+            # For a profiler to attach (py-spy record -p, perf record -p).
+            print(f"broker pid {broker.pid}", flush=True)
             return _measure(
                 (broker.host, broker.port),
                 broker.pid,
@@ -272,7 +275,7 @@ def _measure(
     )
     total = warmup + seconds
     t0 = time.monotonic() + 0.5
-    marks: dict[int, tuple[float, float]] = {}  # entry → (broker CPU, client CPU) at its send
+    marks: dict[int, tuple[tuple[float, float], float]] = {}  # entry → broker, client CPU
     behind = 0
     for n in range(total + 1):
         due = t0 + n
@@ -284,7 +287,8 @@ def _measure(
         if n < total:
             producer.send(section)
     delivered = sum(c.frames - setup[fd] for fd, c in by_fd.items())
-    broker_cpu = marks[total][0] - marks[warmup][0]
+    user = marks[total][0][0] - marks[warmup][0][0]
+    system = marks[total][0][1] - marks[warmup][0][1]
     client_cpu = marks[total][1] - marks[warmup][1]
     deliveries = consumers * seconds
     for c in by_fd.values():
@@ -292,7 +296,8 @@ def _measure(
     producer.sock.close()
     return {
         "subscribed_s": subscribed_s,
-        "broker_us": 1e6 * broker_cpu / deliveries,
+        "broker_us": 1e6 * (user + system) / deliveries,
+        "broker_system_us": 1e6 * system / deliveries,
         "client_us": 1e6 * client_cpu / deliveries,
         "delivered": delivered,
         "expected": consumers * total,
@@ -315,7 +320,8 @@ def main() -> None:
     print(
         f"{args.consumers} consumers ({args.layout}), {args.per_connection} per connection, "
         f"{args.size} B at 1 msg/s, {args.seconds} s measured after {args.warmup} s: "
-        f"broker {result['broker_us']:.2f} us/delivery, client {result['client_us']:.2f} "
+        f"broker {result['broker_us']:.2f} us/delivery ({result['broker_system_us']:.2f} in "
+        f"the kernel), client {result['client_us']:.2f} "
         f"us/delivery; delivered {result['delivered']:.0f} of {result['expected']:.0f}, "
         f"{result['seconds_behind']:.0f} s behind; subscribed in {result['subscribed_s']:.1f} s; "
         f"load average {os.getloadavg()[0]:.2f}"

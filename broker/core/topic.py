@@ -14,6 +14,7 @@ from typing import Protocol
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog, now_us
 from broker.core.producer_access import ProducerAccess
+from broker.subscriptions.base import DispatchTurn
 from broker.subscriptions.cursor import Cursor
 from broker.subscriptions.subscription import Subscription
 
@@ -150,16 +151,18 @@ class Topic:
         self.bytes_in += len(payload)
         entry.notified_us = now_us()
         subs = list(self.subscriptions.values())
-        self._notify(subs, 0)
+        self.loop.call_soon(self._notify, subs, 0)  # each slice a callback of its own
         if not self.subscriptions and not self.persistent:
             self.log.trim_before(self.log.next_index)
         return entry
 
     def _notify(self, subs: list[Subscription], start: int) -> None:
-        """Tell subscriptions `start`.. of `subs` of new entries, NOTIFY_SLICE a turn."""
+        """Tell subscriptions `start`.. of `subs` of new entries, NOTIFY_SLICE a turn; those
+        that dispatch at once share the turn's dispatch time and frame heads."""
         end = start + NOTIFY_SLICE
+        turn = DispatchTurn(now_us())
         for sub in subs[start:end]:
-            sub.on_new_entries()
+            sub.on_new_entries(turn)
         if end < len(subs):
             self.loop.call_soon(self._notify, subs, end)
 

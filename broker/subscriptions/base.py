@@ -20,6 +20,7 @@ from broker.core.consumer import Consumer
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog, now_us
 from broker.subscriptions.cursor import Cursor
+from pulsar_protocol.message_template import MessageTemplate
 
 # Entries read per dispatch round per consumer; Pulsar's dispatcherMaxReadBatchSize.
 READ_BATCH = 100
@@ -29,6 +30,20 @@ class SubscriptionError(Exception):
     def __init__(self, message: str, server_error: int) -> None:
         super().__init__(message)
         self.server_error = server_error
+
+
+class DispatchTurn:
+    """What the dispatches of one turn of the topic's notification share (broker.core.topic):
+    one dispatch time, and each entry's MESSAGE frame head built once and patched with each
+    consumer's id (message_template), as a Broadcast slice shares them among its consumers.
+    The seed's Shared baseline has a subscription per consumer: without it each built its
+    own head, stamps included."""
+
+    __slots__ = ("dispatch_us", "templates")
+
+    def __init__(self, dispatch_us: int) -> None:
+        self.dispatch_us = dispatch_us
+        self.templates: dict[tuple[int, bool, int], MessageTemplate] = {}
 
 
 class DispatchPolicy(Protocol):
@@ -73,6 +88,8 @@ class Dispatcher(ABC):
         """Rate limits and delayed delivery; None, the common case, costs one check a slice."""
         self.policy_events: dict[str, int] = {}
         """What topic policies did here, by Pulsar's stat names (dispatchThrottled…)."""
+        self._turn: DispatchTurn | None = None
+        """The notification turn this dispatch runs in, if it runs in one (on_new_entries)."""
 
     # -- consumers ------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -159,8 +176,24 @@ class Dispatcher(ABC):
         self.schedule_dispatch()
 
     # -- dispatch -------------------------------------------------------------------------
-    def on_new_entries(self) -> None:
-        self.schedule_dispatch()
+    def on_new_entries(self, turn: DispatchTurn | None = None) -> None:
+        """New entries. Within the topic's notification `turn` they are dispatched at once,
+        through the policy as a scheduled dispatch is, sharing the turn's frame heads: the
+        notification is itself a slice of the loop (NOTIFY_SLICE subscriptions a turn), so
+        a loop handle per subscription and entry would buy nothing. A dispatch already
+        scheduled is left to run."""
+        if turn is None or self._dispatch_handle is not None or self.closed:
+            self.schedule_dispatch()
+            return
+        self._turn = turn
+        try:
+            self._run_dispatch()
+        except Exception as exc:  # as the loop reports a failed callback; the others go on
+            self.loop.call_exception_handler(
+                {"message": f"{self.mode} dispatch failed", "exception": exc}
+            )
+        finally:
+            self._turn = None
 
     def wake(self, consumer: Consumer) -> None:
         """`consumer` can take more (permits, or its socket drained); modes may target it."""
@@ -194,10 +227,17 @@ class Dispatcher(ABC):
 
     def send(self, consumer: Consumer, entries: list[Entry]) -> None:
         counts = self.cursor.redelivery_counts or None
-        frames = consumer.frames_for(entries, now_us(), counts)
+        turn = self._turn
+        if turn is None:
+            frames = consumer.frames_for(entries, now_us(), counts)
+        else:
+            frames = consumer.frames_for(entries, turn.dispatch_us, counts, turn.templates)
+        unacked = consumer.unacked
+        sent = 0
         for e in entries:
-            consumer.unacked[e.index] = e.num_messages
-        self.messages_out += sum(e.num_messages for e in entries)
+            unacked[e.index] = e.num_messages
+            sent += e.num_messages
+        self.messages_out += sent
         consumer.wire.write_frames(frames)
 
     # -- reporting ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 from broker.core.consumer import Consumer, ConsumerWire
 from broker.core.entry import Entry
 from broker.core.entry_log import now_us
-from broker.subscriptions.base import READ_BATCH, Dispatcher
+from broker.subscriptions.base import READ_BATCH, Dispatcher, DispatchTurn
 from broker.subscriptions.cursor import Cursor
 from pulsar_protocol.message_template import MessageTemplate
 
@@ -356,6 +356,10 @@ class BroadcastDispatcher(Dispatcher):
             self._targets.add(consumer)
         self._schedule()
 
+    def on_new_entries(self, turn: DispatchTurn | None = None) -> None:
+        """Served in rounds of its own (SLICE consumers a turn), never inside the topic's."""
+        self.schedule_dispatch()
+
     def schedule_dispatch(self) -> None:
         self._everyone = True
         self._targets.clear()
@@ -381,14 +385,19 @@ class BroadcastDispatcher(Dispatcher):
             self._round_pos = 0
             self._round_entries = {}
         tail = self.log.next_index
+        newest = tail - 1
         start = self._round_pos
         end = min(start + SLICE, len(self._round))
         dispatch_us = now_us()
         templates: dict[tuple[int, bool, int], MessageTemplate] = {}
-        # Per connection, frames grouped by entry: a reader then finds each entry's deliveries
-        # to its consumers one after another (one parse per entry, drivers/pulsar), also when
-        # consumers catch up on several entries; a consumer still gets its entries in order.
-        out: dict[ConsumerWire, dict[int, list[bytes]]] = {}
+        newest_templates: list[MessageTemplate | None] = [None, None]  # by with_bem
+        # The common case is a consumer at the tail, sent the newest entry: its frames go in
+        # `at_tail`, per connection. Consumers catching up go in `behind`, per connection and
+        # grouped by entry, and a connection with both gets them merged by entry: a reader
+        # finds each entry's deliveries to its consumers one after another (one parse per
+        # entry, drivers/pulsar), and a consumer gets its entries in order.
+        at_tail: dict[ConsumerWire, list[bytes]] = {}
+        behind: dict[ConsumerWire, dict[int, list[bytes]]] = {}
         cursors = self._cursors
         cache = self._round_entries
         sent = 0
@@ -403,60 +412,62 @@ class BroadcastDispatcher(Dispatcher):
             wire = consumer.wire
             if not wire.writable:
                 continue
-            entry = cache.get(read)
-            if read + 1 == tail and entry is not None:
+            if read == newest and (entry := cache.get(read)) is not None:
                 # The common case, inline (consumer.frames_for, as a unit test checks): one
                 # new entry, read for an earlier consumer of the slice.
                 with_bem = wire.sends_broker_entry_metadata
-                template = templates.get((read, with_bem, 0))
+                template = newest_templates[with_bem]
                 if template is None:
-                    template = templates[read, with_bem, 0] = entry.message_template(
-                        dispatch_us if with_bem else None
-                    )
+                    template = templates.get((read, with_bem, 0))
+                    if template is None:
+                        template = templates[read, with_bem, 0] = entry.message_template(
+                            dispatch_us if with_bem else None
+                        )
+                    newest_templates[with_bem] = template
                 n = entry.num_messages
                 sent += n
                 consumer.permits = permits - n
                 consumer.messages_out += n
                 consumer.bytes_out += len(entry.payload)
                 cursor.read_index = tail
-                by_entry = out.get(wire)
-                if by_entry is None:
-                    by_entry = out[wire] = {}
-                bucket = by_entry.get(read)
-                if bucket is None:
-                    by_entry[read] = [template.head(consumer.id_varint), entry.payload]
+                frames = at_tail.get(wire)
+                if frames is None:
+                    at_tail[wire] = [template.head(consumer.id_varint), entry.payload]
                 else:
-                    bucket += (template.head(consumer.id_varint), entry.payload)
+                    frames += (template.head(consumer.id_varint), entry.payload)
                 continue  # at the tail now: nothing left for a later round
             entries = self._entries_from(read, min(READ_BATCH, permits))
             if not entries:
                 continue
             sent += sum(e.num_messages for e in entries)
             cursor.read_index = entries[-1].index + 1
-            by_entry = out.get(wire)
+            by_entry = behind.get(wire)
             if by_entry is None:
-                by_entry = out[wire] = {}
+                by_entry = behind[wire] = {}
             frames = consumer.frames_for(entries, dispatch_us, None, templates)
-            if len(entries) == 1:
-                bucket = by_entry.get(entries[0].index)
+            for i, e in enumerate(entries):
+                bucket = by_entry.get(e.index)
                 if bucket is None:
-                    by_entry[entries[0].index] = frames
+                    by_entry[e.index] = frames[2 * i : 2 * i + 2]
                 else:
-                    bucket += frames
-            else:
-                for i, e in enumerate(entries):
-                    bucket = by_entry.get(e.index)
-                    if bucket is None:
-                        bucket = by_entry[e.index] = []
                     bucket += frames[2 * i : 2 * i + 2]
             if cursor.read_index < tail and consumer.permits > 0 and not self._everyone:
                 self._targets.add(consumer)
-        for wire, by_entry in out.items():
+        for wire, by_entry in behind.items():
+            frames = at_tail.pop(wire, None)
+            if frames is not None:
+                bucket = by_entry.get(newest)
+                if bucket is None:
+                    by_entry[newest] = frames
+                else:
+                    bucket += frames
             if len(by_entry) == 1:
                 (buffers,) = by_entry.values()
             else:
                 buffers = [b for index in sorted(by_entry) for b in by_entry[index]]
             wire.write_frames(buffers)
+        for wire, frames in at_tail.items():
+            wire.write_frames(frames)
         self.messages_out += sent
         self._round_pos = end
         if end < len(self._round):

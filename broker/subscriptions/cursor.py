@@ -147,6 +147,8 @@ class Cursor:
                 return entries, True
             if redeliver:
                 return [], True
+        if self.read_index >= log.next_index:
+            return [], False  # at the tail: the common case once a dispatch has sent the new entry
         while True:
             read = log.read(self.read_index, limit)
             if not read:

@@ -15,6 +15,16 @@ class RoundRobinDispatcher(Dispatcher):
         self._next = 0
 
     def dispatch(self) -> None:
+        if len(self.consumers) == 1:
+            # The seed's baseline: a subscription per consumer, so no turns to take; batches
+            # up to its permits, as the loop below gives a lone consumer.
+            (consumer,) = self.consumers
+            while consumer.permits > 0 and consumer.wire.writable:
+                entries, _ = self.next_entries(min(READ_BATCH, consumer.permits))
+                if not entries:
+                    return
+                self.send(consumer, entries)
+            return
         idle_rounds = 0
         while self.consumers and idle_rounds < len(self.consumers):
             consumer = self.consumers[self._next % len(self.consumers)]

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from broker.core.consumer import Consumer
 from broker.core.entry_log import EntryLog
-from broker.subscriptions.base import Dispatcher, SubscriptionError
+from broker.subscriptions.base import Dispatcher, DispatchTurn, SubscriptionError
 from broker.subscriptions.cursor import Cursor
 from broker.subscriptions.modes import DISPATCHERS
 
@@ -125,8 +125,8 @@ class Subscription:
         self.dispatcher.seek(index)
 
     # -- what the topic tells it ------------------------------------------------------------
-    def on_new_entries(self) -> None:
-        self.dispatcher.on_new_entries()
+    def on_new_entries(self, turn: DispatchTurn | None = None) -> None:
+        self.dispatcher.on_new_entries(turn)
 
     def schedule_dispatch(self) -> None:
         self.dispatcher.schedule_dispatch()
