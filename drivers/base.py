@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +144,17 @@ class DriverConfig(Protocol):
 
 
 ConfigT = TypeVar("ConfigT", bound=DriverConfig)
+
+
+@runtime_checkable
+class MessageSizeLimit(Protocol):
+    """A driver config that knows the largest message its broker takes; optional: the harness
+    refuses a workload whose messageSize is over it before the run starts (a worker building
+    1 GB messages stopped answering, issue 27)."""
+
+    @property
+    def max_message_size(self) -> int:
+        """Bytes of one message's payload the broker accepts."""
 
 
 class TopicPolicyDriver(Protocol):

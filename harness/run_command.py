@@ -26,12 +26,14 @@ from pathlib import Path
 
 import locust  # noqa: F401, I001 - gevent monkey-patching must come before sockets are made
 
+from drivers.base import MessageSizeLimit
 from drivers.config import ConfigError
-from harness.coordinator import Coordinator, RunError
+from harness.coordinator import Coordinator, RunError, is_loopback_url
 from harness.driver_config import DriverFile, load_driver_file
 from harness.manifest import PROJECT_ROOT
 from harness.progress import Progress
 from harness.run_plan import RunPlan
+from harness.sockets import connections_for, connections_problem, open_files_free, socket_limit
 from harness.workload import Workload, load_workload, parse_repeat
 from results_contract import paths
 from results_contract.testbed import collect, write_testbed
@@ -103,6 +105,7 @@ def main(argv: list[str]) -> int:
         repeat = spec.repeat if args.repeat is None else parse_repeat(args.repeat, "")
         driver_paths: list[Path | None] = list(args.driver or spec.drivers) or [None]
         drivers = [_checked_driver(path, spec.cases, args.workload) for path in driver_paths]
+        _connections_checked(spec.cases, drivers, args.workload, args.remote_workers)
         names = [d.name for d in drivers]
         if len(set(names)) < len(names):
             raise ConfigError(
@@ -203,4 +206,37 @@ def _checked_driver(path: Path | None, cases: tuple[Workload, ...], workload: Pa
         problem = driver.mode_problem(case.subscription_type)
         if problem is not None:
             raise ConfigError(f"{workload}: subscriptionType: {problem} in {path}")
+    largest = max(case.message_size for case in cases)
+    if isinstance(driver.config, MessageSizeLimit) and largest > driver.config.max_message_size:
+        limit = driver.config.max_message_size
+        raise ConfigError(
+            f"{workload}: messageSize: {largest:,} bytes is over the largest message the broker of "
+            f"driver '{driver.name}' takes ({limit:,} bytes): use at most {limit}"
+        )
     return driver
+
+
+def _connections_checked(
+    cases: tuple[Workload, ...], drivers: list[DriverFile], workload: Path, remote_workers: int
+) -> None:
+    """Refuse, before anything starts, a run whose connections this machine cannot open
+    (harness/sockets.py); with workers on other hosts, this machine's share is not known."""
+    if remote_workers:
+        return
+    broker_limit, free_files = socket_limit(), open_files_free()
+    for driver in drivers:
+        url = driver.config.service_url
+        for case in cases:
+            connections = connections_for(
+                case.total_consumers, case.consumers_per_connection, case.total_producers
+            )
+            problem = connections_problem(
+                connections,
+                bundled_broker=url is None,
+                broker_here=url is None or is_loopback_url(url),
+                broker_limit=broker_limit,
+                free_files=free_files,
+            )
+            if problem is not None:
+                label = f" (case {case.label})" if len(cases) > 1 else ""
+                raise ConfigError(f"{workload}{label}: {problem}")

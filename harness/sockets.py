@@ -25,6 +25,8 @@ FD_MARGIN = 256
 files, Locust's sockets. The drivers' socket budget keeps the same margin
 (drivers/net/sockets.py, which the harness may not import: tests/unit/test_import_layers.py);
 tests/unit/test_sockets.py checks the two agree."""
+FILE_NR = Path("/proc/sys/fs/file-nr")
+"""The kernel's open files: allocated, free (always 0 now), and fs.file-max."""
 PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 DEFAULT_PORT_RANGE = (32768, 60999)  # Linux's default, when the file cannot be read
 PORT_SHARE = 0.9
@@ -78,3 +80,44 @@ def source_addresses_needed(connections: int, ports: int) -> int:
     enough addresses that each stays within it."""
     usable = max(1, int(ports * PORT_SHARE))
     return 0 if connections <= usable else math.ceil(connections / usable)
+
+
+def open_files_free(path: Path = FILE_NR) -> int | None:
+    """Open files the kernel still hands out to all processes (fs.file-max less those
+    allocated); None when it does not say."""
+    try:
+        allocated, _, maximum = (int(v) for v in path.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return maximum - allocated
+
+
+def connections_problem(
+    connections: int,
+    *,
+    bundled_broker: bool,
+    broker_here: bool,
+    broker_limit: int,
+    free_files: int | None,
+) -> str | None:
+    """Why `connections` from this machine's workers cannot be opened, with the fix; None
+    when they can. The bundled broker is one process: it holds what its open-file limit
+    (`broker_limit`, this process's, which it inherits) holds. Every connection is a file
+    at each end, so with the broker here too it takes two of the machine's `free_files`."""
+    if bundled_broker and connections > broker_limit:
+        return (
+            f"the run opens {connections:,} connections and the bundled broker, one process, "
+            f"holds {broker_limit:,} (its open-file limit): put more consumers on each "
+            "connection (consumersPerConnection), or measure a broker of your own "
+            "(client.serviceUrl in the driver file)"
+        )
+    ends = 2 if broker_here else 1
+    if free_files is not None and connections * ends > free_files:
+        both = " (both ends on this machine)" if ends == 2 else ""
+        return (
+            f"the run opens {connections:,} connections{both} and this machine's open-file "
+            f"limit (fs.file-max) leaves {free_files:,} files: lower consumersPerTopic, put "
+            "more consumers on each connection (consumersPerConnection), or run workers on "
+            "other hosts (--remote-workers)"
+        )
+    return None

@@ -32,6 +32,10 @@ DEFAULT_PORT = 6650
 ACK_MODES = ("cumulative", "individual")
 
 
+MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+"""Pulsar's maxMessageSize default, in bytes (broker.conf; the bundled broker's as well)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientConfig:
     """Where the broker is and how clients connect to it."""
@@ -140,6 +144,12 @@ class PulsarConfig:
     @property
     def service_url(self) -> str | None:
         return self.client.service_url
+
+    @property
+    def max_message_size(self) -> int:
+        """Pulsar's default maxMessageSize (the bundled broker's too; a broker of other
+        settings says its own in CONNECTED, which only a connection learns)."""
+        return MAX_MESSAGE_SIZE
 
     @property
     def admin_url(self) -> str | None:

@@ -144,3 +144,34 @@ def test_no_source_addresses_for_a_remote_broker_or_a_number_the_file_gave() -> 
 )
 def test_loopback_urls(url: str, loopback: bool) -> None:
     assert is_loopback_url(url) is loopback
+
+
+def test_the_kernels_free_open_files_are_read_from_file_nr(tmp_path: Path) -> None:
+    file_nr = tmp_path / "file-nr"
+    file_nr.write_text("23231\t0\t2466177\n")
+    assert sockets.open_files_free(file_nr) == 2466177 - 23231
+    assert sockets.open_files_free(tmp_path / "absent") is None
+
+
+def test_connections_the_machine_cannot_open_are_refused_with_the_fix() -> None:
+    """Issue 27: consumersPerTopic 1,000,000,000 started a run. The bundled broker is one
+    process and holds what its open-file limit holds; every connection takes a file at each
+    end on this machine. 19,000 one-connection consumers still fit a 20,000-file limit."""
+    fits = sockets.connections_problem(
+        19_001, bundled_broker=True, broker_limit=19_744, broker_here=True, free_files=2_400_000
+    )
+    assert fits is None
+    broker = sockets.connections_problem(
+        10_000_000, bundled_broker=True, broker_limit=19_744, broker_here=True, free_files=None
+    )
+    assert broker is not None
+    assert "10,000,000 connections" in broker and "holds 19,744" in broker
+    assert "consumersPerConnection" in broker
+    machine = sockets.connections_problem(
+        1_300_000, bundled_broker=False, broker_limit=19_744, broker_here=True, free_files=2_400_000
+    )
+    assert machine is not None
+    assert "(both ends on this machine)" in machine and "fs.file-max" in machine
+    assert "--remote-workers" in machine
+    elsewhere = {"bundled_broker": False, "broker_limit": 19_744, "broker_here": False}
+    assert sockets.connections_problem(1_300_000, **elsewhere, free_files=2_400_000) is None
