@@ -3,6 +3,7 @@ import Locust run."""
 
 from __future__ import annotations
 
+import importlib.abc
 import os
 import signal
 import socket
@@ -23,11 +24,28 @@ LOCUST_PROCESS = "FANOUT_BENCH_LOCUST_PROCESS"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not os.environ.get(LOCUST_PROCESS) and "locust" not in sys.modules:
+        sys.meta_path.insert(0, _NoLocustHere())
     config.addinivalue_line(
         "markers",
         "locust: imports Locust (which monkey-patches the process): runs in a pytest process "
         "of its own (tests/unit/test_locust_process.py)",
     )
+
+
+class _NoLocustHere(importlib.abc.MetaPathFinder):
+    """Refuses to import Locust into a test process that is not the `locust` one: imported
+    at collection (a test module importing the coordinator at its top), it monkey-patches
+    every test of the run, and pytest-xdist's own threads with them."""
+
+    def find_spec(self, name: str, path: object, target: object = None) -> None:
+        if name == "locust" or name.startswith("locust."):
+            raise ImportError(
+                "Locust is imported in a test process that is not the `locust` one: import "
+                "it (or harness.coordinator, harness.worker, harness.run_command, harness.cli) "
+                "inside a test marked `locust`, not at a test module's top (tests/conftest.py)"
+            )
+        return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -45,9 +63,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=moved)
 
 
+PORTS = range(21000, 31000)
+"""Ports the tests' servers take: below the ephemeral range, so outgoing connections never
+take one, and split between pytest-xdist's workers (`make test` runs 4), so that two workers
+never pick the same free port in the moment before its server binds it."""
+
+
+def _own_ports() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # gw0, gw1, ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = len(PORTS) // max(1, count)
+    first = PORTS.start + share * (int(worker.removeprefix("gw") or 0) % max(1, count))
+    return range(first, first + share)
+
+
 def free_port() -> int:
-    """A free port below the ephemeral range, so outgoing connections never take it."""
-    for port in range(21000 + (os.getpid() * 7) % 8000, 31000):
+    """A free port of this worker's share, starting at a place of this process's own (a test
+    starting several servers gets different ones before any has bound)."""
+    ports = _own_ports()
+    start = (os.getpid() * 7) % len(ports)
+    for i in range(len(ports)):
+        port = ports[(start + i) % len(ports)]
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

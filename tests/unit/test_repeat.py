@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from drivers.config import ConfigError
-from harness.run_command import main as run_main
 from harness.workload import load_workload
 
 WORKLOAD = """
@@ -30,9 +29,12 @@ def test_repeat_is_a_whole_number_of_runs(tmp_path: Path) -> None:
             load_workload(path)
 
 
+@pytest.mark.locust  # harness.run_command imports Locust (tests/conftest.py)
 def test_a_bad_repeat_on_the_command_line_is_refused_before_anything_runs(
     tmp_path: Path, capsys
 ) -> None:
+    from harness.run_command import main as run_main
+
     path = tmp_path / "w.yaml"
     path.write_text(WORKLOAD)
     assert run_main([str(path), "--repeat", "0", "--results", str(tmp_path / "r")]) == 2

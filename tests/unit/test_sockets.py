@@ -3,7 +3,8 @@ coordinator's use of it): the worker count follows the open-file limit the worke
 and connections to a loopback broker beyond one source address's ephemeral ports are spread
 over several addresses, without overriding a number the driver file gave.
 
-The coordinator imports Locust (which monkey-patches the process): marked `locust`."""
+The coordinator imports Locust (which monkey-patches the process): marked `locust`, and
+imported inside the tests, never at collection (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,6 @@ from pathlib import Path
 import pytest
 
 from harness import sockets
-from harness.coordinator import (
-    RunError,
-    extra_workers_for,
-    is_loopback_url,
-    run_connections,
-    spread_sources,
-    worker_count_for,
-)
 from harness.driver_config import load_driver_file
 from harness.run_plan import RunPlan
 from harness.workload import Workload
@@ -66,6 +59,8 @@ def test_the_harness_plans_with_the_drivers_margin() -> None:
 
 
 def test_the_worker_count_follows_the_limit_not_a_fixed_number() -> None:
+    from harness.coordinator import run_connections, worker_count_for
+
     big = plan(19000, 1)
     assert run_connections(big) == 19001  # and the producer's
     cores = worker_count_for(plan(10, 1), 0, limit=19744)
@@ -77,6 +72,8 @@ def test_the_worker_count_follows_the_limit_not_a_fixed_number() -> None:
 
 
 def test_workers_are_added_when_the_reported_limits_are_short() -> None:
+    from harness.coordinator import RunError, extra_workers_for
+
     big = plan(19000, 1)
     assert extra_workers_for(big, {"a": 19744, "b": 19744}, can_add=True) == 0
     # One worker can hold only 4,000: five workers of 3,801 each are needed.
@@ -104,6 +101,8 @@ def test_the_port_range_is_read_from_the_kernel(tmp_path: Path) -> None:
 
 
 def test_a_loopback_run_beyond_the_ports_gets_source_addresses() -> None:
+    from harness.coordinator import spread_sources
+
     small = plan(19000, 1)
     assert spread_sources(small, PORTS) is small  # 19,001 connections fit in one address
     huge = plan(100_000, 1)
@@ -118,6 +117,8 @@ def test_a_loopback_run_beyond_the_ports_gets_source_addresses() -> None:
 
 
 def test_no_source_addresses_for_a_remote_broker_or_a_number_the_file_gave() -> None:
+    from harness.coordinator import spread_sources
+
     remote = plan(100_000, 1, "pulsar://10.0.0.5:6650")
     assert spread_sources(remote, PORTS) is remote
     given = dataclasses.replace(
@@ -143,6 +144,8 @@ def test_no_source_addresses_for_a_remote_broker_or_a_number_the_file_gave() -> 
     ],
 )
 def test_loopback_urls(url: str, loopback: bool) -> None:
+    from harness.coordinator import is_loopback_url
+
     assert is_loopback_url(url) is loopback
 
 
