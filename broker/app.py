@@ -10,6 +10,7 @@ from collections.abc import Callable
 from broker.admin.http import AdminServer
 from broker.config import BrokerConfig
 from broker.server.service import BrokerService
+from broker.server.tls import server_context
 from broker.storage.ledger_storage import LedgerStorage
 
 
@@ -30,8 +31,14 @@ def make_storage(config: BrokerConfig) -> LedgerStorage:
 async def serve(config: BrokerConfig, ready: Callable[[], None] | None = None) -> None:
     service = BrokerService(config, make_storage(config))
     await service.start()
-    admin = AdminServer(service, config.bindAddress, config.webServicePort)
-    admin.start()
+    tls = server_context(config)
+    admins = [
+        AdminServer(service, config.bindAddress, port, tls=context)
+        for port, context in ((config.webServicePort, None), (config.webServicePortTls, tls))
+        if port is not None  # off (Pulsar: an empty port)
+    ]
+    for admin in admins:
+        admin.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -41,7 +48,8 @@ async def serve(config: BrokerConfig, ready: Callable[[], None] | None = None) -
     try:
         await stop.wait()
     finally:
-        admin.stop()
+        for admin in admins:
+            admin.stop()
         await service.stop()
 
 

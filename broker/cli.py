@@ -56,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = BrokerConfig.from_mapping(overrides, "command line")
         from broker.server.auth import security_mode
+        from broker.server.tls import server_context
 
         security_mode(config)  # refuses to listen beyond loopback unauthenticated (unless waived)
+        server_context(config)  # a TLS port without a certificate, or no port at all
     except BrokerConfigError as exc:
         print(f"bench broker: {exc}", file=sys.stderr)
         return 2

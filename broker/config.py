@@ -13,11 +13,23 @@ class BrokerConfigError(ValueError):
     pass
 
 
+_PORTS = frozenset(
+    {"brokerServicePort", "brokerServicePortTls", "webServicePort", "webServicePortTls"}
+)
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     bindAddress: str = "127.0.0.1"
-    brokerServicePort: int = 6650
-    webServicePort: int = 8080
+    brokerServicePort: int | None = 6650
+    webServicePort: int | None = 8080
+    # TLS listeners, Pulsar's names (broker.server.tls). A port that is empty (None) is off, as
+    # in Pulsar: brokerServicePort empty serves the binary protocol over TLS only. Port 0 is
+    # any free port.
+    brokerServicePortTls: int | None = None
+    webServicePortTls: int | None = None
+    tlsCertificateFilePath: str = ""
+    tlsKeyFilePath: str = ""
     advertisedAddress: str = ""
     dataDir: str = "data/broker"
     # Journal group commit (BookKeeper's names).
@@ -97,8 +109,19 @@ class BrokerConfig:
 
     @property
     def advertised_url(self) -> str:
+        """The plain listener's URL, else (TLS only) the TLS one."""
+        if self.brokerServicePort is None:
+            return self.advertised_tls_url
         host = self.advertisedAddress or self.bindAddress
         return f"pulsar://{host}:{self.brokerServicePort}"
+
+    @property
+    def advertised_tls_url(self) -> str:
+        """`pulsar+ssl://` of the TLS listener; "" when it is off."""
+        if self.brokerServicePortTls is None:
+            return ""
+        host = self.advertisedAddress or self.bindAddress
+        return f"pulsar+ssl://{host}:{self.brokerServicePortTls}"
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any], source: str = "broker config") -> BrokerConfig:
@@ -107,8 +130,11 @@ class BrokerConfig:
         for key, value in values.items():
             if key not in known:
                 raise BrokerConfigError(f"{source}: unknown broker setting {key!r}")
+            if key in _PORTS and value in ("", None):
+                kwargs[key] = None  # Pulsar's empty port: that listener is off
+                continue
             default = known[key].default
-            expected = type(default)
+            expected = int if key in _PORTS else type(default)
             if expected is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import re
+import ssl
 import sys
 import threading
 from collections.abc import Callable
@@ -251,9 +252,17 @@ class _Server(ThreadingHTTPServer):
 
 
 class AdminServer:
-    def __init__(self, service: BrokerService, host: str, port: int) -> None:
+    def __init__(
+        self, service: BrokerService, host: str, port: int, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """`tls`: serve HTTPS (webServicePortTls); each connection's handshake happens on its
+        own handler thread, at its first read, within the request timeout."""
         self.service = service
         self.httpd = _Server((host, port), self._handler_class())
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(
+                self.httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def start(self) -> None:

@@ -393,6 +393,7 @@ class ServerConnection(asyncio.Protocol):
             T.LOOKUP_RESPONSE,
             request_id=req.request_id,
             brokerServiceUrl=self.service.config.advertised_url,
+            brokerServiceUrlTls=self.service.config.advertised_tls_url,
             response=pb.CommandLookupTopicResponse.Connect,
             authoritative=True,
         )

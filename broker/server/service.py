@@ -28,6 +28,7 @@ from broker.server.connection import ServerConnection
 from broker.server.gc_policy import FreezeAfterStorms
 from broker.server.keep_alive import sweep_connections
 from broker.server.loop_lag import LoopLag
+from broker.server.tls import server_context
 from broker.server.turn_writes import TurnWrites
 from broker.storage.persist_health import CursorPersistence
 from broker.subscriptions.modes import DISPATCHERS
@@ -80,7 +81,8 @@ class BrokerService:
             config, Path(config.dataDir) if storage is not None else None, clock
         )
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
+        """The listeners: plain and TLS (broker.server.tls), each when its port is set."""
         self._stats_task: asyncio.Task | None = None
         self._stats_written = 0
         self._process = psutil.Process()
@@ -190,21 +192,31 @@ class BrokerService:
         if self.storage is not None:
             self.storage.attach(self.loop)
             self._stored_topics = frozenset(self.storage.stored_topics())
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.config.bindAddress, self.config.brokerServicePort))
-        sock.listen(self.config.listenBacklog)
-        sock.setblocking(False)
-        self._server = await self.loop.create_server(
-            lambda: ServerConnection(self), sock=sock, backlog=self.config.listenBacklog
-        )
+        tls = server_context(self.config)
+        listeners = [(self.config.brokerServicePort, None), (self.config.brokerServicePortTls, tls)]
+        for port, context in listeners:
+            if port is None:
+                continue  # off (Pulsar: an empty port)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.config.bindAddress, port))
+            sock.listen(self.config.listenBacklog)
+            sock.setblocking(False)
+            server = await self.loop.create_server(
+                lambda: ServerConnection(self),
+                sock=sock,
+                backlog=self.config.listenBacklog,
+                ssl=context,
+            )
+            self._servers.append(server)
         if self.config.statsDir:
             self._stats_task = asyncio.ensure_future(self._write_stats())
         self._rates_task = asyncio.ensure_future(self._measure_rates())
         self._keep_alive_task = asyncio.ensure_future(
             sweep_connections(self.connections, self.config.keepAliveIntervalSeconds)
         )
-        log.info("broker listening on %s", self.config.advertised_url)
+        urls = [self.config.advertised_url, self.config.advertised_tls_url]
+        log.info("broker listening on %s", ", ".join(dict.fromkeys(u for u in urls if u)))
         note_level = logging.WARNING if "OFF" in self.security_note else logging.INFO
         log.log(note_level, "%s", self.security_note)
 
@@ -213,8 +225,8 @@ class BrokerService:
             self._write_stats_file()  # the counters as the run left them
         if self.loop_lag is not None:
             self.loop_lag.stop()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for conn in list(self.connections):
             conn.close()
         if self._stats_task is not None:

@@ -162,8 +162,8 @@ def test_the_real_broker_closes_silent_and_oversized_sockets() -> None:
         config = BrokerConfig(brokerServicePort=0, keepAliveIntervalSeconds=0.3)
         service = BrokerService(config)
         await service.start()
-        assert service._server is not None
-        port = service._server.sockets[0].getsockname()[1]
+        (server,) = service._servers
+        port = server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
         try:
             started = loop.time()
