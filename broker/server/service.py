@@ -222,7 +222,10 @@ class BrokerService:
 
     async def stop(self) -> None:
         if self._stats_task is not None:
-            self._write_stats_file()  # the counters as the run left them
+            try:
+                self._write_stats_file()  # the counters as the run left them
+            except OSError as exc:  # a full disk: the storage below must still be closed
+                log.error("writing the last stats file in %s failed: %s", self.config.statsDir, exc)
         if self.loop_lag is not None:
             self.loop_lag.stop()
         for server in self._servers:

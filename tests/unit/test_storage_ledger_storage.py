@@ -252,3 +252,39 @@ def test_an_error_after_the_broker_started_is_not_blamed_on_listening(monkeypatc
     assert "cannot listen" not in err
     assert err.startswith("bench broker: writing /data")
     assert "No space left on device" in err
+
+
+def test_a_full_disk_at_the_last_stats_file_still_closes_the_storage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last stats file is written first at shutdown; on a full disk it failed and the
+    storage was never synced or closed."""
+    import errno
+
+    from broker.server.service import BrokerService
+
+    async def scenario() -> list[str]:
+        config = BrokerConfig(
+            dataDir=str(tmp_path), statsDir=str(tmp_path / "stats"), brokerServicePort=0
+        )
+        storage = LedgerStorage(config)
+        service = BrokerService(config, storage)
+        await service.start()
+        closed: list[str] = []
+        real_close = storage.close
+
+        async def close() -> None:
+            await real_close()
+            closed.append("storage")
+
+        def full() -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        storage.close = close  # type: ignore[method-assign]
+        service._write_stats_file = full  # type: ignore[method-assign]
+        await service.stop()
+        return closed
+
+    with caplog.at_level("ERROR", logger="broker"):
+        assert asyncio.run(scenario()) == ["storage"]
+    assert "writing the last stats file" in caplog.text and "No space left" in caplog.text
