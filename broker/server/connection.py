@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from broker.config import BrokerConfig
 from broker.core.consumer import Consumer, ConsumerSubscription
+from broker.core.entry_log import EntryLog
 from broker.core.limits import consumer_refusal, producer_refusal, subscription_refusal
 from broker.core.namespace import topics_hash, topics_of_namespace
 from broker.core.positions import (
@@ -660,27 +661,29 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_ack_run(self, run: ev.AckRun, now: int) -> None:
         """ACKs of one message for many consumers (a broadcast's consumers of this connection
-        acknowledging the same entry): handed to each subscription as one run, its index
-        looked up once."""
+        acknowledging the same entry, or one-consumer subscriptions each acknowledging it):
+        handed to each subscription as one run, the entry's index looked up once a topic."""
         consumers = self.consumers
+        cumulative, ledger_id, entry_id = run.cumulative, run.ledger_id, run.entry_id
         group: list[Consumer] = []
         sub: ConsumerSubscription | None = None
+        entry_log: EntryLog | None = None
+        index = 0
         for consumer_id in run.consumer_ids:
             consumer = consumers.get(consumer_id)
             if consumer is None or (its := consumer.subscription) is None:
                 continue
-            if its is not sub:
-                if group:
-                    self._ack_group(sub, group, run)
-                sub, group = its, []
-            group.append(consumer)
-        if group:
-            self._ack_group(sub, group, run)
-
-    @staticmethod
-    def _ack_group(sub: ConsumerSubscription | None, group: list[Consumer], run: ev.AckRun) -> None:
-        assert sub is not None
-        sub.on_ack_run(group, run.cumulative, sub.topic.log.index_of(run.ledger_id, run.entry_id))
+            if its is sub:
+                group.append(consumer)
+                continue
+            if sub is not None:
+                sub.on_ack_run(group, cumulative, index)
+            sub, group = its, [consumer]
+            if its.topic.log is not entry_log:
+                entry_log = its.topic.log
+                index = entry_log.index_of(ledger_id, entry_id)
+        if sub is not None:
+            sub.on_ack_run(group, cumulative, index)
 
     def _on_redeliver(self, req: pb.CommandRedeliverUnacknowledgedMessages) -> None:
         consumer = self._consumer(req.consumer_id)
