@@ -59,23 +59,43 @@ class _Run:
     """One entry's MESSAGE frames, any consumer: each is `head + consumer id + rest`, where the
     head depends only on the length of the id (as in MessageTemplate)."""
 
-    __slots__ = ("message", "payload", "broker_entry_metadata", "rest", "heads", "after_id")
+    __slots__ = (
+        "message",
+        "payload",
+        "broker_entry_metadata",
+        "rest_head",
+        "rest_size",
+        "_rest",
+        "heads",
+        "after_id",
+    )
 
     def __init__(
         self,
         message: CommonMessage,
         payload: bytes,
         bem: bytes | None,
-        rest: bytes,
-        after_id: bytes = b"",
+        rest_head: bytes,
+        after_id: bytes,
     ) -> None:
         self.message = message
         self.payload = payload
         self.broker_entry_metadata = bem
-        self.rest = rest
+        self.rest_head = rest_head
+        """A frame's bytes from the end of the consumer id to the payload section."""
+        self.rest_size = len(rest_head) + len(payload)
+        self._rest = b""
         self.heads: list[bytes | None] = [None] * 10  # by length of the id: b"" for no frame
         self.after_id = after_id
         """The command's bytes after the consumer id (message id, redelivery count)."""
+
+    @property
+    def rest(self) -> bytes:
+        """A frame's bytes after the consumer id, built when a frame is to be compared with
+        it (with one consumer per connection, a read holds one frame and no run needs it)."""
+        if not self._rest:
+            self._rest = self.rest_head + self.payload
+        return self._rest
 
 
 class FrameDecoder:
@@ -238,10 +258,17 @@ class FrameDecoder:
         same entry.
         """
         run = self._run
-        if run is None or not (consumer_ids := self._scan(run)):
+        consumer_ids: list[int] = []
+        if run is not None and self._continues(run):
+            consumer_ids = self._scan(run)
+        if not consumer_ids:
             run = self._start_run()
-            if run is None or not (consumer_ids := self._scan(run)):
+            if run is None:
                 return None
+            consumer_ids = [run.message[0]]
+            if self._continues(run):
+                consumer_ids += self._scan(run)
+        assert run is not None
         stamped: list[bytes] | None = None
         if run.broker_entry_metadata is not None:
             more, stamped = self._scan_stamped(run)
@@ -294,8 +321,20 @@ class FrameDecoder:
         self._pos = pos
         return consumer_ids, metadatas
 
+    def _continues(self, run: _Run) -> bool:
+        """Whether the next frame may be `run`'s: its size fits and its bytes after the
+        consumer id start as the run's. A look at a few bytes before `_scan`, which compares
+        whole frames (and with one consumer per connection, the next read is the next entry)."""
+        buf, pos = self._buffer, self._pos
+        if self._end - pos < 14:
+            return False
+        (total,) = _U32.unpack_from(buf, pos)
+        id_size = total - 9 - run.rest_size
+        return 0 < id_size < 10 and buf.startswith(run.rest_head, pos + 13 + id_size)
+
     def _start_run(self) -> _Run | None:
-        """The run the next frame starts, if it is a whole MESSAGE in the common shape."""
+        """The run the next frame starts, if it is a whole MESSAGE in the common shape; that
+        frame is consumed."""
         buf = self._buffer
         pos = self._pos
         size = self._end
@@ -320,9 +359,12 @@ class FrameDecoder:
         payload = self._last_payload
         if end - start != len(payload) or not buf.startswith(payload, start):
             payload = self._last_payload = bytes(buf[start:end])
-        rest = bytes(buf[cmd_end - message[6] : start]) + payload
-        self._run = _Run(message, payload, bem, rest, bytes(buf[cmd_end - message[6] : cmd_end]))
-        return self._run
+        after_id = cmd_end - message[6]
+        run = self._run = _Run(
+            message, payload, bem, bytes(buf[after_id:start]), bytes(buf[after_id:cmd_end])
+        )
+        self._pos = end
+        return run
 
     def _scan(self, run: _Run) -> list[int]:
         """Consume the frames from here on that are `run`'s. Returns their consumer ids."""
