@@ -24,6 +24,7 @@ from gevent.pool import Group
 from drivers.base import ConsumerSpec
 from drivers.pulsar.connection import RECV_SIZE, Connection
 from drivers.pulsar.consumer import ConsumerState, subscribe_command
+from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.settings import Settings
 from harness.message_body import stamp
 from harness.recorder import Recorder
@@ -39,10 +40,18 @@ TOPIC = "persistent://public/default/bench"
 LEDGER = 7
 
 
-def _connected(consumers: int, individual: bool, recorder: Recorder) -> Connection:
-    """A driver connection past its handshake, with `consumers` ACTIVE consumers (ids 1..)."""
+def _connected(
+    consumers: int,
+    individual: bool,
+    recorder: Recorder,
+    conn_id: int = 1,
+    decoder: DeliveryDecoder | None = None,
+) -> Connection:
+    """A driver connection past its handshake, with `consumers` ACTIVE consumers (ids 1..,
+    indexes from (conn_id - 1) * consumers)."""
     settings = Settings(host="127.0.0.1", ack_mode="individual" if individual else "cumulative")
-    conn = Connection(1, settings, recorder, Group())
+    conn = Connection(conn_id, settings, recorder, Group(), decoder=decoder)
+    first = (conn_id - 1) * consumers
     protocol = conn._protocol
     protocol.send(ev.Connect("bench", 20, supports_broker_entry_metadata=True))
     protocol.receive_data(
@@ -50,13 +59,13 @@ def _connected(consumers: int, individual: bool, recorder: Recorder) -> Connecti
     )
     assert isinstance(protocol.next_event(), ev.Connected)
     for cid in range(1, consumers + 1):
-        spec = ConsumerSpec(cid - 1, f"c{cid}", TOPIC, "all", "Broadcast")
+        spec = ConsumerSpec(first + cid - 1, f"c{first + cid}", TOPIC, "all", "Broadcast")
         rid = protocol.next_request_id()
         protocol.send(ev.Request(subscribe_command(spec, cid, rid)))
         protocol.receive_data(encode_frame(command(T.SUCCESS, request_id=rid)))
         assert isinstance(protocol.next_event(), ev.Response)
         protocol.send(ev.Flow(cid, settings.receiver_queue_size))
-        conn.consumers[cid] = ConsumerState(cid - 1, cid, spec, TOPIC)
+        conn.consumers[cid] = ConsumerState(spec.index, cid, spec, TOPIC)
     protocol.data_to_send()
     return conn
 
@@ -89,8 +98,11 @@ def _measure(
     individual: bool,
     profiler: cProfile.Profile | None,
     shared: bool = False,
+    connections: int = 1,
 ) -> tuple[float, int]:
     """CPU seconds for `entries` broadcast entries, and how many ACK frames were flushed."""
+    if connections > 1:
+        return _measure_connections(consumers, entries, size, connections, profiler)
     with tempfile.TemporaryDirectory() as directory:
         recorder = Recorder(Path(directory), 0.01, {})
         recorder.phases.measure_start = 0.0
@@ -121,6 +133,44 @@ def _measure(
     return cpu, acks
 
 
+def _measure_connections(
+    consumers: int, entries: int, size: int, connections: int, profiler: cProfile.Profile | None
+) -> tuple[float, int]:
+    """`_measure` over `connections` connections of `consumers` each (1: one connection per
+    consumer), each entry read on every connection in turn as one pass of the receive engine
+    would (one recv each, its own read and kernel times, the pass's deliveries handed over at
+    its end), then the ack flusher's turn over every connection."""
+    with tempfile.TemporaryDirectory() as directory:
+        recorder = Recorder(Path(directory), 0.01, {})
+        recorder.phases.measure_start = 0.0
+        decoder = DeliveryDecoder(False)
+        conns = [_connected(consumers, False, recorder, n + 1, decoder) for n in range(connections)]
+        deliveries = conns[0]._deliveries
+        start_us = int(time.time() * 1e6)
+        acks = 0
+        cpu = 0.0
+        for n in range(entries):
+            (data,) = _entry_reads(consumers, n, size, start_us + n * 1_000_000, 1 << 30, False)
+            if profiler is not None:
+                profiler.enable()
+            started = time.process_time()
+            for i, conn in enumerate(conns):
+                receive_us = start_us + n * 1_000_000 + 2_000 + 3 * i
+                conn._kernel_us = receive_us - 50
+                conn._protocol.receive_data(data)
+                conn._handle_read(receive_us)
+            deliveries.flush()
+            for conn in conns:
+                acks += conn._protocol.flush_acks()
+                conn._protocol.data_to_send()
+            cpu += time.process_time() - started
+            if profiler is not None:
+                profiler.disable()
+        assert recorder.received == consumers * connections * entries, recorder.received
+        recorder.close()
+    return cpu, acks // connections
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--consumers", type=int, default=100)
@@ -132,6 +182,12 @@ def main() -> None:
     parser.add_argument(
         "--shared", action="store_true", help="one subscription per consumer (Shared baseline)"
     )
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=1,
+        help="connections of --consumers each, read in one pass (--consumers 1: one per consumer)",
+    )
     args = parser.parse_args()
     profiler = cProfile.Profile() if args.profile else None
     cpu, acks = _measure(
@@ -142,12 +198,14 @@ def main() -> None:
         args.individual,
         profiler,
         args.shared,
+        args.connections,
     )
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
-    deliveries = args.consumers * args.entries
+    deliveries = args.consumers * args.connections * args.entries
     print(
-        f"{args.consumers} consumers on one connection, {args.entries} entries of "
+        f"{args.consumers} consumers on each of {args.connections} connection(s), "
+        f"{args.entries} entries of "
         f"{args.size} B in recvs of {args.read_size} B: {1e6 * cpu / deliveries:.2f} us/delivery "
         f"(codec, driver, recorder, acks); {acks / args.entries:.0f} ACKs per entry"
     )
