@@ -101,15 +101,17 @@ def connections_problem(
     free_files: int | None,
 ) -> str | None:
     """Why `connections` from this machine's workers cannot be opened, with the fix; None
-    when they can. The bundled broker is one process: it holds what its open-file limit
-    (`broker_limit`, this process's, which it inherits) holds. Every connection is a file
-    at each end, so with the broker here too it takes two of the machine's `free_files`."""
+    when they can. The broker the harness starts (`bundled_broker`: the driver file names
+    none; the bundled one, or a peer's embeddedBroker) is one process: it holds what its
+    open-file limit (`broker_limit`, this process's, which it inherits) holds. Every
+    connection is a file at each end, so with the broker here too it takes two of the
+    machine's `free_files`."""
     if bundled_broker and connections > broker_limit:
         return (
-            f"the run opens {connections:,} connections and the bundled broker, one process, "
-            f"holds {broker_limit:,} (its open-file limit): put more consumers on each "
-            "connection (consumersPerConnection), or measure a broker of your own "
-            "(client.serviceUrl in the driver file)"
+            f"the run opens {connections:,} connections and the broker the harness starts "
+            f"here, one process, holds {broker_limit:,} (its open-file limit): put more "
+            "consumers on each connection (consumersPerConnection), or measure a broker of "
+            "your own (client.serviceUrl in the driver file)"
         )
     ends = 2 if broker_here else 1
     if free_files is not None and connections * ends > free_files:
