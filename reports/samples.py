@@ -257,6 +257,7 @@ def sample_sweep(
         for consumers in (2000, 4000, 6000, 8000, 10000):
             conn = round(sum(c * consumers**i for i, c in enumerate(coefficients)), 2)
             p99 = round((0.09 if shared else 0.015) * consumers**0.9, 1)
+            bound = shared and consumers == 10000
             points.append([consumers, conn])
             cases.append(
                 {
@@ -268,8 +269,12 @@ def sample_sweep(
                     "e2e_p50_ms": round(p99 / 3, 1),
                     "e2e_p99_ms": p99,
                     "e2e_max_ms": round(p99 * 1.9, 1),
+                    # As sample_summary: every delivery has a kernel time.
+                    "e2e_kernel_p99_ms": round(p99 * (0.6 if bound else 0.9), 3),
+                    "e2e_count": 60_000,
+                    "e2e_kernel_count": 60_000,
                     "deliveries_lost": 0,
-                    "client_bound": shared and consumers == 10000,
+                    "client_bound": bound,
                 }
             )
         fits[kind] = {

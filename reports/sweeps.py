@@ -13,6 +13,7 @@ from typing import Any
 from reports import charts
 from reports.charts import PALETTE, Chart, ScalingSeries
 from reports.metrics import ratio
+from results_contract.headline import AT_KERNEL, AT_READ, of_case
 
 # A series name, its cases, and its fit from sweep-summary.json (None when there is none).
 Named = tuple[str, Sequence[Mapping[str, Any]], Mapping[str, Any] | None]
@@ -36,6 +37,29 @@ def _points(cases: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float, f
     ]
 
 
+def p99(case: Mapping[str, Any] | None) -> float | None:
+    """A case's headline P99 (ms): the kernel's when every delivery had a kernel time."""
+    return of_case(case).ms
+
+
+def p99_label(cases: Sequence[Mapping[str, Any]]) -> str:
+    """The chart title: at the kernel when every case leads with it, else says which do not."""
+    heads = [of_case(c) for c in cases]
+    if heads and all(h.at_kernel for h in heads):
+        return AT_KERNEL
+    if any(h.at_kernel for h in heads):
+        return f"{AT_KERNEL} ({AT_READ} where a case has no kernel times)"
+    return AT_READ
+
+
+def _p99_points(cases: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    return [
+        (float(c["consumers"]), value)
+        for c in cases
+        if isinstance(c.get("consumers"), int | float) and (value := p99(c)) is not None
+    ]
+
+
 def scaling_charts(named: Sequence[Named], prefix: str = "") -> dict[str, Chart]:
     """Connection time (with fits to 100K) and P99 against consumers, one series per name."""
     connection = charts.scaling_chart(
@@ -54,16 +78,16 @@ def scaling_charts(named: Sequence[Named], prefix: str = "") -> dict[str, Chart]
         note="Seed 000, figure 4: dots are measured cases; the line is the least-squares fit, "
         "dashed where it extrapolates (to 100,000 consumers).",
     )
-    p99 = charts.scaling_chart(
+    latency = charts.scaling_chart(
         f"{prefix}e2e-p99-vs-consumers",
-        "End-to-end P99 against consumers",
+        f"End-to-end {p99_label([c for _, cases, _ in named for c in cases])} against consumers",
         "ms",
         [
-            ScalingSeries(name, _points(cases, "e2e_p99_ms"), PALETTE[i % len(PALETTE)])
+            ScalingSeries(name, _p99_points(cases), PALETTE[i % len(PALETTE)])
             for i, (name, cases, _) in enumerate(named)
         ],
     )
-    return {c.chart_id: c for c in (connection, p99)}
+    return {c.chart_id: c for c in (connection, latency)}
 
 
 @dataclass(frozen=True)
@@ -110,7 +134,7 @@ def scaling_rows(
                 ScalingCell(
                     case,
                     ratio(number(case, "connection_time_s"), number(first, "connection_time_s")),
-                    ratio(number(case, "e2e_p99_ms"), number(first, "e2e_p99_ms")),
+                    ratio(p99(case), p99(first)),
                 )
             )
         rows.append(ScalingRow(consumers, tuple(cells)))

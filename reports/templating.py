@@ -10,6 +10,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from reports import formatting
+from results_contract import headline
 
 
 @cache
@@ -32,6 +33,8 @@ def environment() -> Environment:
         value=formatting.fmt_value,
         px=lambda v: f"{v:.1f}",
     )
+    # The headline P99 of a run or a sweep case: one decision (results_contract/headline.py).
+    env.globals.update(run_p99=headline.of_summary, case_p99=headline.of_case)
     return env
 
 

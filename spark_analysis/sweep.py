@@ -20,7 +20,7 @@ from results_contract.harness_cost import (
     CLIENT_CPU_US_PER_DELIVERY,
     HARNESS_COST,
 )
-from results_contract.metrics import CLIENT_DELAY, E2E
+from results_contract.metrics import CLIENT_DELAY, E2E, E2E_KERNEL
 from results_contract.paths import SWEEP_FILE
 from results_contract.schemas import SUMMARY_SCHEMA, SWEEP_SCHEMA
 from spark_analysis.errors import AnalysisError
@@ -81,6 +81,10 @@ def case_row(path: Path, summary: Any) -> dict[str, Any]:
         "deliveries_lost": require(headline, "deliveries_lost", int, where),
         "client_bound": require(headline, "client_bound", bool, where),
         "e2e_kernel_p99_ms": headline.get("e2e_kernel_p99_ms"),
+        # Deliveries with a read time and with a kernel time: the headline P99 is the kernel's
+        # only when they match (results_contract/headline.py).
+        "e2e_count": e2e.get("count"),
+        "e2e_kernel_count": (latency.get(E2E_KERNEL) or {}).get("count"),
         "client_delay_p99_ms": (latency.get(CLIENT_DELAY) or {}).get("p99"),
         "consumers_short": deliveries.get("consumers_short"),
         "consumers_over": deliveries.get("consumers_over"),
