@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from broker.config import BrokerConfig
+from broker.core.admission import consumer_admission, producer_admission
 from broker.core.consumer import Consumer, ConsumerSubscription
 from broker.core.entry_log import EntryLog
-from broker.core.limits import consumer_refusal, producer_refusal, subscription_refusal
+from broker.core.limits import Refusal
 from broker.core.namespace import topics_hash, topics_of_namespace
 from broker.core.positions import (
     index_at_publish_time,
@@ -27,7 +28,7 @@ from broker.core.positions import (
     start_of_subscription,
 )
 from broker.core.producer_access import ProducerRefused
-from broker.core.schemas import SchemaRefused, SchemaRegistry, schema_topic
+from broker.core.schemas import SchemaRegistry, schema_topic
 from broker.core.topic import Producer, Topic
 from broker.core.topic_name import InvalidTopicName, parse_topic
 from broker.server.auth import TokenAuthenticator
@@ -423,19 +424,10 @@ class ServerConnection(asyncio.Protocol):
         topic = self._topic_for(req)
         if topic is None:
             return
-        refused = producer_refusal(self.service.config, len(topic.producers))
-        if refused is not None:
-            self._error(req.request_id, refused.server_error, refused.message)
-            return
-        gate = topic.publish_gate
-        if gate is not None and (quota := gate.refusal()) is not None:
-            self._error(req.request_id, *quota)  # a backlog quota's producer_exception
-            return
         schema = req.schema if req.HasField("schema") else None
-        try:
-            version = self.service.schemas.for_producer(schema_topic(topic.name), schema)
-        except SchemaRefused as exc:
-            self._error(req.request_id, exc.server_error, str(exc))
+        version = producer_admission(self.service.config, self.service.schemas, topic, schema)
+        if isinstance(version, Refusal):
+            self._error(req.request_id, version.server_error, version.message)
             return
         name = req.producer_name or f"fanout-{self.service.instance_id}-{next(_producer_names)}"
         producer = Producer(
@@ -575,43 +567,21 @@ class ServerConnection(asyncio.Protocol):
             # The client re-subscribes after a timeout with the same id: answer success again.
             self._succeed(req.request_id)
             return
-        if req.HasField("schema"):
-            try:
-                self.service.schemas.for_consumer(
-                    schema_topic(topic.name), req.schema, _in_use(topic)
-                )
-            except SchemaRefused as exc:
-                self._error(req.request_id, exc.server_error, str(exc))
-                return
         requested = self.service.subscription_mode(req)
-        sub = topic.subscriptions.get(req.subscription)
-        if sub is not None and sub.durable != req.durable:
-            self._error(
-                req.request_id,
-                pb.NotAllowedError,
-                f"a {'durable' if sub.durable else 'non-durable'} subscription "
-                f"{req.subscription!r} exists already",
-            )
-            return
-        if (
-            sub is not None
-            and sub.mode != requested
-            and not (sub.mode == "Broadcast" and requested != "Exclusive")
-        ):
-            self._error(
-                req.request_id,
-                pb.ConsumerBusy,
-                f"subscription {req.subscription!r} is {sub.mode}, not {requested}",
-            )
-            return
-        refused = (
-            subscription_refusal(self.service.config, len(topic.subscriptions))
-            if sub is None
-            else consumer_refusal(self.service.config, len(sub.consumers))
+        schema = req.schema if req.HasField("schema") else None
+        refused = consumer_admission(
+            self.service.config,
+            self.service.schemas,
+            topic,
+            req.subscription,
+            requested,
+            req.durable,
+            schema,
         )
         if refused is not None:
             self._error(req.request_id, refused.server_error, refused.message)
             return
+        sub = topic.subscriptions.get(req.subscription)
         if sub is None:
             earliest = req.initialPosition == pb.CommandSubscribe.Earliest
             # Pulsar honours a start id for non-durable subscriptions only (Readers).
@@ -856,12 +826,3 @@ def _sticky_ranges(req: pb.CommandSubscribe) -> tuple[tuple[int, int], ...] | No
         return None
     return tuple((r.start, r.end) for r in req.keySharedMeta.hashRanges)
 
-
-def _in_use(topic: Topic) -> bool:
-    """Pulsar's test before a consumer's schema may become the topic's: a producer, a
-    consumer or an entry."""
-    return (
-        bool(topic.producers)
-        or topic.log.next_index > topic.log.first_index
-        or any(sub.consumers for sub in topic.subscriptions.values())
-    )

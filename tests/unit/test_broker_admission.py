@@ -1,0 +1,110 @@
+"""Who may join a topic (broker.core.admission), decided without a connection: limits, a
+backlog quota refusing producers, schemas, and a subscription's mode and durability."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.core.admission import consumer_admission, producer_admission
+from broker.core.consumer import Consumer
+from broker.core.limits import Refusal
+from broker.core.schemas import JSON, STRING
+from broker.server.service import BrokerService
+from pulsar_protocol import pulsar_api_pb2 as pb
+
+TOPIC = "persistent://public/default/admitted"
+
+
+class Gate:
+    """A publish gate whose backlog quota refuses producers."""
+
+    def admit(self, messages: int, size: int, reader: Any) -> None:
+        pass
+
+    def refusal(self) -> tuple[int, str] | None:
+        return pb.ProducerBlockedQuotaExceededException, "backlog quota exceeded"
+
+
+def _service(**settings: Any) -> BrokerService:
+    service = BrokerService(BrokerConfig(**settings))
+    service.loop = asyncio.get_running_loop()
+    return service
+
+
+def _consumer(n: int) -> Consumer:
+    return Consumer(consumer_id=n, name=f"c{n}", wire=None, priority=0, address="a")  # type: ignore[arg-type]
+
+
+def test_a_producer_is_refused_past_the_limit_or_the_quota_and_gets_its_schema_version() -> None:
+    async def go() -> None:
+        service = _service(maxProducersPerTopic=1)
+        topic = service.topic(TOPIC)
+        string = pb.Schema(name="s", type=STRING, schema_data=b"")
+        version = producer_admission(service.config, service.schemas, topic, string)
+        assert isinstance(version, bytes)
+        assert producer_admission(service.config, service.schemas, topic, None) is None
+
+        topic.publish_gate = Gate()
+        refused = producer_admission(service.config, service.schemas, topic, None)
+        assert refused == Refusal(
+            pb.ProducerBlockedQuotaExceededException, "backlog quota exceeded"
+        )
+
+        topic.publish_gate = None
+        topic.producers[1] = object()  # type: ignore[assignment]
+        refused = producer_admission(service.config, service.schemas, topic, None)
+        assert isinstance(refused, Refusal) and refused.server_error == pb.ProducerBusy
+
+    asyncio.run(go())
+
+
+def test_a_producer_with_another_schema_type_is_refused() -> None:
+    async def go() -> None:
+        service = _service()
+        topic = service.topic(TOPIC)
+        string = pb.Schema(name="s", type=STRING, schema_data=b"")
+        assert isinstance(producer_admission(service.config, service.schemas, topic, string), bytes)
+        json_schema = pb.Schema(name="s", type=JSON, schema_data=b"{}")
+        refused = producer_admission(service.config, service.schemas, topic, json_schema)
+        assert isinstance(refused, Refusal) and refused.server_error == pb.IncompatibleSchema
+
+    asyncio.run(go())
+
+
+def test_a_consumer_must_match_the_subscriptions_mode_and_durability_and_its_limits() -> None:
+    async def go() -> None:
+        service = _service(maxSubscriptionsPerTopic=2, maxConsumersPerSubscription=1)
+        topic = service.topic(TOPIC)
+
+        def admit(sub: str, mode: str, durable: bool = True) -> Refusal | None:
+            return consumer_admission(
+                service.config, service.schemas, topic, sub, mode, durable, None
+            )
+
+        assert admit("shared", "Shared") is None  # new: created by the caller
+        topic.subscription("shared", "Shared", False, durable=True)
+        assert admit("shared", "Shared") is None
+        refused = admit("shared", "Exclusive")
+        assert refused is not None and refused.server_error == pb.ConsumerBusy
+        assert "is Shared, not Exclusive" in refused.message
+        refused = admit("shared", "Shared", durable=False)
+        assert refused is not None and refused.server_error == pb.NotAllowedError
+        assert "a durable subscription 'shared' exists already" == refused.message
+
+        # Broadcast takes the official client's Shared or Failover, never Exclusive.
+        topic.subscription("all", "Broadcast", False, durable=True)
+        assert admit("all", "Shared") is None and admit("all", "Failover") is None
+        refused = admit("all", "Exclusive")
+        assert refused is not None and refused.server_error == pb.ConsumerBusy
+
+        refused = admit("third", "Shared")  # two subscriptions already
+        assert refused is not None and refused.server_error == pb.NotAllowedError
+        topic.subscriptions["shared"].add_consumer(_consumer(1))
+        refused = admit("shared", "Shared")  # one consumer already
+        assert refused is not None and refused.server_error == pb.ConsumerBusy
+        for topic_ in service.topics.values():
+            topic_.close()
+
+    asyncio.run(go())
