@@ -275,22 +275,25 @@ def _measure(
     )
     total = warmup + seconds
     t0 = time.monotonic() + 0.5
-    marks: dict[int, tuple[tuple[float, float], float]] = {}  # entry → broker, client CPU
+    # Second n → (broker CPU, client CPU, deliveries made) when entry n is sent.
+    marks: dict[int, tuple[tuple[float, float], float, int]] = {}
     behind = 0
     for n in range(total + 1):
         due = t0 + n
         while (now := time.monotonic()) < due:
             drain(due - now)
-        if n >= 1 and sum(c.frames - setup[fd] for fd, c in by_fd.items()) < consumers * n:
+        made = sum(c.frames - setup[fd] for fd, c in by_fd.items())
+        if made < consumers * n:
             behind += 1  # entry n-1 was not delivered to everyone within its second
-        marks[n] = (cpu_seconds(broker_pid), time.process_time())
+        marks[n] = (cpu_seconds(broker_pid), time.process_time(), made)
         if n < total:
             producer.send(section)
     delivered = sum(c.frames - setup[fd] for fd, c in by_fd.items())
     user = marks[total][0][0] - marks[warmup][0][0]
     system = marks[total][0][1] - marks[warmup][0][1]
     client_cpu = marks[total][1] - marks[warmup][1]
-    deliveries = consumers * seconds
+    # Those made in the measured seconds (all of them, unless a side fell behind).
+    deliveries = marks[total][2] - marks[warmup][2]
     for c in by_fd.values():
         c.sock.close()
     producer.sock.close()
