@@ -306,13 +306,14 @@ class Recorder:
         else:
             return
         mod = self._sample_mod
-        if mod:
+        if mod == 1:  # every delivery (the default): one row with its count
+            self._stages.writerow((*row, n))
+        elif mod:
             # Sample 1 in `mod` (message, consumer) pairs, as each delivery would pick itself.
             base = seq * 2654435761
-            writerow = self._stages.writerow
-            for index in consumer_indexes:
-                if (base + index * 40503) % mod == 0:
-                    writerow(row)
+            picked = sum(1 for index in consumer_indexes if (base + index * 40503) % mod == 0)
+            if picked:
+                self._stages.writerow((*row, picked))
 
     def deliveries_received(
         self, payload: bytes, consumer_indexes: Sequence[int], reads: Sequence[Read]
@@ -410,10 +411,15 @@ class Recorder:
                 row = (receive_us, latency, span, "", "", "", "", receive_us - stamps.dispatch_us)
             else:
                 continue
-            # Sample 1 in `mod` (message, consumer) pairs, as each delivery would pick itself.
-            for index in consumer_indexes[first:at]:
-                if (base + index * 40503) % mod == 0:
-                    writerow(row)
+            # Sample 1 in `mod` (message, consumer) pairs, as each delivery would pick itself;
+            # one row per read with the count it stands for.
+            picked = (
+                count
+                if mod == 1
+                else sum(1 for i in consumer_indexes[first:at] if (base + i * 40503) % mod == 0)
+            )
+            if picked:
+                writerow((*row, picked))
         *hists, broker_out_hist = self._entry_stage_hists
         for stages, count in entry_stages.items():
             for stage_hist, value in zip(hists, stages, strict=True):

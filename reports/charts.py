@@ -9,7 +9,7 @@ every data-bearing element it draws carries the class `mark`, which is what test
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import ceil, floor, isfinite, log10
 from typing import Any
 
@@ -67,6 +67,8 @@ class Line:
     color: str
     title: str
     dashed: bool = False
+    fill: str | None = None
+    """A closed area (a prediction band) filled in this colour, unstroked."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ class Chart:
     legend: tuple[LegendItem, ...] = ()
     empty: str | None = None
     width: float = WIDTH
+    counts: tuple[str, ...] = ()
+    """Lines under the chart saying what it was drawn from (how many samples)."""
 
 
 def no_data(chart_id: str, title: str, why: str) -> Chart:
@@ -365,12 +369,48 @@ def connection_cdf(curves: Sequence[tuple[str, Mapping[str, Any]]]) -> Chart:
 # --- six stages ------------------------------------------------------------------------
 
 
+FEW_SAMPLES = 50
+"""Below this many deliveries at or above the P99 the tail shares are flagged "few samples"."""
+
+
 @dataclass(frozen=True)
 class StageRow:
-    """One run's stage breakdown, as summary.json's `stages` holds it."""
+    """One run's stage breakdown, as summary.json's `stages` holds it; `driver` and
+    `delivered` (deliveries received) let an empty breakdown say why it is empty."""
 
     name: str
     stages: Mapping[str, Any]
+    driver: str | None = None
+    delivered: int | None = None
+
+    @property
+    def tail_count(self) -> int | None:
+        count = (self.stages.get("tail") or {}).get("count")
+        return int(count) if isinstance(count, int | float) else None
+
+    def why_empty(self) -> str:
+        """Why this run has no stage rows: no broker stamps, no sampling or nothing delivered."""
+        fraction = self.stages.get("sample_fraction")
+        if fraction == 0:
+            return "stageSampleFraction is 0"
+        if not self.delivered:
+            return "nothing was delivered"
+        driver = f"driver {self.driver!r}" if self.driver else "the driver"
+        return (
+            f"no broker stamps: {driver} gets no stage timestamps from its broker "
+            f"({self.delivered:,} deliveries, none stamped), so there are no stages to split"
+        )
+
+    def count_line(self, named: bool = False) -> str:
+        """What the tail share was drawn from, under the chart (`named`: among several runs)."""
+        prefix = f"{self.name}: " if named else ""
+        count = self.tail_count
+        samples = self.stages.get("samples")
+        of = f" of {int(samples):,} recorded" if isinstance(samples, int | float) else ""
+        if not count:
+            return f"{prefix}no delivery at or above the P99 was recorded{of}: no tail share"
+        few = f" (few samples: under {FEW_SAMPLES})" if count < FEW_SAMPLES else ""
+        return f"{prefix}tail share from {count:,} deliveries at or above the P99{of}{few}"
 
     @property
     def combined(self) -> bool:
@@ -398,13 +438,11 @@ def _stage_values(values: Mapping[str, Any] | None) -> dict[str, float]:
 def stage_breakdown(rows: Sequence[StageRow], chart_id: str = "stage-breakdown") -> Chart:
     """Seed 000, figure 6: where the tail latency goes, as shares of the tail and per-stage P99."""
     title = "P99 latency in six stages"
+    empty = [r for r in rows if not (r.p99() or r.share())]
     rows = [r for r in rows if r.p99() or r.share()]
     if not rows:
-        return no_data(
-            chart_id,
-            title,
-            "no stage samples (stage_sample_fraction is 0 or nothing was delivered)",
-        )
+        whys = [f"{r.name}: {r.why_empty()}" if len(empty) > 1 else r.why_empty() for r in empty]
+        return no_data(chart_id, title, "; ".join(whys) or "no runs")
     label_w = 170
     left = LEFT + label_w - 60
     width = WIDTH - left - RIGHT - 60
@@ -508,7 +546,19 @@ def stage_breakdown(rows: Sequence[StageRow], chart_id: str = "stage-breakdown")
     if any(r.combined for r in rows):
         note += " The broker did not carry stage timestamps, so stages 1–5 are one span."
     panels = (share_panel, p99_panel)
-    return Chart(chart_id, title, note=note, height=_height(panels), panels=panels, legend=legend)
+    named = len(rows) + len(empty) > 1
+    counts = tuple(r.count_line(named) for r in rows) + tuple(
+        f"{r.name}: {r.why_empty()}" for r in empty
+    )
+    return Chart(
+        chart_id,
+        title,
+        note=note,
+        height=_height(panels),
+        panels=panels,
+        legend=legend,
+        counts=counts,
+    )
 
 
 # --- latency spectrum ------------------------------------------------------------------
@@ -756,12 +806,15 @@ def time_chart(
 
 @dataclass(frozen=True)
 class ScalingSeries:
-    """One subscription type's cases; `fit` holds polynomial coefficients from the constant up."""
+    """One subscription type's cases; `fit` holds polynomial coefficients from the constant up,
+    `band` the fit's prediction interval at a consumer count. A fit is drawn only with its
+    band (reports/fits.py decides when a fit has one)."""
 
     name: str
     points: Sequence[tuple[float, float]]
     color: str
     fit: Sequence[float] = ()
+    band: Callable[[float], tuple[float, float]] | None = None
 
 
 def polynomial(coefficients: Sequence[float], x: float) -> float:
@@ -794,6 +847,22 @@ def _fit_lines(s: ScalingSeries, x: Scale, y: Scale, x_max: float) -> list[Line]
     ]
 
 
+def _band_area(s: ScalingSeries, x: Scale, y: Scale, x_max: float) -> Line | None:
+    """The fit's prediction interval from 0 to x_max as one filled area (clipped at 0)."""
+    if s.band is None:
+        return None
+    ns = [x_max * i / 80 for i in range(81)]
+    bounds = [s.band(n) for n in ns]
+    upper = [(x(n), y(max(0.0, hi))) for n, (_, hi) in zip(ns, bounds, strict=True)]
+    lower = [(x(n), y(max(0.0, lo))) for n, (lo, _) in zip(ns, bounds, strict=True)]
+    return Line(
+        _path([*upper, *reversed(lower)]) + " Z",
+        s.color,
+        f"{s.name} fit: 95 % prediction interval",
+        fill=s.color,
+    )
+
+
 def _scaling_panel(
     series: Sequence[ScalingSeries], x_max: float, top: float, title: str, y_title: str
 ) -> Panel:
@@ -802,6 +871,9 @@ def _scaling_panel(
     fit_values = [
         max(0.0, polynomial(s.fit, x_vals[-1] * i / 80)) for s in series if s.fit for i in range(81)
     ]
+    fit_values += [
+        max(0.0, s.band(x_vals[-1] * i / 80)[1]) for s in series if s.band for i in range(81)
+    ]
     y_vals = _zero_based([*(p[1] for s in series for p in s.points), *fit_values])
     plot_h = 220
     y = Scale(0, y_vals[-1], top + plot_h, top)
@@ -809,15 +881,20 @@ def _scaling_panel(
     dots: list[Dot] = []
     labels: list[Label] = []
     for s in series:
-        if s.fit:
+        if s.fit and s.band:
+            area = _band_area(s, x, y, x_vals[-1])
+            if area:
+                lines.append(area)
             lines.extend(_fit_lines(s, x, y, x_vals[-1]))
             if x_vals[-1] >= EXTRAPOLATE_TO:
-                end = max(0.0, polynomial(s.fit, EXTRAPOLATE_TO))
+                # Only the interval far out: the fit's value there is no number to quote.
+                lo, hi = s.band(EXTRAPOLATE_TO)
                 labels.append(
                     Label(
                         x(EXTRAPOLATE_TO) - 8,
-                        max(y(end) - 8, top + 14),
-                        f"{s.name}: {sig(end)} {y_title} at {EXTRAPOLATE_TO // 1000}K",
+                        top + 14,
+                        f"{s.name} at {EXTRAPOLATE_TO // 1000}K: somewhere in "
+                        f"{sig(max(0.0, lo))}–{sig(hi)} {y_title} (95 %)",
                         "end",
                         "series",
                     )
@@ -858,6 +935,7 @@ def scaling_chart(
         return no_data(chart_id, title, "no case finished")
     measured_max = max(p[0] for s in series for p in s.points)
     legend = [LegendItem(s.name, s.color) for s in series]
+    series = [s if s.band else replace(s, fit=()) for s in series]  # no band, no fit line
     if not any(s.fit for s in series) or measured_max >= EXTRAPOLATE_TO:
         panels: tuple[Panel, ...] = (_scaling_panel(series, measured_max, TOP, "", y_title),)
     else:
@@ -874,6 +952,7 @@ def scaling_chart(
         )
     if any(s.fit for s in series):
         legend.append(LegendItem("fit, extrapolated", "#666666", dashed=True))
+        legend.append(LegendItem("fit's 95 % prediction interval (shaded)", "#cccccc"))
     return Chart(
         chart_id,
         title,

@@ -9,13 +9,15 @@ a metric with no measurement intervals) nothing is coloured.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from reports import charts
 from reports.changes import InputError, estimate
 from reports.charts import PALETTE, Chart, Curve, Series, SpectrumPanel, StageRow, TimePanel
+from reports.fits import series_headline
 from reports.metrics import LATENCY_LABELS, METRICS, Metric, metric_value, ratio
 from reports.results import ResultsError, RunSummary, SweepSummary, load_any, load_summary
 from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide, holm
@@ -181,17 +183,12 @@ def _compare_sweeps(sweeps: list[SweepSummary], out: Path) -> Path:
     # (A's first when A has no such series).
     first_of_a = {kind: j for j, kind in reversed(list(enumerate(kinds[: _count_a(sweeps)])))}
     reference = [first_of_a.get(kind, 0) for kind in kinds]
-    fits = [
-        (
-            name,
-            fit,
-            ratio(
-                number(fit, "extrapolated_100k_s"),
-                number(named[reference[j]][2], "extrapolated_100k_s"),
-            ),
-        )
-        for j, (name, _, fit) in enumerate(named)
-        if fit
+    # The headline is each series' largest measured case, never a fit's 100K value (issue 26).
+    headlines = [
+        (head, ratio(number(head.case, "connection_time_s"), number(ref, "connection_time_s")))
+        for j, (name, cases, fit) in enumerate(named)
+        if (head := series_headline(name, cases, fit))
+        for ref in [_case_at(named[reference[j]][1], head.case.get("consumers"))]
     ]
     return write_page(
         "compare_sweeps.html",
@@ -202,9 +199,14 @@ def _compare_sweeps(sweeps: list[SweepSummary], out: Path) -> Path:
         rows=scaling_rows([(name, cases) for name, cases, _ in named], reference),
         reference=[named[r][0] for r in reference],
         provenance=[_sweep_provenance(s) for s in sweeps],
-        fits=fits,
+        headlines=headlines,
         charts=scaling_charts(named, prefix="compare-"),
     )
+
+
+def _case_at(cases: Sequence[Mapping[str, Any]], consumers: Any) -> Mapping[str, Any] | None:
+    """The case of a series with that many consumers, if it ran one."""
+    return next((c for c in cases if c.get("consumers") == consumers), None)
 
 
 def _count_a(sweeps: Sequence[SweepSummary]) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from reports import charts
 from reports.charts import (
+    EXTRAPOLATE_TO,
     PALETTE,
     Chart,
     Curve,
@@ -18,6 +19,7 @@ from reports.charts import (
     Threshold,
     TimePanel,
 )
+from reports.fits import LEVEL, REACH, fit_band, series_headline
 from reports.metrics import LATENCY_LABELS
 from reports.results import RunSummary, SweepSummary, load_summary, load_sweep
 from reports.sweeps import scaling_charts, scaling_rows, series_by_type
@@ -116,7 +118,16 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
     broker_t = series.get("broker_t_s") or []
     built = [
         charts.connection_histogram(run.section("connection")),
-        charts.stage_breakdown([StageRow(run.label, run.section("stages"))]),
+        charts.stage_breakdown(
+            [
+                StageRow(
+                    run.label,
+                    run.section("stages"),
+                    run.section("driver").get("name"),
+                    run.headline.get("deliveries_received"),
+                )
+            ]
+        ),
         charts.latency_spectrum(spectrum_panels(run.section("spectrum"))),
         charts.time_chart(
             "rates-over-time",
@@ -298,6 +309,11 @@ def render_sweep(sweep_summary_path: Path) -> Path:
         sweep=sweep,
         case_links=_case_links(sweep),
         charts=scaling_charts(named),
+        headlines=[h for kind, cases, fit in named if (h := series_headline(kind, cases, fit))],
+        fit_rows=[(kind, fit, fit_band(fit)) for kind, fit in sweep.fits.items()],
+        extrapolate_to=EXTRAPOLATE_TO,
+        level=LEVEL,
+        reach=REACH,
         side_by_side=scaling_rows(list(grouped.items())) if len(grouped) > 1 else [],
         types=list(grouped),
         bound=[

@@ -12,6 +12,7 @@ from typing import Any
 
 from reports import charts
 from reports.charts import PALETTE, Chart, ScalingSeries
+from reports.fits import fit_band
 from reports.metrics import ratio
 from results_contract.headline import AT_KERNEL, AT_READ, of_case
 
@@ -71,12 +72,16 @@ def scaling_charts(named: Sequence[Named], prefix: str = "") -> dict[str, Chart]
                 name,
                 _points(cases, "connection_time_s"),
                 PALETTE[i % len(PALETTE)],
-                tuple((fit or {}).get("coefficients") or ()),
+                band.coefficients if band else (),
+                band.interval if band else None,
             )
             for i, (name, cases, fit) in enumerate(named)
+            for band in [fit_band(fit)]
         ],
         note="Seed 000, figure 4: dots are measured cases; the line is the least-squares fit, "
-        "dashed where it extrapolates (to 100,000 consumers).",
+        "dashed where it extrapolates (to 100,000 consumers), inside its 95 % prediction "
+        "interval (shaded: where a new case would fall, given the measured cases' scatter). "
+        "A fit through as many cases as it has coefficients has no interval and is not drawn.",
     )
     latency = charts.scaling_chart(
         f"{prefix}e2e-p99-vs-consumers",

@@ -68,8 +68,12 @@ TIMELINE_COLUMNS = _columns(
     ("loop_lag_ms", Kind.NUMBER),
 )
 
-# raw/<worker-id>/stages.csv: one row per sampled delivery. The broker's own stages are
-# empty when the broker does not stamp its entries; stages may be negative (clock offsets).
+# raw/<worker-id>/stages.csv: one row per read of an entry, `count` the sampled deliveries
+# it stands for (the consumers a broadcast read reached: the same stamps, read and e2e time).
+# The broker's own stages are empty when the broker does not stamp its entries; stages may
+# be negative (clock offsets). Files written before `count` existed have one row per
+# delivery, and readers take a missing `count` as 1.
+STAGE_COUNT_COLUMN = "count"
 STAGE_COLUMNS = _columns(
     ("ts_us", Kind.INTEGER),
     ("e2e_us", Kind.INTEGER),
@@ -77,6 +81,7 @@ STAGE_COLUMNS = _columns(
         (stage_column(s), Kind.OPTIONAL_INTEGER if s in BROKER_STAGES else Kind.INTEGER)
         for s in STAGES
     ),
+    (STAGE_COUNT_COLUMN, Kind.NATURAL),
 )
 
 # raw/<worker-id>/deliveries.csv: one row per consumer that subscribed, written at the end.

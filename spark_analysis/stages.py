@@ -1,8 +1,10 @@
 """The six-stage breakdown of end-to-end latency (seed 000, figure 6) from stages.csv.
 
-Two views: each stage's own P99 over the sampled deliveries, and, over the sampled
+Two views: each stage's own P99 over the recorded deliveries, and, over the recorded
 deliveries in the e2e tail (e2e at or above the run's e2e P99), each stage's share of the
-time: which stage the slow deliveries spent their time in.
+time: which stage the slow deliveries spent their time in. A row stands for `count`
+deliveries (a broadcast read reaches many consumers with the same times), and every
+figure weighs it so; by default every delivery is recorded (stageSampleFraction 1).
 
 A broker without stage timestamps (a real Pulsar) leaves the four middle columns empty and
 puts stages 1-5 in producing_us; then only `producing` (meaning 1-5) and `broadcasting`
@@ -16,6 +18,7 @@ here; the middle stages are differences of broker stamps and need nothing.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -24,32 +27,48 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from results_contract.columns import STAGE_COLUMNS, stage_column
+from results_contract.columns import STAGE_COLUMNS, STAGE_COUNT_COLUMN, stage_column
 from results_contract.hlog import new_histogram
 from results_contract.metrics import BROKER_STAGES, STAGES
 from spark_analysis.inputs import optional_integer, parsers, read_csv, row_error
 from spark_analysis.session import one_row
 
 E2E_COLUMN = "e2e_us"
-COLUMNS = parsers(STAGE_COLUMNS, E2E_COLUMN, *(stage_column(stage) for stage in STAGES))
+COLUMNS = parsers(
+    STAGE_COLUMNS, E2E_COLUMN, *(stage_column(stage) for stage in STAGES), STAGE_COUNT_COLUMN
+)
+# Files written before `count` existed: one row per delivery.
+_UNCOUNTED = {name: parse for name, parse in COLUMNS.items() if name != STAGE_COUNT_COLUMN}
 _MIDDLE_POSITIONS = [list(COLUMNS).index(stage_column(stage)) for stage in BROKER_STAGES]
 _PRODUCING = list(COLUMNS).index(stage_column("producing"))
 _BROADCASTING = list(COLUMNS).index(stage_column("broadcasting"))
+_COUNT = list(COLUMNS).index(STAGE_COUNT_COLUMN)
 
 _SCHEMA = StructType(
     [StructField(name, LongType(), parse is optional_integer) for name, parse in COLUMNS.items()]
 )
 
 
+def _counted(path: Path) -> bool:
+    """Whether the file's header has `count` (read_csv reports a missing or bad file)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as stream:
+            return STAGE_COUNT_COLUMN in next(csv.reader(stream), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return True
+
+
 def read_stages(files: Iterable[tuple[str, Path]], broker_offset_us: int = 0) -> list[tuple]:
-    """Parse every stages.csv into (e2e_us, *stage_us) rows, with the broker's clock offset
-    (its clock minus the coordinator's) taken off the two stages that cross hosts.
+    """Parse every stages.csv into (e2e_us, *stage_us, count) rows, with the broker's clock
+    offset (its clock minus the coordinator's) taken off the two stages that cross hosts.
 
     Stages may be negative: they are differences of clocks on different hosts.
     """
     rows = []
     for _worker, path in files:
-        for line, values in read_csv(path, COLUMNS):
+        counted = _counted(path)
+        for line, parsed in read_csv(path, COLUMNS if counted else _UNCOUNTED):
+            values = parsed if counted else (*parsed, 1)
             empty = [values[i] is None for i in _MIDDLE_POSITIONS]
             if any(empty) and not all(empty):
                 raise row_error(path, line, "the middle stage columns must be all empty or all set")
@@ -69,7 +88,7 @@ def analyze_stages(
     broker_timestamps = bool(rows) and all(row[_MIDDLE_POSITIONS[0]] is not None for row in rows)
     result: dict[str, Any] = {
         "sample_fraction": sample_fraction,
-        "samples": len(rows),
+        "samples": sum(row[_COUNT] for row in rows),
         "broker_timestamps": broker_timestamps,
         "p99_ms": dict.fromkeys(STAGES),
         "tail": None,
@@ -94,11 +113,18 @@ def analyze_stages(
     else:
         # "At or above the P99" in HDR terms: in the P99 value's bucket or above it.
         in_tail = F.col(E2E_COLUMN) >= new_histogram().get_lowest_equivalent_value(e2e_p99_us)
+    count = F.col(STAGE_COUNT_COLUMN)
     found = one_row(
         spark.createDataFrame(rows, _SCHEMA).agg(
-            *[F.percentile(col, 0.99).alias(f"p99_{stage}") for stage, col in present.items()],
-            F.count(F.when(in_tail, 1)).alias("tail_count"),
-            *[F.sum(F.when(in_tail, col)).alias(f"tail_{stage}") for stage, col in present.items()],
+            *[
+                F.percentile(col, 0.99, count).alias(f"p99_{stage}")
+                for stage, col in present.items()
+            ],
+            F.sum(F.when(in_tail, count)).alias("tail_count"),
+            *[
+                F.sum(F.when(in_tail, col * count)).alias(f"tail_{stage}")
+                for stage, col in present.items()
+            ],
         )
     )
     result["p99_ms"].update({stage: found[f"p99_{stage}"] / 1000.0 for stage in present})
@@ -110,7 +136,7 @@ def analyze_stages(
         share.update({stage: found[f"tail_{stage}"] / total for stage in present})
     result["tail"] = {
         "threshold_ms": e2e_p99_us / 1000.0,
-        "count": found.tail_count,
+        "count": found.tail_count or 0,
         "share": share,
     }
     return result

@@ -91,3 +91,34 @@ def test_compare_pages_lead_with_the_kernel_p99(browser, tmp_path):  # noqa: F81
     assert row.locator('td[data-p99="kernel"]').first.inner_text() == fmt_ms(
         first["e2e_kernel_p99_ms"]
     )
+
+
+def test_case_page_shows_the_stage_sample_count(browser, tmp_path):  # noqa: F811
+    summary = sample_summary(consumers=500, seconds=15)
+    summary["stages"]["tail"]["count"] = 75
+    page, errors, _ = _open(browser, render_run(write_run(tmp_path / "n", summary)))
+    assert errors == []
+    chart = page.locator('figure[data-chart="stage-breakdown"]')
+    assert chart.locator("svg .mark").count() > 0
+    counts = chart.locator("[data-counts]").inner_text()
+    assert "tail share from 75 deliveries at or above the P99 of 7,500 recorded" in counts
+    assert "few samples" not in counts
+
+    summary["stages"]["tail"]["count"] = 3
+    page, _, _ = _open(browser, render_run(write_run(tmp_path / "few", summary)))
+    counts = page.locator('figure[data-chart="stage-breakdown"] [data-counts]').inner_text()
+    assert "from 3 deliveries" in counts and "few samples: under 50" in counts
+
+
+def test_a_driver_without_broker_stamps_says_so(browser, tmp_path):  # noqa: F811
+    summary = sample_summary(consumers=3000, stage_rows=False)
+    summary["driver"]["name"] = "redis"
+    page, errors, _ = _open(browser, render_run(write_run(tmp_path / "redis", summary)))
+    assert errors == []
+    chart = page.locator('figure[data-chart="stage-breakdown"]')
+    assert chart.locator("svg .mark").count() == 0
+    why = chart.locator(".no-data").inner_text()
+    assert why == (
+        "no data: no broker stamps: driver 'redis' gets no stage timestamps from its broker "
+        "(180,000 deliveries, none stamped), so there are no stages to split"
+    )

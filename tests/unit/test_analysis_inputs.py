@@ -158,10 +158,13 @@ def test_stage_rows(tmp_path) -> None:
         f"{path}: line 4: the middle stage columns must be all empty or all set"
     )
     path.write_text("\n".join([STAGES_HEADER, "1,100,10,1,2,3,4,80", "1,100,-90,,,,,10"]))
+    # A file from before `count` existed: one row per delivery (count 1).
     assert read_stages([("w0", path)]) == [
-        (100, 10, 1, 2, 3, 4, 80),
-        (100, -90, None, None, None, None, 10),
+        (100, 10, 1, 2, 3, 4, 80, 1),
+        (100, -90, None, None, None, None, 10, 1),
     ]
+    path.write_text("\n".join([STAGES_HEADER + ",count", "1,100,10,1,2,3,4,80,40"]))
+    assert read_stages([("w0", path)]) == [(100, 10, 1, 2, 3, 4, 80, 40)]
 
 
 # --- interval logs -------------------------------------------------------------------------

@@ -21,13 +21,14 @@ def _stages_csv(path: Path, rows: list[tuple[int, ...]]) -> Path:
 def test_read_stages_takes_the_broker_offset_off_producing_and_broadcasting(tmp_path):
     # ts, e2e, producing, broker_in, persistence, notification, broker_out, broadcasting: a
     # broker 3 s ahead stamped it, so producing reads +3 s and broadcasting -3 s.
-    raw = (1, 5000, 3_001_000, 200, 300, 100, 400, -2_997_000)
+    # The last field is the row's count of deliveries.
+    raw = (1, 5000, 3_001_000, 200, 300, 100, 400, -2_997_000, 3)
     path = _stages_csv(tmp_path / "stages.csv", [raw])
     (as_written,) = read_stages([("w0", path)])
     (corrected,) = read_stages([("w0", path)], broker_offset_us=3_000_000)
-    assert as_written == (5000, 3_001_000, 200, 300, 100, 400, -2_997_000)
-    assert corrected == (5000, 1000, 200, 300, 100, 400, 3000)
-    assert sum(corrected[1:]) == corrected[0]  # the stages still add up to e2e
+    assert as_written == (5000, 3_001_000, 200, 300, 100, 400, -2_997_000, 3)
+    assert corrected == (5000, 1000, 200, 300, 100, 400, 3000, 3)
+    assert sum(corrected[1:-1]) == corrected[0]  # the stages still add up to e2e
 
 
 def test_a_shift_moves_every_value_and_leaves_out_what_the_worker_clamped():

@@ -56,7 +56,7 @@ def test_raw_files_start_with_the_documented_headers(tmp_path: Path) -> None:
         ],
         "stages.csv": [
             "ts_us,e2e_us,producing_us,broker_in_us,persistence_us,notification_us,"
-            "broker_out_us,broadcasting_us"
+            "broker_out_us,broadcasting_us,count"
         ],
         "timeline.csv": [
             "ts,phase,sent,received,errors,connected,cpu,rss,loop_lag_ms",
@@ -135,8 +135,12 @@ def test_repeated_kernel_times_are_counted_once_per_delivery(tmp_path: Path) -> 
     assert hists[E2E].get_total_count() == 7
 
 
-def _recorded(directory: Path) -> tuple[dict[str, dict[int, int]], list[list[str]], list[str]]:
-    """Per metric {value: count} over the whole log, deliveries.csv rows, stages.csv sorted."""
+def _recorded(
+    directory: Path,
+) -> tuple[dict[str, dict[int, int]], list[list[str]], dict[str, int]]:
+    """Per metric {value: count} over the whole log, deliveries.csv rows, and stages.csv as
+    {row without its count: deliveries it stands for} (a batch writes one row with a count
+    where single calls write one row each)."""
     hists: dict[str, HdrHistogram] = {}
     for interval in read_intervals(directory / "histograms.hlog"):
         hists.setdefault(interval.tag, new_histogram()).add(decode(interval.blob))
@@ -149,7 +153,10 @@ def _recorded(directory: Path) -> tuple[dict[str, dict[int, int]], list[list[str
     }
     with open(directory / "deliveries.csv", newline="") as f:
         deliveries = list(csv.reader(f))
-    stages = sorted((directory / "stages.csv").read_text(encoding="ascii").splitlines())
+    stages: dict[str, int] = {}
+    for line in (directory / "stages.csv").read_text(encoding="ascii").splitlines()[1:]:
+        row, count = line.rsplit(",", 1)
+        stages[row] = stages.get(row, 0) + int(count)
     return values, deliveries, stages
 
 
@@ -201,7 +208,7 @@ def test_a_batch_records_what_one_call_per_delivery_records(tmp_path: Path) -> N
         ["w0-c5", "2", "1"],
         ["w0-c6", "3", "0"],
     ]
-    assert len(stages) > 1  # some sampled rows besides the header
+    assert stages  # some sampled rows
 
 
 def test_deliveries_over_many_reads_record_what_one_call_per_delivery_records(
@@ -250,7 +257,26 @@ def test_deliveries_over_many_reads_record_what_one_call_per_delivery_records(
     assert sum(values[E2E].values()) == 3 * 51
     assert len(values[E2E]) > 10  # many distinct read times, not one
     assert deliveries[5] == ["w0-c4", "9", "7"]  # its duplicate in every message, then 20 again
-    assert len(stages) > 1
+    assert stages
+
+
+def test_by_default_every_stamped_delivery_is_one_count_of_a_stage_row(tmp_path: Path) -> None:
+    """stageSampleFraction 1 (the default): a broadcast read to 100 consumers is one row of
+    count 100, and the counts add up to every delivery that carried the broker's stamps."""
+    names = {i: f"w0-c{i}" for i in range(100)}
+    recorder = Recorder(tmp_path, 1.0, names)
+    recorder.phases = Phases(warmup_start=0.0, measure_start=0.0, measure_end=10.0)
+    stamps = BrokerStamps(1_000_700, 1_000_800, 1_000_900, 1_001_000, 1_001_100)
+    recorder.messages_received(range(100), body(0), 1_030_000, stamps, 0)
+    recorder.messages_received([7], body(1), 1_040_000, stamps, 0)
+    recorder.messages_received([8, 9], body(2), 1_050_000, None, 0)  # no stamps: no stage row
+    recorder.deliveries_received(
+        body(3), list(range(10)), [(4, 1_060_000, 0, stamps), (6, 1_061_000, 0, stamps)]
+    )
+    recorder.close()
+    lines = (tmp_path / "stages.csv").read_text(encoding="ascii").splitlines()[1:]
+    counts = [int(line.rsplit(",", 1)[1]) for line in lines]
+    assert counts == [100, 1, 4, 6]
 
 
 def test_counted_record_is_record_of_every_value() -> None:

@@ -162,7 +162,7 @@ def test_defaults(write):
     assert (w.warmup_seconds, w.test_seconds, w.drain_seconds) == (60, 300, 5)
     assert (w.consumers_per_connection, w.connect_concurrency, w.spawn_rate) == (100, 500, 0)
     assert (w.connect_timeout_seconds, w.topic_persistence, w.workers) == (300, "persistent", 0)
-    assert (w.subscription_type, w.stage_sample_fraction) == ("Shared", 0.01)
+    assert (w.subscription_type, w.stage_sample_fraction) == ("Shared", 1.0)
     assert (w.label, w.slug) == ("t", "t")
 
 
