@@ -4,15 +4,18 @@ import Locust run."""
 from __future__ import annotations
 
 import importlib.abc
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,6 +176,30 @@ def start_broker(
             time.sleep(0.05)
     proc.kill()
     raise RuntimeError("broker did not start")
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 15) -> None:
+    """Wait for a condition the broker reaches on its own, polling, with a deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def topic_stats(broker: BrokerProcess, topic: str) -> dict[str, Any]:
+    url = f"{broker.admin}/admin/v2/persistent/public/default/{topic}/stats"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        stats: dict[str, Any] = json.load(reply)
+    return stats
+
+
+def wait_cursors_saved(broker: BrokerProcess, topic: str, acked: Callable[[dict], bool]) -> None:
+    """Wait until the broker has what `acked` looks for in the topic's stats (the client
+    groups its acks), then until it has saved the topic's cursors once more after that: what a
+    kill -9 must not lose. No fixed sleep past the persistence interval."""
+    eventually(lambda: acked(topic_stats(broker, topic)))
+    saves = topic_stats(broker, topic)["cursorPersistSucceedCounter"]
+    eventually(lambda: topic_stats(broker, topic)["cursorPersistSucceedCounter"] > saves)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pulsar_protocol.connection import Connection
 from pulsar_protocol.events import NEED_DATA, Connect, Request, Response
 from pulsar_protocol.frames import encode_frame
 from pulsar_protocol.state import CLIENT
-from tests.conftest import BrokerProcess, start_broker
+from tests.conftest import BrokerProcess, start_broker, wait_cursors_saved
 
 pytestmark = pytest.mark.integration
 
@@ -67,9 +67,14 @@ def _eventually(check, timeout_s: float = 15) -> None:
 
 
 def _unacked(broker: BrokerProcess, topic: str, consumer: str) -> int:
+    return _unacked_in(_stats(broker, topic), consumer)
+
+
+def _unacked_in(stats: dict, consumer: str) -> int:
+    """A Broadcast consumer's messages sent and not yet acknowledged, in a topic's stats."""
     (found,) = [
         c["unackedMessages"]
-        for c in _stats(broker, topic)["subscriptions"]["all"]["consumers"]
+        for c in stats["subscriptions"]["all"]["consumers"]
         if c["consumerName"] == consumer
     ]
     return int(found)
@@ -116,7 +121,11 @@ def test_named_broadcast_consumers_resume_after_kill_9_even_when_one_comes_back_
         assert _drain(fast) == [_body(i) for i in range(20)]
         for _ in range(5):
             late.acknowledge(late.receive(timeout_millis=5000))
-        time.sleep(1.8)  # past the cursor persistence interval and the ack grouping
+        wait_cursors_saved(
+            broker,
+            "bc-kill",
+            lambda t: _unacked_in(t, "fast") == 0 and _unacked_in(t, "late") == 15,
+        )
         broker.kill9()
         with contextlib.suppress(pulsar.NotConnected):
             client.close()
@@ -129,7 +138,7 @@ def test_named_broadcast_consumers_resume_after_kill_9_even_when_one_comes_back_
             producer.send(_body(i))
         # The first one back gets only what is new to it, and acknowledges it all.
         assert _drain(fast) == [_body(i) for i in range(20, 30)]
-        time.sleep(1.5)
+        _eventually(lambda: _unacked(broker, "bc-kill", "fast") == 0)
         # The late one gets everything it had not acknowledged, none of it lost.
         late = _subscribe(client, "bc-kill", "late")
         assert _drain(late) == [_body(i) for i in range(5, 30)]
@@ -268,8 +277,8 @@ def test_a_flipped_byte_mid_ledger_loses_that_entry_only_and_cursors_keep_their_
         ids = [producer.send(_body(i) * 100) for i in range(20)]
         for _ in range(5):
             acked.acknowledge(acked.receive(timeout_millis=5000))
-        time.sleep(1.8)
-        client.close()
+        _eventually(lambda: _stats(broker, "flip")["subscriptions"]["acked"]["msgBacklog"] == 15)
+        client.close()  # the broker's stop saves the cursors
         broker.stop()
 
         ledgers = _topic_dir(broker, "flip") / "ledgers"
@@ -305,8 +314,8 @@ def test_a_truncated_cursor_log_leaves_the_topic_usable(tmp_path):
         for i in range(5):
             producer.send(_body(i))
         assert _drain(consumer) == [_body(i) for i in range(5)]
-        time.sleep(1.5)
-        client.close()
+        _eventually(lambda: _stats(broker, "cut")["subscriptions"]["s"]["msgBacklog"] == 0)
+        client.close()  # the broker's stop saves the cursors
         broker.stop()
         cursor_log = _topic_dir(broker, "cut") / "cursors" / "cursors.log"
         cursor_log.write_bytes(cursor_log.read_bytes()[:7])

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import time
 
 import pulsar
 import pytest
 
-from tests.conftest import start_broker
+from tests.conftest import start_broker, wait_cursors_saved
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +22,7 @@ def test_acknowledged_sends_survive_kill_9_and_acks_survive_the_persist_window(t
         assert len({(m.ledger_id(), m.entry_id()) for m in ids}) == 40
         for _ in range(20):
             consumer.acknowledge(consumer.receive(timeout_millis=5000))
-        # Past the cursor persistence interval (1 s) plus the client's ack grouping (100 ms).
-        time.sleep(1.8)
+        wait_cursors_saved(broker, "durable", lambda t: t["subscriptions"]["s"]["msgBacklog"] == 20)
         broker.kill9()
         # Closing a client whose broker just died may say NotConnected, depending on whether
         # it noticed the disconnect yet: not what this test is about.

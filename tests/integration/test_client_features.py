@@ -15,7 +15,7 @@ import pytest
 from pulsar.schema import AvroSchema, Integer, Record, String, StringSchema
 
 from pulsar_protocol.extensions import key_slot
-from tests.conftest import start_broker
+from tests.conftest import start_broker, wait_cursors_saved
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +114,7 @@ def test_a_non_durable_subscription_is_not_saved_across_a_restart(client, broker
     other = pulsar.Client(broker.url, operation_timeout_seconds=10)
     reader = other.create_reader("rd-restart", pulsar.MessageId.earliest)
     assert _read(reader, 2) == [b"m0", b"m1"]
-    time.sleep(1.5)  # past the cursor persist interval: the durable one is saved by now
+    wait_cursors_saved(broker, "rd-restart", lambda t: "kept" in t["subscriptions"])
     broker.kill9()
     other.close()  # the reader does not come back
     durable.close()
