@@ -688,7 +688,13 @@ class Connection:
         consumer_ids = event.consumer_ids
         if len(indexes) != len(consumer_ids):
             consumer_ids = tuple(cid for cid in consumer_ids if cid in consumers)
-        n = self._deliver(indexes, event.payload, event.broker_entry_metadata, receive_us)
+        n = self._deliver(
+            indexes,
+            event.payload,
+            event.broker_entry_metadata,
+            receive_us,
+            (event.ledger_id, event.entry_id, event.partition),
+        )
         self._protocol.acknowledge_run(consumer_ids, n, event.message_id)
 
     def _on_stamped_run(self, event: MessageRun, receive_us: int) -> None:
@@ -696,7 +702,9 @@ class Connection:
         the Shared baseline): the entry is decoded once, each consumer's stamps by themselves."""
         consumers, decoder = self.consumers, self._decoder
         try:
-            bodies = decoder.bodies(event.payload)
+            bodies = decoder.bodies(
+                event.payload, (event.ledger_id, event.entry_id, event.partition)
+            )
         except RemoteProtocolError as exc:
             log.warning("connection %d: dropped a delivery: %s", self.id, exc)
             bodies = []
@@ -722,14 +730,19 @@ class Connection:
         self._protocol.acknowledge_consumed(msg.consumer_id, n, msg.message_id)
 
     def _deliver(
-        self, indexes: list[int], payload: bytes, entry_metadata: bytes | None, receive_us: int
+        self,
+        indexes: list[int],
+        payload: bytes,
+        entry_metadata: bytes | None,
+        receive_us: int,
+        entry: object = None,
     ) -> int:
         """Decode a delivery (once per distinct entry: DeliveryDecoder) and add it to the pass's
         deliveries. Returns the permits it consumed (a batch's messages; 1 for one it could not
         decode)."""
         decoder = self._decoder
         try:
-            bodies = decoder.bodies(payload)
+            bodies = decoder.bodies(payload, entry)
         except RemoteProtocolError as exc:
             log.warning(
                 "connection %d: dropped a delivery to consumers %s: %s", self.id, indexes, exc

@@ -118,6 +118,22 @@ def test_the_decoder_reuses_what_it_decoded_for_identical_bytes():
     assert decoder.stamps(None) is None
 
 
+def test_the_decoder_remembers_entries_read_in_any_order():
+    """Sockets read at different entries (a client behind): each entry decoded once, the same
+    objects back for it whatever came between; a named entry whose bytes differ is decoded
+    again (names are a hint, the bytes decide)."""
+    decoder = DeliveryDecoder(verify=True)
+    sections = {n: single(b"%d" % n * 50) for n in range(5)}
+    first = {n: decoder.bodies(sections[n], (1, n, -1)) for n in range(5)}
+    for n in (3, 0, 4, 1, 2, 0):
+        assert decoder.bodies(bytes(sections[n]), (1, n, -1)) is first[n]
+    assert decoder.bodies(single(b"other"), (1, 2, -1)) == [b"other"]
+    stamps = [pb.BrokerEntryMetadata(dispatch_us=n).SerializeToString() for n in range(3)]
+    known = [decoder.stamps(bem) for bem in stamps]
+    assert [decoder.stamps(bytes(bem)) for bem in reversed(stamps)] == known[::-1]
+    assert all(decoder.stamps(bytes(b)) is k for b, k in zip(stamps, known, strict=True))
+
+
 # -- settings ---------------------------------------------------------------------------------
 def test_settings_fall_back_to_the_bundled_defaults():
     s = settings_from(None, consumers_per_connection=10, service_url="pulsar://127.0.0.1:6651")
