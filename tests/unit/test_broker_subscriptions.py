@@ -427,3 +427,71 @@ def test_a_new_entry_reaches_many_subscriptions_in_slices_so_other_work_is_not_q
     _settle(loop)
     assert dispatched_before_the_answer <= NOTIFY_SLICE
     assert len(written) == count and sum(written) == count
+
+
+def test_subscriptions_notified_in_one_turn_share_its_dispatch_stamp_and_frame_head(loop):
+    """The Shared baseline: a subscription per consumer. Those the topic notifies in one turn
+    dispatch at once with that turn's dispatch time, and each gets byte for byte what
+    Consumer.frames_for builds with it; a later turn stamps its own time."""
+    topic = Topic("t", MemoryEntryLog(), persistent=False, loop=loop)
+    count = NOTIFY_SLICE + 3
+    wires = [RawWire(bem=i % 2 == 0) for i in range(count)]
+    consumers = [_consumer(wire, 128 * i + 1) for i, wire in enumerate(wires)]
+    for i, c in enumerate(consumers):
+        topic.subscription(f"s{i}", "Shared", initial_earliest=False).add_consumer(c)
+    _publish(loop, topic, 1)
+    (entry,) = topic.log.read(0, 1)
+    stamped = [w.decoder.next_frame() for w in wires if w.sends_broker_entry_metadata]
+    stamps = [decode_stamps(f.broker_entry_metadata).dispatch_us for f in stamped if f]
+    assert len(stamps) == len(stamped)
+    first_turn = stamps[: NOTIFY_SLICE // 2]
+    assert len(set(first_turn)) == 1
+    assert stamps[-1] >= first_turn[0]
+    for i, (wire, c) in enumerate(zip(wires, consumers, strict=True)):
+        twin = _consumer(wire, c.consumer_id)
+        dispatch_us = stamps[min(i // 2, len(stamps) - 1)] if i < NOTIFY_SLICE else stamps[-1]
+        assert wire.data == b"".join(twin.frames_for([entry], dispatch_us))
+        assert (c.permits, c.messages_out, c.bytes_out) == (
+            twin.permits,
+            twin.messages_out,
+            twin.bytes_out,
+        )
+
+
+def test_a_lone_consumer_ack_run_does_what_its_ack_does(loop):
+    """on_ack_run's inline path for a one-consumer subscription (a cumulative ack of what it
+    was sent, nothing acked or handed back above the cursor) and its general path (holes,
+    hand-backs, repeated and never-sent acks) leave the cursor, the consumer's unacknowledged
+    entries, the refusals and storage's notices as on_ack does."""
+
+    def run(batched: bool) -> list:
+        sink = CountingSink()
+        topic = Topic("t", MemoryEntryLog(), persistent=True, loop=loop, cursor_sink=sink)
+        sub = topic.subscription("s", "Shared", initial_earliest=False)
+        consumer = _consumer(CountingWire([]), 1, permits=8)
+        sub.add_consumer(consumer)
+        _publish(loop, topic, 10)  # 8 sent (its permits), 2 not
+        seen = []
+        steps: list[tuple[bool, int]] = [(True, 1), (True, 1), (True, 0), (True, 9)]
+        steps += [(False, 4), (True, 2), (True, 5), (True, 7)]
+        for cumulative, index in steps:
+            if batched:
+                sub.on_ack_run([consumer], cumulative, index)
+            else:
+                sub.on_ack(consumer, cumulative, [index])
+            if index == 2:
+                sub.on_redeliver(consumer, [3])
+            cursor = sub.cursor
+            seen.append(
+                (
+                    cursor.mark_delete,
+                    sorted(cursor.acked),
+                    sorted(cursor.redeliver or ()),
+                    dict(consumer.unacked),
+                    sub.acks_refused,
+                    sink.moves,
+                )
+            )
+        return seen
+
+    assert run(True) == run(False)
