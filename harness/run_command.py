@@ -35,6 +35,7 @@ from harness.progress import Progress
 from harness.run_plan import RunPlan
 from harness.sockets import connections_for, connections_problem, open_files_free, socket_limit
 from harness.workload import Workload, load_workload, parse_repeat
+from reports.terminal import final_table, result_line
 from results_contract import paths
 from results_contract.testbed import collect, write_testbed
 
@@ -46,11 +47,27 @@ def _slug(text: str) -> str:
 def _analyze(path: Path, spark_master: str) -> None:
     """Spark runs in its own process: py4j and gevent's monkey-patched sockets do not mix."""
     cmd = [sys.executable, "-m", "spark_analysis", str(path), "--spark-master", spark_master]
-    result = subprocess.run(cmd)
+    # Its stdout is the path it wrote, which `bench run` does not repeat: its answer is the
+    # result lines and the report path. Spark's own log goes to <path>/logs/analysis-spark.log.
+    result = subprocess.run(cmd, stdout=subprocess.DEVNULL)
     if result.returncode != 0:
         raise RunError(
-            f"analysis of {path} failed (exit {result.returncode}); raw results are kept"
+            f"analysis of {path} failed (exit {result.returncode}); raw results are kept; "
+            f"Spark's log: {path / 'logs' / 'analysis-spark.log'}"
         )
+
+
+def _case_result(run_dir: Path, shown: str, spark_master: str, progress: Progress) -> None:
+    """A sweep's case is analysed as soon as it is done, so its result line comes now, not
+    after the last case (the sweep's analysis then only gathers the summaries). A failed
+    analysis is said and left to the sweep's, which retries it and stops the run if it fails."""
+    try:
+        _analyze(run_dir, spark_master)
+    except RunError as exc:
+        progress.note(f"bench run: {exc}; retried after the last case")
+        return
+    summary = json.loads((run_dir / paths.SUMMARY_FILE).read_text())
+    progress.note(result_line(shown, summary))
 
 
 PARTIAL = 3
@@ -156,6 +173,8 @@ def main(argv: list[str]) -> int:
             ).run()
             write_testbed(run_dir, testbed)
             run_dirs.append(run_dir)
+            if is_sweep and not args.no_analysis:
+                _case_result(run_dir, shown, args.spark_master, progress)
         if is_sweep:
             (base / paths.SWEEP_FILE).write_text(
                 json.dumps(
@@ -183,8 +202,12 @@ def main(argv: list[str]) -> int:
             for d in run_dirs:
                 render_run(d / paths.SUMMARY_FILE)
             report = render_sweep(base / paths.SWEEP_SUMMARY_FILE)
+            sweep = json.loads((base / paths.SWEEP_SUMMARY_FILE).read_text())
+            progress.note(final_table(sweep.get("cases") or []))
         else:
             report = render_run(base / paths.SUMMARY_FILE)
+            summary = json.loads((base / paths.SUMMARY_FILE).read_text())
+            progress.note(result_line(runs[0][1].label, summary))
     except RunError as exc:
         progress.note(f"bench run: {exc}")
         return 1
