@@ -178,6 +178,18 @@ class BrokerClockDriver(Protocol):
         on this host's realtime clock; raises DriverError, saying why, when it cannot read it."""
 
 
+class BrokerProcessDriver(Protocol):
+    """A driver that can read what its broker says of itself, for a broker the harness did
+    not start (harness/remote_broker.py); optional: without it the version is "unknown" and
+    there is no broker CPU figure. Both return None when the broker does not offer it."""
+
+    def broker_version(self, admin_url: str) -> str | None:
+        """The broker's version."""
+
+    def broker_process(self, admin_url: str) -> tuple[float, int] | None:
+        """The broker process's (cumulative CPU seconds, resident bytes) now."""
+
+
 class BenchmarkDriver(Protocol[ConfigT]):
     """Loaded by name (`driverClass`) and made with no arguments, on the coordinator and in
     every worker. The coordinator uses the first group of methods on a driver it never

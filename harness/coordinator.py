@@ -39,6 +39,7 @@ from harness.messages import PauseConsumers, PhaseTimes, PublishRate, RunConfig
 from harness.omb_control import CONTROL_PERIOD_S, BacklogTarget, RateSearch, owed
 from harness.process_sampler import ProcessSampler
 from harness.progress import Progress
+from harness.remote_broker import MetricsSampler
 from harness.run_plan import RunPlan
 from harness.sockets import (
     connections_for,
@@ -190,6 +191,8 @@ class Coordinator:
                     self.broker.pid, broker_dir(self.run_dir) / BROKER_PROCESS_FILE
                 )
                 self.sampler.start()
+            elif self.plan.admin_url:
+                self._measure_remote_broker(self.plan.admin_url)
             self._spread_sources()
             try:
                 self.driver.driver.check_reachable(self.plan.service_url, REACHABLE_TIMEOUT_S)
@@ -226,6 +229,21 @@ class Coordinator:
             ),
         )
         return self.run_dir
+
+    def _measure_remote_broker(self, admin_url: str) -> None:
+        """A broker started elsewhere: its version and CPU, when the driver can read them and
+        the broker offers them (drivers.base.BrokerProcessDriver, harness/remote_broker.py)."""
+        driver = self.driver.driver
+        version = getattr(driver, "broker_version", None)
+        process = getattr(driver, "broker_process", None)
+        found = version(admin_url) if version else None
+        if found:
+            self.broker_info = {**self.broker_info, "version": found}
+        if process:
+            self.sampler = MetricsSampler(
+                lambda: process(admin_url), broker_dir(self.run_dir) / BROKER_PROCESS_FILE
+            )
+            self.sampler.start()
 
     def _spread_sources(self) -> None:
         spread = spread_sources(self.plan)

@@ -36,7 +36,10 @@ def read_process(pid: int) -> tuple[float, int] | None:
 
 
 class ProcessSampler:
-    """A greenlet writing one row per second until stopped (or until the process is gone)."""
+    """A greenlet writing one row per second until stopped (or until the process is gone).
+    `read` is where a row comes from: /proc here, the broker's /metrics in a subclass."""
+
+    interval_s = INTERVAL_S
 
     def __init__(self, pid: int, path: Path) -> None:
         self.pid = pid
@@ -51,10 +54,13 @@ class ProcessSampler:
         with open(self.path, "w", newline="", encoding="utf-8") as stream:
             stream.write(",".join(header(BROKER_PROCESS_COLUMNS)) + "\n")
             while self._append(stream):
-                gevent.sleep(INTERVAL_S)
+                gevent.sleep(self.interval_s)
+
+    def read(self) -> tuple[float, int] | None:
+        return read_process(self.pid)
 
     def _append(self, stream: TextIO) -> bool:
-        sample = read_process(self.pid)
+        sample = self.read()
         if sample is None:
             return False
         stream.write(f"{time.time():.3f},{sample[0]:.2f},{sample[1]}\n")

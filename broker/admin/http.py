@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
+from broker.admin.process_metrics import VERSION_PATH, broker_version
 from broker.admin.stats import internal_stats, prometheus_text, topic_stats
 from broker.core.namespace import topics_of_namespace
 from broker.policies import admin_routes
@@ -100,6 +101,10 @@ def _metrics(admin: AdminServer, request: Request) -> Reply:
         return prometheus_text(service.topics, connections, service.cursor_persistence())
 
     return 200, admin.on_loop(text)
+
+
+def _version(admin: AdminServer, request: Request) -> Reply:
+    return 200, broker_version()
 
 
 def _topic_list(admin: AdminServer, request: Request) -> Reply:
@@ -184,6 +189,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", re.compile(f"^{CLOCK_PATH}$"), _clock),
     Route("GET", re.compile(r"^/metrics$"), _metrics),
     Route("GET", re.compile(r"^/admin/v2/brokers/health$"), _health),
+    Route("GET", re.compile(f"^{VERSION_PATH}$"), _version),
     Route("GET", admin_routes.POLICY_PATH, _policy_get),
     Route("POST", admin_routes.POLICY_PATH, _policy_post),
     Route("DELETE", admin_routes.POLICY_PATH, _policy_delete),

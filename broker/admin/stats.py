@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from broker.admin.process_metrics import process_lines
 from broker.core.topic import Topic
 from broker.policies import stats as throttling
 from broker.storage.cursors import format_ranges
@@ -162,4 +163,5 @@ def prometheus_text(
         subs = {s: _labels(topic=name, subscription=s) for s in topic.subscriptions}
         lines += throttling.metric_lines(topic, _labels(topic=name), subs)
     lines.append(f"pulsar_connections {connections}")
+    lines += process_lines()  # what a harness measuring this broker from outside reads
     return "\n".join(lines) + "\n"

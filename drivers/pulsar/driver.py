@@ -18,7 +18,7 @@ from gevent.event import AsyncResult
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
-from drivers.pulsar import backoff
+from drivers.pulsar import backoff, broker_process
 from drivers.pulsar.admin import (
     broker_clock_sample,
     create_partitioned_topic,
@@ -126,6 +126,14 @@ class PulsarDriver:
     def broker_clock_sample(self, admin_url: str) -> tuple[int, int, int]:
         """The bundled broker's clock endpoint (drivers.base.BrokerClockDriver)."""
         return broker_clock_sample(admin_url, self._admin_token)
+
+    def broker_version(self, admin_url: str) -> str | None:
+        """Pulsar's version path (drivers.base.BrokerProcessDriver)."""
+        return broker_process.broker_version(admin_url, self._admin_token)
+
+    def broker_process(self, admin_url: str) -> tuple[float, int] | None:
+        """The broker's process metrics on /metrics (drivers.base.BrokerProcessDriver)."""
+        return broker_process.broker_process(admin_url, self._admin_token)
 
     # -- a worker's side ---------------------------------------------------------------------
     def initialize(
