@@ -19,6 +19,10 @@ commands:
   compare A B [...]                   side-by-side comparison page of runs or sweeps
   gate RUN... --baseline BASE...      regression gate for CI (exit code 0/1/2, JUnit XML)
   history add|gate|trend              runs per branch and testbed over time (SQLite file)
+
+options:
+  -h, --help                          this text; `bench <command> --help` for a command's
+  -V, --version                       the version of fanout-bench (its broker's too)
 """
 
 
@@ -27,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"bench {_version()}")
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "run":
         from harness.run_command import main as run_main
@@ -41,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "analyze":
         from spark_analysis.__main__ import main as analyze_main
 
-        return analyze_main(rest)
+        return analyze_main(rest, prog="bench analyze")
     if command == "report":
         from reports.cli import report_main
 
@@ -62,13 +69,27 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fanout-bench")
+    except PackageNotFoundError:
+        return "unknown (fanout-bench is not installed: pip install -e .)"
+
+
 def _worker(argv: list[str]) -> int:
     import locust  # noqa: F401 - gevent monkey-patching must come first
 
     parser = argparse.ArgumentParser(
         prog="bench worker", description="Join a run's coordinator (Locust master)."
     )
-    parser.add_argument("--master", required=True, metavar="HOST:PORT")
+    parser.add_argument(
+        "--master",
+        required=True,
+        metavar="HOST:PORT",
+        help="the coordinator's address: bench run's --master-bind and --master-port",
+    )
     args = parser.parse_args(argv)
     host, _, port = args.master.rpartition(":")
     if not host or not port.isdigit():

@@ -86,7 +86,9 @@ def _partial(run_dirs: list[Path]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench run", description=__doc__)
-    parser.add_argument("workload", type=Path)
+    parser.add_argument(
+        "workload", type=Path, help="workload YAML (a sweep when a key holds a list)"
+    )
     parser.add_argument(
         "--driver",
         type=Path,
@@ -108,8 +110,19 @@ def main(argv: list[str]) -> int:
         help="address the coordinator listens on for workers (use the host's "
         "address when workers join from other hosts)",
     )
-    parser.add_argument("--master-port", type=int, default=0)
-    parser.add_argument("--spark-master", default="local[*]")
+    parser.add_argument(
+        "--master-port",
+        type=int,
+        default=0,
+        help="port the coordinator listens on for workers (default 0: any free one; fix it "
+        "when workers on other hosts must be told it, or a firewall opens one)",
+    )
+    parser.add_argument(
+        "--spark-master",
+        default="local[*]",
+        help="Spark master for the analysis (default local[*]: Spark in this machine's "
+        "process; spark://HOST:7077 for a cluster)",
+    )
     parser.add_argument("--no-analysis", action="store_true", help="stop after the raw results")
     parser.add_argument(
         "--repeat",

@@ -74,7 +74,12 @@ def gate_main(argv: list[str]) -> int:
         "run", type=Path, nargs="+", help="run folder(s), repeat folders or sweeps (the change)"
     )
     parser.add_argument(
-        "--baseline", type=Path, nargs="+", required=True, help="the same for the baseline"
+        "--baseline",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="run folder(s), repeat folders or sweeps to gate against (e.g. main's); each "
+        "case of RUN is set against the baseline's case of the same key",
     )
     parser.add_argument("--rules", type=Path, help="rules YAML (default: built-in rules)")
     parser.add_argument(

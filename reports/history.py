@@ -329,16 +329,32 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"default {DEFAULT_DB}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_add = sub.add_parser("add", help="store runs, repeat folders or sweeps")
-    p_add.add_argument("results", type=Path, nargs="+")
+    p_add.add_argument(
+        "results", type=Path, nargs="+", help="run folders, repeat folders or sweeps to store"
+    )
     p_add.add_argument("--branch", help="default: the branch recorded with the run")
     p_gate = sub.add_parser("gate", help="gate runs against the last K runs of a branch")
-    p_gate.add_argument("results", type=Path, nargs="+")
+    p_gate.add_argument(
+        "results", type=Path, nargs="+", help="run folders, repeat folders or sweeps to gate"
+    )
     p_gate.add_argument("--branch", required=True, help="the baseline branch (e.g. main)")
-    p_gate.add_argument("--last", type=int, default=DEFAULT_LAST)
-    p_gate.add_argument("--markdown", type=Path)
-    p_gate.add_argument("--fail-on-inconclusive", action="store_true")
+    p_gate.add_argument(
+        "--last",
+        type=int,
+        default=DEFAULT_LAST,
+        help=f"how many of the branch's latest runs per case make the baseline (default "
+        f"{DEFAULT_LAST})",
+    )
+    p_gate.add_argument("--markdown", type=Path, help="also write the verdicts as Markdown here")
+    p_gate.add_argument(
+        "--fail-on-inconclusive",
+        action="store_true",
+        help="exit 1 when a metric is inconclusive (its interval reaches past the threshold)",
+    )
     p_trend = sub.add_parser("trend", help="write the trend page (HTML)")
-    p_trend.add_argument("--out", type=Path, default=Path("trend.html"))
+    p_trend.add_argument(
+        "--out", type=Path, default=Path("trend.html"), help="the page (default trend.html)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "add":

@@ -48,9 +48,10 @@ def spark_output_in(path: Path | None) -> Iterator[None]:
         log.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m spark_analysis") -> int:
+    """`prog` is how the usage line names the command: `bench analyze` calls it so."""
     parser = argparse.ArgumentParser(
-        prog="python -m spark_analysis",
+        prog=prog,
         description="Merge raw benchmark results into summary.json and omb-result.json "
         "(or, for a sweep folder, sweep-summary.json).",
     )
