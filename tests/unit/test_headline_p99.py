@@ -40,5 +40,8 @@ def test_sweep_ratios_are_of_the_kernel_p99() -> None:
     rows = scaling_rows(list(series_by_type(cases).items()))
     row = rows[0]
     shared, broadcast = (cell.case for cell in row.cells)
-    assert row.cells[1].p99_ratio == p99(broadcast) / p99(shared)
+    assert shared is not None and broadcast is not None
+    shared_p99, broadcast_p99 = p99(shared), p99(broadcast)
+    assert shared_p99 is not None and broadcast_p99 is not None
+    assert row.cells[1].p99_ratio == broadcast_p99 / shared_p99
     assert p99(shared) == shared["e2e_kernel_p99_ms"] != shared["e2e_p99_ms"]

@@ -63,7 +63,8 @@ def test_the_headline_is_the_largest_measured_case_and_the_fit_stops_at_reach() 
     assert head is not None
     assert head.case["consumers"] == 2000 and head.case["connection_time_s"] == 4.2
     assert head.fit_at == REACH * 2000 == 4000
-    assert head.fit_interval is not None and head.fit_interval[0] < head.fit_value
+    assert head.fit_interval is not None and head.fit_value is not None
+    assert head.fit_interval[0] < head.fit_value < head.fit_interval[1]
     no_band = series_headline("Broadcast", cases[:2], _fit(POINTS[:2]))
     assert no_band is not None and no_band.fit_interval is None and no_band.fit_value is None
 
