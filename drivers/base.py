@@ -246,6 +246,12 @@ class BenchmarkDriver(Protocol[ConfigT]):
         its connections. Never raises for a refused subscribe: the result says why.
         """
 
+    def pause_consumers(self, paused: bool) -> None:
+        """OMB's backlog test: stop reading what the broker sends the consumers (paused), so
+        they take no more and the broker keeps the backlog, or read it again; producers go on.
+        The harness's callback must not wait for this: one reader serves every socket."""
+        ...
+
     def close(self) -> None: ...
 
 

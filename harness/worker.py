@@ -18,7 +18,7 @@ import random
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,6 @@ from locust.env import Environment
 from drivers.base import (
     BenchmarkDriver,
     BenchmarkProducer,
-    BrokerStamps,
-    ConsumerCallback,
     ConsumerSpec,
     DriverError,
     load_driver,
@@ -76,46 +74,6 @@ ProducerSlot = tuple[BenchmarkProducer, str, int]
 """A producer, its topic and its global index (which seeds its keys and payload choice)."""
 
 
-class PausableCallback:
-    """The recorder behind a gate, for OMB's backlog test: a delivery is recorded, then, while
-    the consumers are paused, the driver's reader waits here (as OMB's messageReceived sleeps
-    while consumersArePaused), so it stops granting permits and the broker keeps the
-    backlog. Only runs with a backlog test get it: the others call the recorder directly."""
-
-    def __init__(self, inner: ConsumerCallback) -> None:
-        self.inner = inner
-        self.open = Event()
-        self.open.set()
-
-    def message_received(
-        self,
-        consumer_index: int,
-        payload: bytes,
-        receive_us: int,
-        stamps: BrokerStamps | None,
-        kernel_us: int,
-    ) -> None:
-        self.inner.message_received(consumer_index, payload, receive_us, stamps, kernel_us)
-        self.open.wait()
-
-    def messages_received(
-        self,
-        consumer_indexes: Sequence[int],
-        payload: bytes,
-        receive_us: int,
-        stamps: BrokerStamps | None,
-        kernel_us: int,
-    ) -> None:
-        self.inner.messages_received(consumer_indexes, payload, receive_us, stamps, kernel_us)
-        self.open.wait()
-
-    def pause(self, paused: bool) -> None:
-        if paused:
-            self.open.clear()
-        else:
-            self.open.set()
-
-
 class WorkerRun:
     """One configured run in this process: plan, recorder, driver, and what users do."""
 
@@ -151,7 +109,6 @@ class WorkerRun:
             clock_offset_us=self.clock_offset_us,
         )
         self.bursts = BurstMeter(self.results_dir / BURSTS_FILE)
-        self.gate = PausableCallback(self.recorder) if workload.consumer_backlog_size_gb else None
         self.rate = (0.0, workload.initial_rate)
         """(from, total msg/s): the producers' schedule, replaced by PublishRate."""
         self.driver: BenchmarkDriver[Any] = load_driver(self.plan.driver_class)
@@ -161,7 +118,7 @@ class WorkerRun:
             self.driver.parse_config(
                 self.plan.driver_settings, f"driver {self.plan.driver_class} (from the master): "
             ),
-            self.gate or self.recorder,
+            self.recorder,
             consumers_per_connection=workload.consumers_per_connection,
             service_url=self.plan.service_url,
             admin_url=self.plan.admin_url,
@@ -197,8 +154,7 @@ class WorkerRun:
         self.rate = (message.at, message.rate)
 
     def pause_consumers(self, message: PauseConsumers) -> None:
-        if self.gate is not None:
-            self.gate.pause(message.paused)
+        self.driver.pause_consumers(message.paused)
 
     # -- consumers -------------------------------------------------------------------------------
     def subscribe_one(self) -> None:

@@ -44,6 +44,9 @@ ms)."""
 
 
 class Readable(Protocol):
+    carries_consumers: bool
+    """Consumers receive on this socket (its pool put one there): held by `hold_consumers`."""
+
     def on_readable(self) -> None:
         """The socket has bytes (or an end, or an error): read once, without blocking."""
 
@@ -54,12 +57,15 @@ class Reactor:
         self._readers: dict[int, Readable] = {}
         self._after: dict[object, Callable[[], None]] = {}
         self._greenlet: gevent.Greenlet | None = None
+        self._holding = False
 
     def add(self, fd: int, reader: Readable) -> None:
         """Call `reader.on_readable()` whenever `fd` has something to read, until `remove`."""
         if self._epoll is None:
             self._epoll = _epoll()
-        self._epoll.register(fd, select.EPOLLIN)
+        self._epoll.register(
+            fd, 0 if self._holding and reader.carries_consumers else select.EPOLLIN
+        )
         self._readers[fd] = reader
         if self._greenlet is None:
             self._greenlet = gevent.spawn(self._run)
@@ -77,6 +83,18 @@ class Reactor:
             # Nothing left to read (when a reader leaves from within a pass, the pass ends it).
             self._greenlet = None
             greenlet.kill(block=False)
+
+    def hold_consumers(self, held: bool) -> None:
+        """Stop (or go back to) reading the sockets consumers receive on (OMB's paused
+        consumers): what the broker sends them waits in the kernel and then at the broker,
+        unacknowledged, while producers' sockets are read on (their receipts)."""
+        self._holding = held
+        epoll = self._epoll
+        if epoll is None:
+            return
+        for fd, reader in self._readers.items():
+            if reader.carries_consumers:
+                epoll.modify(fd, 0 if held else select.EPOLLIN)
 
     def after_pass(self, key: object, action: Callable[[], None]) -> None:
         """Run `action` once at the end of the current pass (once per key however often it is

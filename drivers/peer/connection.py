@@ -80,6 +80,8 @@ class PeerConnection:
         """Why the connection is closed; None while it is open (or opening)."""
         self.kernel_timestamps = False
         """Whether the socket has kernel receive times and its latest read carried one."""
+        self.carries_consumers = False
+        """Set by the pool when it puts consumers here (drivers.net.reactor.hold_consumers)."""
         self._group = group
         self._connect_timeout = connect_timeout
         self._on_closed = on_closed

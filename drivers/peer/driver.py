@@ -10,6 +10,7 @@ from typing import ClassVar, Generic, TypeVar
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
+from drivers.net.reactor import reactor
 from drivers.peer.connection import PeerConnection, reach
 from drivers.peer.modes import refusal
 from drivers.peer.pool import Connections
@@ -103,6 +104,9 @@ class PeerDriver(ABC, Generic[ConnT]):
     def kernel_timestamps(self) -> bool:
         """Whether every open connection hands out the kernel's receive times."""
         return self._conns is not None and self._conns.kernel_timestamps
+
+    def pause_consumers(self, paused: bool) -> None:
+        reactor().hold_consumers(paused)
 
     def close(self) -> None:
         for conn in self._producer_conns:

@@ -61,6 +61,7 @@ class Connections(Generic[ConnT]):
         conn = self._slots.get(key)
         if conn is None or conn.closed:
             conn = self._slots[key] = self.open()
+            conn.carries_consumers = True
         return conn
 
     def closed(self, conn: PeerConnection) -> None:

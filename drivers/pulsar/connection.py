@@ -147,6 +147,8 @@ class Connection:
         self.error: str | None = None
         """Why the connection is closed; None while it is open (or opening)."""
         self.consumers: dict[int, ConsumerState] = {}
+        self.carries_consumers = False
+        """Set by the pool when it puts consumers here (drivers.net.reactor.hold_consumers)."""
         """Consumers whose SUBSCRIBE succeeded, by consumer_id: the ones deliveries go to."""
         self.producers: dict[int, ProducerLink] = {}
         self._settings = settings

@@ -18,6 +18,7 @@ from gevent.event import AsyncResult
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
+from drivers.net.reactor import reactor
 from drivers.pulsar import backoff, broker_process
 from drivers.pulsar.admin import (
     broker_clock_sample,
@@ -332,6 +333,9 @@ class PulsarDriver:
         """Whether deliveries carry the kernel's receive time (Linux SO_TIMESTAMPING on every
         open consumer connection); when False, some or all carry kernel_us 0, read time only."""
         return self._pool is not None and self._pool.kernel_timestamps
+
+    def pause_consumers(self, paused: bool) -> None:
+        reactor().hold_consumers(paused)
 
     def close(self) -> None:
         for producer in self._producers:

@@ -72,6 +72,7 @@ class ConnectionPool:
         conn = self._slots.get(key)
         if conn is None or conn.closed:
             conn = self._slots[key] = self.open_connection(key[0])
+            conn.carries_consumers = True
         return conn
 
     def open_connection(self, route: Route | None = None) -> Connection:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gevent
+from gevent.event import Event
 
 from drivers.base import BrokerStamps, ConsumerCallback, ConsumerSpec, SubscribeResult
 from drivers.config import Parser, check_keys, integer, parse_section
@@ -79,6 +80,8 @@ class DelayDriver:
     def __init__(self) -> None:
         self.config = DelayConfig()
         self.consumers: dict[str, list[int]] = {}
+        self._open = Event()
+        self._open.set()
 
     def parse_config(self, sections: Mapping[Any, object], where: str) -> DelayConfig:
         return DelayConfig.parse(sections, where)
@@ -117,10 +120,17 @@ class DelayDriver:
         self.consumers.setdefault(spec.topic, []).append(spec.index)
         return SubscribeResult(spec.index, 0, start, now_us(), True)
 
+    def pause_consumers(self, paused: bool) -> None:
+        if paused:
+            self._open.clear()
+        else:
+            self._open.set()
+
     def deliver(
         self, topic: str, payload: bytes, on_done: Callable[[Exception | None], None]
     ) -> None:
         on_done(None)
+        self._open.wait()  # paused consumers: this delivery waits, its send is done
         gevent.sleep(self.config.delay_ms / 1000)
         receive_us = now_us()
         # Busy, not sleeping: the process cannot run the callback any earlier.
