@@ -193,4 +193,3 @@ def ratio(value: float | None, base: float | None) -> float | None:
     if base == 0:
         return 1.0 if value == 0 else None
     return value / base
-
