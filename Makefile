@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 WORKLOAD ?= workloads/laptop-sweep.yaml
 DRIVER ?=
 BENCH_ARGS ?=
+# The suite mostly waits (brokers, official clients, Spark): four processes, each test file
+# kept in one of them (its module fixtures are started once).
+PYTEST_ARGS ?= -n 4 --dist loadfile
 
 .PHONY: bench test test-fast lint proto clean java-check tools
 
@@ -37,7 +40,7 @@ bench: $(STAMP) java-check
 test: $(STAMP) java-check tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider
+	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # AWS (docs/aws.md): shared by aws-up, aws-bench and aws-down. Empty means the script's
 # default, or what the last `make aws-up` saved in deploy/aws/.state (gitignored), so a retry
