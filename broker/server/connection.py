@@ -825,4 +825,3 @@ def _sticky_ranges(req: pb.CommandSubscribe) -> tuple[tuple[int, int], ...] | No
     if req.keySharedMeta.keySharedMode != pb.STICKY:
         return None
     return tuple((r.start, r.end) for r in req.keySharedMeta.hashRanges)
-
