@@ -33,7 +33,8 @@ def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]
     server = AdminServer(service, "127.0.0.1", 0)
     server.start()
     try:
-        yield server.httpd.server_address[:2]
+        host, port = server.httpd.server_address[:2]
+        yield str(host), int(port)
     finally:
         server.stop()
         loop.call_soon_threadsafe(loop.stop)

@@ -220,7 +220,7 @@ def test_a_full_disk_at_close_still_syncs_and_closes_the_rest_and_names_the_disk
         for name, entry_log in zip(names, logs, strict=True):
             await entry_log.append(SECTION, b"", 1, 1)
 
-            def sync(name: str = name) -> None:
+            def sync(fsync: object = None, name: str = name) -> None:
                 if name.endswith("-0"):
                     raise OSError(errno.ENOSPC, "No space left on device")
                 synced.append(name)
