@@ -41,7 +41,7 @@ from gevent.pool import Group
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
 from drivers.net import rx_timestamps
 from drivers.net.deliveries import Deliveries, deliveries_for
-from drivers.net.reactor import reactor
+from drivers.net.reactor import Reactor, reactor
 from drivers.net.sockets import connect_socket
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.consumer import ConsumerState, subscribe_template
@@ -137,10 +137,12 @@ class Connection:
         acks: AckFlusher | None = None,
         deliveries: Deliveries | None = None,
         decoder: DeliveryDecoder | None = None,
+        engine: Reactor | None = None,
     ) -> None:
         """`acks` flushes the grouped acks of this connection with those of its pool's others,
         `decoder` decodes each distinct message once for all of them (one of its own when
-        None); `deliveries` gathers its deliveries (the process's for `callback` when None)."""
+        None); `deliveries` gathers its deliveries (the process's for `callback` when None);
+        `engine` reads it (the process's receive engine when None)."""
         self.id = conn_id
         self.route = route or Route.service(settings)
         self.address = str(self.route)
@@ -169,7 +171,7 @@ class Connection:
         flushes that must not wait write."""
         self._unsent = b""
         """Bytes a flush that must not wait left behind: they leave first at the next flush."""
-        self._reactor = reactor()
+        self._reactor = engine or reactor()
         self._fd = -1
         self._stamping = False
         """Whether reads ask for the kernel's receive time (SO_TIMESTAMPING is on)."""

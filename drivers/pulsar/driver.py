@@ -202,7 +202,7 @@ class PulsarDriver:
         def connect(route: Route) -> Connection:
             conn = conns.get(route)
             if conn is None:
-                conn = conns[route] = pool.open_connection(route)
+                conn = conns[route] = pool.open_connection(route, producers=True)
             conn.wait_ready()
             return conn
 

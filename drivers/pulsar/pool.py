@@ -16,6 +16,7 @@ from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, DriverError
 from drivers.net.deliveries import deliveries_for
+from drivers.net.reactor import Reactor
 from drivers.net.sockets import FD_MARGIN, socket_budget, source_address
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.connection import Connection
@@ -51,6 +52,11 @@ class ConnectionPool:
         # handed to the harness once per receive pass (drivers.net.deliveries).
         self._decoder = DeliveryDecoder(settings.verify_checksum)
         self._deliveries = deliveries_for(callback)
+        self._producers_engine = Reactor()
+        """Producers' connections are read by an engine of their own: a consumer callback that
+        holds the process's engine (OMB's paused consumers while a backlog builds, a slowed
+        harness) never holds up their receipts, and a pass over thousands of consumer sockets
+        never delays one."""
 
     @property
     def service(self) -> Route:
@@ -75,8 +81,9 @@ class ConnectionPool:
             conn.carries_consumers = True
         return conn
 
-    def open_connection(self, route: Route | None = None) -> Connection:
-        """A new connection, opening in the background; raises DriverError past the budget."""
+    def open_connection(self, route: Route | None = None, producers: bool = False) -> Connection:
+        """A new connection, opening in the background; raises DriverError past the budget.
+        `producers`: for producers only (read by their own engine)."""
         if len(self._live) >= self._max:
             per = self._settings.consumers_per_connection
             raise DriverError(
@@ -97,6 +104,7 @@ class ConnectionPool:
             self._acks,
             self._deliveries,
             self._decoder,
+            self._producers_engine if producers else None,
         )
         self._live.add(conn)
         conn.will_open()
