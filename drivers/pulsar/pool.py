@@ -53,10 +53,9 @@ class ConnectionPool:
         self._decoder = DeliveryDecoder(settings.verify_checksum)
         self._deliveries = deliveries_for(callback)
         self._producers_engine = Reactor()
-        """Producers' connections are read by an engine of their own: a consumer callback that
-        holds the process's engine (OMB's paused consumers while a backlog builds, a slowed
-        harness) never holds up their receipts, and a pass over thousands of consumer sockets
-        never delays one."""
+        """Producers' connections are read by an engine of their own: a pass over thousands of
+        consumer sockets, or a harness slow to take a pass's deliveries, never delays their
+        receipts (OMB's paused consumers are held apart: Reactor.hold_consumers)."""
 
     @property
     def service(self) -> Route:
