@@ -29,6 +29,7 @@ from gevent.pool import Group
 
 from drivers.base import DriverError
 from drivers.net import rx_timestamps
+from drivers.net.deliveries import ReadDeliveries
 from drivers.net.reactor import reactor
 from drivers.net.sockets import connect_socket
 from drivers.peer.settings import check_service_url
@@ -62,6 +63,9 @@ def reach(service_url: str, scheme: str, default_port: int, timeout: float) -> N
 class PeerConnection:
     """Subclasses implement `_hello` (what to send once connected), `_on_data` (bytes read,
     with their read and kernel times) and call `_set_ready` when the handshake is done."""
+
+    _deliveries: ReadDeliveries
+    """Set by each protocol's connection: where its codec's deliveries go."""
 
     def __init__(
         self,

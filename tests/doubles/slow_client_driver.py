@@ -20,11 +20,11 @@ driver's own settings stay as they are (it checks them itself and knows no `slow
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 from gevent import monkey
 
-from drivers.base import ConsumerCallback
+from drivers.base import BatchConsumerCallback, ConsumerCallback
 from drivers.pulsar.driver import PulsarDriver
 from drivers.pulsar.settings import PulsarConfig
 
@@ -56,7 +56,7 @@ class _SlowCallback:
 
     def deliveries_received(self, payload: bytes, *args: Any) -> None:
         """The receive engine's batch of a message (drivers.net.deliveries): blocks the same."""
-        self._inner.deliveries_received(payload, *args)
+        cast(BatchConsumerCallback, self._inner).deliveries_received(payload, *args)
         self._maybe_block(payload)
 
     def __getattr__(self, name: str) -> Any:

@@ -218,7 +218,7 @@ def test_deliveries_over_many_reads_record_what_one_call_per_delivery_records(
     frames each with its own dispatch stamp) is the same as message_received per delivery:
     histograms, per-consumer counts and reorderings, stage samples and counters."""
     names = {i: f"w0-c{i}" for i in range(40)}
-    reads = []  # (indexes, read time, kernel time, stamps) of one message
+    reads: list[tuple[list[int], int, int, BrokerStamps | None]] = []  # of one message
     for i in range(40):
         stamps = BrokerStamps(1_000_700, 1_000_800, 1_000_900, 1_001_000, 1_001_100 + 37 * i)
         kernel_us = 0 if i % 7 == 3 else 1_020_000 + 301 * i
@@ -236,9 +236,9 @@ def test_deliveries_over_many_reads_record_what_one_call_per_delivery_records(
     by_delivery, by_pass = recorders
     for seq in (20, 21, 20):  # the last one again: every delivery of it out of order
         payload = body(seq)
-        for indexes, read_us, kernel_us, stamps in reads:
+        for indexes, read_us, kernel_us, read_stamps in reads:
             for index in indexes:
-                by_delivery.message_received(index, payload, read_us, stamps, kernel_us)
+                by_delivery.message_received(index, payload, read_us, read_stamps, kernel_us)
         by_pass.deliveries_received(
             payload,
             [index for indexes, *_ in reads for index in indexes],
