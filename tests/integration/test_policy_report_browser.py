@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from reports.render import POLICY_CHART, RUN_CHARTS, render_run
-from reports.samples import write_run
 from tests.integration.test_report_browser import _assert_rendered, _open, browser  # noqa: F401
+from tests.samples import write_run
 from tests.unit.test_policy_events_report import _with_policies
 
 pytestmark = pytest.mark.integration

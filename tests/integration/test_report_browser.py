@@ -9,7 +9,7 @@ import pytest
 
 from reports.compare import COMPARE_RUN_CHARTS, COMPARE_SWEEP_CHARTS, render_comparison
 from reports.render import RUN_CHARTS, SWEEP_CHARTS, render_run, render_sweep
-from reports.samples import sample_summary, sample_sweep, write_run, write_sweep
+from tests.samples import sample_summary, sample_sweep, write_run, write_sweep
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,8 @@ import pytest
 from reports.compare import render_comparison
 from reports.formatting import fmt_ms
 from reports.render import render_run, render_sweep
-from reports.samples import sample_summary, sample_sweep, write_run, write_sweep
 from tests.integration.test_report_browser import _open, browser  # noqa: F401 (fixture)
+from tests.samples import sample_summary, sample_sweep, write_run, write_sweep
 
 pytestmark = pytest.mark.integration
 

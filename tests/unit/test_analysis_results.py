@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from reports.samples import sample_summary
 from results_contract.client_bound import (
     DISTORTION_FLOOR_MS,
     DISTORTION_SHARE_LIMIT,
@@ -30,6 +29,7 @@ from spark_analysis.histograms import (
 from spark_analysis.inputs import Manifest
 from spark_analysis.omb import java_double, omb_result
 from spark_analysis.sweep import case_row, evaluate, fit_polynomial, sweep_summary
+from tests.samples import sample_summary
 
 # --- the curve fit (seed 000, figure 4) ----------------------------------------------------
 

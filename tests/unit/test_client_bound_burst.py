@@ -13,7 +13,6 @@ import pytest
 
 from harness.burst_meter import BurstMeter
 from reports.render import render_run
-from reports.samples import sample_summary, write_run
 from results_contract.client_bound import (
     BURST_MIN_WINDOW_MS,
     CPU_LIMIT_PERCENT,
@@ -28,6 +27,7 @@ from spark_analysis.client_bound import (
     judge,
     read_bursts,
 )
+from tests.samples import sample_summary, write_run
 
 # One-second averages that rules 2 and 3 call calm: 40 % of a core, no loop lag.
 CALM_SECONDS = WorkerLoad("w0", hot_seconds=0, max_cpu=40.0, max_loop_lag_ms=20.0)

@@ -10,8 +10,8 @@ import pytest
 
 from reports.compare import render_comparison, run_rows
 from reports.results import load_summary
-from reports.samples import sample_summary, sample_sweep, write_intervals, write_run, write_sweep
 from reports.sweeps import scaling_rows
+from tests.samples import sample_summary, sample_sweep, write_intervals, write_run, write_sweep
 
 
 def _run(folder: Path, p99: float, scale: float, seed: int):

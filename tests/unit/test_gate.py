@@ -13,11 +13,11 @@ import pytest
 
 from reports.cli import gate_main
 from reports.gate import GateError, load_rules
-from reports.samples import sample_summary, write_intervals, write_run
 from results_contract.paths import SWEEP_FILE, SWEEP_SUMMARY_FILE
 from results_contract.schemas import SWEEP_SCHEMA
 from results_contract.testbed import Testbed as Bed
 from results_contract.testbed import write_testbed
+from tests.samples import sample_summary, write_intervals, write_run
 
 CV = 0.04
 

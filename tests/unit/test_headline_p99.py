@@ -3,9 +3,9 @@ kernel time, else the read time's, and every page that shows a P99 asks it."""
 
 from __future__ import annotations
 
-from reports.samples import sample_summary, sample_sweep
 from reports.sweeps import p99, scaling_rows, series_by_type
 from results_contract.headline import AT_KERNEL, AT_READ, headline_p99, of_case, of_summary
+from tests.samples import sample_summary, sample_sweep
 
 
 def test_kernel_leads_only_when_every_delivery_has_a_kernel_time() -> None:

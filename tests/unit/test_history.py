@@ -10,9 +10,9 @@ import numpy as np
 
 from reports.history import main as history_main
 from reports.history import points, stored
-from reports.samples import sample_summary, write_run
 from results_contract.testbed import Testbed as Bed
 from results_contract.testbed import write_testbed
+from tests.samples import sample_summary, write_run
 
 BED = Bed("", "main", "Test CPU", 2, "6.1.0")
 REVISIONS = 36

@@ -11,7 +11,6 @@ import pytest
 
 from harness.process_sampler import ProcessSampler, read_process
 from reports.render import render_run, render_sweep
-from reports.samples import sample_summary, sample_sweep, write_run, write_sweep
 from reports.sweeps import series_by_type
 from results_contract.harness_cost import (
     BROKER_CPU_S,
@@ -21,6 +20,7 @@ from results_contract.harness_cost import (
 )
 from spark_analysis.harness_cost import process_cost, read_broker_process
 from spark_analysis.sweep import sweep_summary
+from tests.samples import sample_summary, sample_sweep, write_run, write_sweep
 
 
 def test_the_sampler_writes_what_proc_says(tmp_path):

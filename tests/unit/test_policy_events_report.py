@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from reports.render import POLICY_CHART, RUN_CHARTS, render_run
-from reports.samples import sample_summary, write_run
 from results_contract.paths import broker_dir
 from spark_analysis.policy_events import policy_events, read_policy_counters
+from tests.samples import sample_summary, write_run
 from tests.unit.test_reports import drawn, figures
 
 

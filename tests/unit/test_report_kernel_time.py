@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from reports.render import render_run
-from reports.samples import sample_summary, write_run
 from results_contract.metrics import CLIENT_DELAY, E2E_KERNEL
+from tests.samples import sample_summary, write_run
 
 
 def tile_text(html: str, name: str) -> str:

@@ -1,4 +1,4 @@
-"""report.html, sweep pages and comparisons, from synthetic summaries (reports/samples.py)."""
+"""report.html, sweep pages and comparisons, from synthetic summaries (tests/samples.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from reports.compare import COMPARE_RUN_CHARTS, COMPARE_SWEEP_CHARTS, render_com
 from reports.metrics import ratio
 from reports.render import RUN_CHARTS, SWEEP_CHARTS, render_run, render_sweep
 from reports.results import ResultsError, load_summary, load_sweep
-from reports.samples import sample_summary, sample_sweep, write_run, write_sweep
 from reports.sweeps import scaling_rows
+from tests.samples import sample_summary, sample_sweep, write_run, write_sweep
 
 
 def figures(html: str) -> dict[str, str]:

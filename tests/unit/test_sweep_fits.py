@@ -11,10 +11,10 @@ from scipy import stats
 
 from reports.fits import LEVEL, REACH, fit_band, series_headline
 from reports.render import render_sweep
-from reports.samples import write_sweep
 from reports.sweeps import scaling_charts
 from results_contract.schemas import SWEEP_SCHEMA
 from spark_analysis.sweep import evaluate, fit_polynomial
+from tests.samples import write_sweep
 
 # Three cases up to 2,000 consumers, as in the issue: connection time, slightly noisy.
 POINTS = [(500, 1.1), (1000, 1.9), (2000, 4.2)]

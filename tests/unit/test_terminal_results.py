@@ -3,8 +3,8 @@ of summary.json / sweep-summary.json, with the headline P99 and which one it is.
 
 from __future__ import annotations
 
-from reports.samples import sample_summary, sample_sweep
 from reports.terminal import final_table, result_line
+from tests.samples import sample_summary, sample_sweep
 
 
 def test_a_result_line_gives_the_kernel_p99_and_the_verdicts() -> None:
