@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import resource
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -176,5 +177,9 @@ def test_connections_the_machine_cannot_open_are_refused_with_the_fix() -> None:
     assert machine is not None
     assert "(both ends on this machine)" in machine and "fs.file-max" in machine
     assert "--remote-workers" in machine
-    elsewhere = {"bundled_broker": False, "broker_limit": 19_744, "broker_here": False}
+    elsewhere: dict[str, Any] = {
+        "bundled_broker": False,
+        "broker_limit": 19_744,
+        "broker_here": False,
+    }
     assert sockets.connections_problem(1_300_000, **elsewhere, free_files=2_400_000) is None
