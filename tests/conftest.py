@@ -195,11 +195,11 @@ def topic_stats(broker: BrokerProcess, topic: str) -> dict[str, Any]:
 
 def wait_cursors_saved(broker: BrokerProcess, topic: str, acked: Callable[[dict], bool]) -> None:
     """Wait until the broker has what `acked` looks for in the topic's stats (the client
-    groups its acks), then until it has saved the topic's cursors once more after that: what a
-    kill -9 must not lose. No fixed sleep past the persistence interval."""
-    eventually(lambda: acked(topic_stats(broker, topic)))
-    saves = topic_stats(broker, topic)["cursorPersistSucceedCounter"]
-    eventually(lambda: topic_stats(broker, topic)["cursorPersistSucceedCounter"] > saves)
+    groups its acks) with no cursor change of the topic left unwritten, in the same stats:
+    what a kill -9 must not lose is on disk. No fixed sleep past the persistence interval."""
+    eventually(
+        lambda: acked(stats := topic_stats(broker, topic)) and not stats["cursorPersistPending"]
+    )
 
 
 @pytest.fixture

@@ -660,6 +660,10 @@ class ThrottledCursorWriter:
         """Note that name changed; state_fn is called at take time, so the latest state wins."""
         self._dirty[name] = state_fn
 
+    def pending(self) -> bool:
+        """Whether a change waits to be written (a save or a delete)."""
+        return bool(self._dirty or self._deletes)
+
     def delete(self, name: str) -> None:
         """The subscription is gone: drop its pending save (or it would come back) and its file."""
         self._dirty.pop(name, None)

@@ -367,8 +367,8 @@ class LedgerStorage:
         entry_log = LedgerEntryLog(ledger, self.journal, self.config.managedLedgerCacheSizeMB * MiB)
         self._logs[name] = entry_log
         store = CursorStore(directory / "cursors", sync_data=self.config.journalSyncData)
-        self._writers[name] = ThrottledCursorWriter(store, self._interval_s)
-        self.persistence[name] = CursorPersistence(name, self._interval_s)
+        writer = self._writers[name] = ThrottledCursorWriter(store, self._interval_s)
+        self.persistence[name] = CursorPersistence(name, self._interval_s, unsaved=writer.pending)
         cursors: SavedCursors = {}
         for sub_name, state in store.load_all().items():
             mark, acked = _indexes(entry_log, state.mark_delete, state.individually_acked)
@@ -471,6 +471,8 @@ class LedgerStorage:
             batches = [(name, w, ws) for name, w, ws in taken if ws.saves or ws.deletes]
             if not batches:
                 return []
+            for name, _, _ in batches:
+                persistence[name].writing += 1
 
             def write() -> list[tuple[str, ThrottledCursorWriter, CursorWrites, Exception]]:
                 failed = []
@@ -490,6 +492,7 @@ class LedgerStorage:
                     writer.retry(writes)
                     persistence[name].record_failure(error, at)
                 for name, _, _ in batches:
+                    persistence[name].writing -= 1
                     if name not in failed_names:
                         persistence[name].record_success()
 

@@ -10,6 +10,7 @@ stay pending (ThrottledCursorWriter.retry). Pulsar counts the same per cursor as
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger("broker.storage")
@@ -30,6 +31,10 @@ class CursorPersistence:
     """Failures since the last write that worked."""
     retry_at: float = 0.0
     last_error: str = ""
+    unsaved: Callable[[], bool] | None = None
+    """Whether the topic's cursor writer holds changes not yet taken for a write."""
+    writing: int = 0
+    """Writes taken and not yet done."""
 
     def due(self, now: float) -> bool:
         return now >= self.retry_at
@@ -59,10 +64,13 @@ class CursorPersistence:
             self.last_error,
         )
 
-    def stats(self) -> dict[str, int | str]:
-        """Fields of the topic's stats (not Pulsar's: it has them in metrics only)."""
+    def stats(self) -> dict[str, int | str | bool]:
+        """Fields of the topic's stats (not Pulsar's: it has them in metrics only).
+        `cursorPersistPending`: a cursor change is not on disk yet (what a kill -9 now loses)."""
         return {
             "cursorPersistSucceedCounter": self.succeeded,
             "cursorPersistErrorsCounter": self.failed,
             "cursorPersistLastError": self.last_error,
+            "cursorPersistPending": self.writing > 0
+            or (self.unsaved is not None and self.unsaved()),
         }

@@ -140,16 +140,21 @@ def test_persists_each_cursor_at_most_once_per_interval(tmp_path: Path) -> None:
         mark_delete[name] = Position(1, entry)
         writer.mark_dirty(name, lambda: CursorState(mark_delete[name]))
 
+    assert not writer.pending()
     dirty("a", 1)
+    assert writer.pending()
     assert writer.tick() == 1  # never saved: at once
+    assert not writer.pending()
     dirty("a", 2)
     dirty("a", 3)
     clock.now += 0.5
     dirty("b", 1)
     assert writer.tick() == 1  # only b; a waits for its interval
     assert writer.tick() == 0
+    assert writer.pending()  # a's change is not on disk yet
     clock.now += 0.5
     assert writer.tick() == 1  # a, once, with its latest state
+    assert not writer.pending()
     assert store.saves == [("a", pos("1:1")), ("b", pos("1:1")), ("a", pos("1:3"))]
 
     dirty("b", 2)
