@@ -442,7 +442,11 @@ def test_subscriptions_notified_in_one_turn_share_its_dispatch_stamp_and_frame_h
     _publish(loop, topic, 1)
     (entry,) = topic.log.read(0, 1)
     stamped = [w.decoder.next_frame() for w in wires if w.sends_broker_entry_metadata]
-    stamps = [decode_stamps(f.broker_entry_metadata).dispatch_us for f in stamped if f]
+    stamps = [
+        decode_stamps(f.broker_entry_metadata).dispatch_us
+        for f in stamped
+        if f and f.broker_entry_metadata is not None
+    ]
     assert len(stamps) == len(stamped)
     first_turn = stamps[: NOTIFY_SLICE // 2]
     assert len(set(first_turn)) == 1
