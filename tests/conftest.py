@@ -202,6 +202,19 @@ def wait_cursors_saved(broker: BrokerProcess, topic: str, acked: Callable[[dict]
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def kernel_stamping_on() -> Iterator[None]:
+    """Linux turns software receive timestamps on system-wide when a first socket asks, by a
+    deferred work item: until it runs (later on a busy machine) packets come unstamped, and
+    it turns them off again when the last such socket closes. One socket holding them for the
+    session keeps them on, so a test's first few reads are stamped as a run's are."""
+    from drivers.net import rx_timestamps
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
+        rx_timestamps.enable(holder)
+        yield
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     b = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
