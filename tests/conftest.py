@@ -64,6 +64,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if moved:
         items[:] = [item for item in items if not item.get_closest_marker("locust")]
         config.hook.pytest_deselected(items=moved)
+    # Longest first: pytest-xdist hands out files in this order, and a minutes-long file
+    # started last is the whole run's tail.
+    items.sort(key=lambda item: item.path.name not in LONGEST_FILES)
+
+
+LONGEST_FILES = frozenset(
+    {
+        "test_deploy_ansible.py",
+        "test_ci_workflow.py",
+        "test_driver_sweep.py",
+        "test_end_to_end.py",
+        "test_remote_broker_cost.py",
+        "test_client_delay.py",
+        "test_omb_loops.py",
+        "test_repeat_run.py",
+        "test_policy_events_run.py",
+        "test_run_terminal.py",
+    }
+)
+"""The files that took longest in a full run (`pytest --durations`, 2026-11-26, over 80 s
+each): a scheduling hint, nothing else depends on it."""
 
 
 PORTS = range(21000, 31000)
