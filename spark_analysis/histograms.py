@@ -27,6 +27,7 @@ from results_contract.hlog import (
     new_histogram,
     read_intervals,
 )
+from results_contract.intervals import INTERVAL_METRICS, INTERVAL_S
 from results_contract.metrics import E2E, METRICS, PUBLISH, PUBLISH_DELAY, stage_metric
 from spark_analysis.errors import AnalysisError
 from spark_analysis.inputs import second_index
@@ -78,6 +79,9 @@ class MergedHistograms:
     totals: dict[str, TotalDigest]
     e2e_p99_us: list[int | None]  # one per measure second; None when nothing was delivered
     windows: dict[str, list[LatencyStats | None]]  # WINDOW_METRICS, one per OMB window
+    intervals: dict[tuple[str, int], str]
+    """(metric, interval of the measure phase) → merged blob, for INTERVAL_METRICS: the
+    gate's per-second histograms (results_contract/intervals.py), added up in the same pass."""
 
 
 class _Partial(NamedTuple):
@@ -167,15 +171,18 @@ def merge_histograms(
         m: [None] * windows for m in WINDOW_METRICS
     }
     totals = {}
+    intervals: dict[tuple[str, int], str] = {}
     for key, digest in digests.items():
         match key:
             case ("total", metric):
                 totals[metric] = digest
+            case ("interval", metric, k):
+                intervals[(metric, k)] = digest
             case ("second", k):
                 e2e_p99_us[k] = digest
             case ("window", metric, w):
                 window_stats[metric][w] = digest
-    return MergedHistograms(totals, e2e_p99_us, window_stats)
+    return MergedHistograms(totals, e2e_p99_us, window_stats, intervals)
 
 
 def _merge_partition(
@@ -219,6 +226,8 @@ def _keys(interval: Interval, measure_start: float, seconds: int, window_s: int)
             keys.append(("second", k))
         if interval.tag in WINDOW_METRICS:
             keys.append(("window", interval.tag, k // window_s))
+    if interval.tag in INTERVAL_METRICS and 0 <= k // INTERVAL_S < seconds // INTERVAL_S:
+        keys.append(("interval", interval.tag, k // INTERVAL_S))
     return keys
 
 
@@ -235,6 +244,8 @@ def _digest(entry: tuple[Key, _Partial]) -> tuple[Key, Any]:
     key, partial = entry
     if partial.error:
         return key, partial.error
+    if key[0] == "interval":
+        return key, partial.blob  # written as it is
     hist = decode(partial.blob)
     match key[0]:
         case "total":

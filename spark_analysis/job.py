@@ -49,7 +49,7 @@ from spark_analysis.histograms import (
     read_hlogs,
 )
 from spark_analysis.inputs import Manifest, load_json, load_manifest, raw_files
-from spark_analysis.intervals import merge_intervals, write_intervals
+from spark_analysis.intervals import write_intervals
 from spark_analysis.outputs import write_json_atomic
 from spark_analysis.policy_events import policy_events, read_policy_counters
 from spark_analysis.session import DEFAULT_MASTER, session_scope
@@ -107,14 +107,6 @@ def analyze_run(
             omb.WINDOW_S,
             broker_clock_shifts(manifest.broker_offset_us),
         )
-        # Per-second sums for the gate's bootstrap (results_contract/intervals.py).
-        interval_blobs = merge_intervals(
-            session,
-            intervals,
-            manifest.measure_start,
-            manifest.measure_seconds,
-            broker_clock_shifts(manifest.broker_offset_us),
-        )
         timeline = analyze_timeline(session, timeline_rows, manifest)
         deliveries = (
             analyze_deliveries(session, delivery_rows, manifest, timeline.messages_sent)
@@ -157,7 +149,7 @@ def analyze_run(
     )
     result = omb.omb_result(manifest, timeline.series, merged.windows, merged.totals)
     write_json_atomic(run_dir / OMB_RESULT_FILE, result)
-    write_intervals(run_dir, interval_blobs, manifest.measure_start)
+    write_intervals(run_dir, merged.intervals, manifest.measure_start)
     summary_path = run_dir / SUMMARY_FILE
     write_json_atomic(summary_path, summary)
     return summary_path
