@@ -20,7 +20,9 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ANCILLARY_SIZE", "enable", "kernel_time_us"]
+from results_contract.clock import now_us
+
+__all__ = ["ANCILLARY_SIZE", "enable", "kernel_time_us", "read_into"]
 
 SO_TIMESTAMPING = getattr(socket, "SO_TIMESTAMPING", 37)
 SCM_TIMESTAMPING = SO_TIMESTAMPING  # the control message's type is the option's number
@@ -56,3 +58,14 @@ def kernel_time_us(ancillary: Iterable[tuple[int, int, bytes]]) -> int:
             seconds, nanoseconds = _TIMESPEC.unpack_from(data)
             return seconds * 1_000_000 + nanoseconds // 1000
     return 0
+
+
+def read_into(raw: Any, room: Any, stamping: bool) -> tuple[int, int, int]:
+    """One non-blocking read of the OS socket `raw` into `room`: (bytes read, read time,
+    kernel receive time or 0), the read time one clock read for everything the read returned.
+    Raises BlockingIOError when nothing waits (another reader drained it)."""
+    if stamping:
+        nbytes, ancillary, _, _ = raw.recvmsg_into([room], ANCILLARY_SIZE)
+        return nbytes, now_us(), kernel_time_us(ancillary)
+    nbytes = raw.recv_into(room)
+    return nbytes, now_us(), 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import resource
+from typing import Any
 
 from gevent import socket
 
@@ -19,6 +20,7 @@ __all__ = [
     "IP_BIND_ADDRESS_NO_PORT",
     "connect_socket",
     "socket_budget",
+    "send_now",
     "source_address",
 ]
 
@@ -59,3 +61,13 @@ def source_address(conn_id: int, spread: int) -> str | None:
     if not spread:
         return None
     return str(ipaddress.IPv4Address(_FIRST_SOURCE + conn_id % spread))
+
+
+def send_now(raw: Any, data: bytes | bytearray) -> int:
+    """One send() on the non-blocking OS socket `raw`: how much the kernel took now (0 when its
+    buffer is full). The receive engine serves every connection of the process and so never
+    waits for one; the rest is for the connection's writer. OSError (the peer gone) is raised."""
+    try:
+        return int(raw.send(data))
+    except BlockingIOError:
+        return 0

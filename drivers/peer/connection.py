@@ -31,7 +31,7 @@ from drivers.base import DriverError
 from drivers.net import rx_timestamps
 from drivers.net.deliveries import ReadDeliveries
 from drivers.net.reactor import reactor
-from drivers.net.sockets import connect_socket
+from drivers.net.sockets import connect_socket, send_now
 from drivers.peer.settings import check_service_url
 from results_contract.clock import now_us
 
@@ -193,9 +193,7 @@ class PeerConnection:
         self._before_flush()
         data, self._out = self._out, bytearray()
         try:
-            sent = self._raw.send(data)
-        except BlockingIOError:
-            sent = 0
+            sent = send_now(self._raw, data)
         except OSError as exc:
             self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
             raise RequestFailed(f"connection to {self.address} lost") from None
@@ -228,14 +226,9 @@ class PeerConnection:
         kernel_us = 0
         try:
             try:
+                nbytes, receive_us, kernel_us = rx_timestamps.read_into(raw, view, self._stamping)
                 if self._stamping:
-                    nbytes, ancillary, _, _ = raw.recvmsg_into([view], rx_timestamps.ANCILLARY_SIZE)
-                    receive_us = now_us()  # one clock read for everything this recv returned
-                    kernel_us = rx_timestamps.kernel_time_us(ancillary)
                     self.kernel_timestamps = kernel_us != 0
-                else:
-                    nbytes = raw.recv_into(view)
-                    receive_us = now_us()
             except BlockingIOError:
                 return  # woken for nothing: wait for the next
             if not nbytes:

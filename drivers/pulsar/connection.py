@@ -42,7 +42,7 @@ from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
 from drivers.net import rx_timestamps
 from drivers.net.deliveries import Deliveries, deliveries_for
 from drivers.net.reactor import Reactor, reactor
-from drivers.net.sockets import connect_socket
+from drivers.net.sockets import connect_socket, send_now
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.consumer import ConsumerState, subscribe_template
 from drivers.pulsar.delivery import DeliveryDecoder
@@ -362,9 +362,7 @@ class Connection:
             return
         data = protocol.data_to_send()
         try:
-            sent = self._raw.send(data)
-        except BlockingIOError:
-            sent = 0
+            sent = send_now(self._raw, data)
         except OSError as exc:
             self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
             raise RequestFailed(f"connection to {self.address} lost") from None
@@ -610,17 +608,13 @@ class Connection:
         try:
             try:
                 with protocol.get_buffer(size) as room:
+                    nbytes, receive_us, kernel_us = rx_timestamps.read_into(
+                        raw, room, self._stamping
+                    )
                     if self._stamping:
-                        nbytes, ancillary, _, _ = raw.recvmsg_into(
-                            [room], rx_timestamps.ANCILLARY_SIZE
-                        )
-                        receive_us = now_us()  # one clock read for everything this recv returned
-                        self._kernel_us = kernel_us = rx_timestamps.kernel_time_us(ancillary)
+                        self._kernel_us = kernel_us
                         if nbytes and (kernel_us != 0) is not self.kernel_timestamps:
                             self._kernel_times_changed(kernel_us != 0)
-                    else:
-                        nbytes = raw.recv_into(room)
-                        receive_us = now_us()
             except BlockingIOError:
                 return  # woken for nothing (another reader drained it): wait for the next
             protocol.buffer_updated(nbytes)

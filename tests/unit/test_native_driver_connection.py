@@ -18,6 +18,7 @@ from gevent import socket
 from gevent.pool import Group
 
 from drivers.base import BrokerStamps, ConsumerSpec, DriverError
+from drivers.net import rx_timestamps
 from drivers.pulsar import connection as connection_module
 from drivers.pulsar.connection import Connection, RequestFailed, RequestTimeout, connect_socket
 from drivers.pulsar.producer import PulsarProducer
@@ -185,7 +186,7 @@ def test_one_clock_read_stamps_everything_one_recv_returned(make_wire, monkeypat
         clock_reads.append(next(reads))
         return clock_reads[-1]
 
-    monkeypatch.setattr(connection_module, "now_us", fake_clock)
+    monkeypatch.setattr(rx_timestamps, "now_us", fake_clock)  # the read's own clock read
     wire.broker.send(*(message(consumer_id, e, section(b"m%d" % e)) for e in range(3)))
     wire.deliveries.wait_for(3)
     assert clock_reads == [1_000]
