@@ -233,20 +233,11 @@ class Recorder:
         n = len(consumer_indexes)
         if not n:
             return
-        self.received += n
-        if receive_us >= self._activity_at and self.on_deliveries is not None:
-            self._activity_at = receive_us + ACTIVITY_US
-            self.on_deliveries()
+        stamp = self._accept(consumer_indexes, payload, receive_us)
+        if stamp is None:
+            return
+        intended_us, actual_us, seq = stamp
         receive_us -= self._offset_us
-        try:
-            intended_us, actual_us, seq = read_stamp(payload)
-        except struct.error:
-            self.errors += n
-            return
-        self._account(consumer_indexes, seq)
-        intended_s = intended_us / 1e6
-        if not (self.phases.measure_start <= intended_s < self.phases.measure_end):
-            return
         e2e = receive_us - intended_us
         hist = self._intervals
         if not _record(hist[E2E], e2e, n):
@@ -331,19 +322,10 @@ class Recorder:
         n = len(consumer_indexes)
         if not n:
             return
-        self.received += n
-        first_us = reads[0][1]
-        if first_us >= self._activity_at and self.on_deliveries is not None:
-            self._activity_at = first_us + ACTIVITY_US
-            self.on_deliveries()
-        try:
-            intended_us, actual_us, seq = read_stamp(payload)
-        except struct.error:
-            self.errors += n
+        stamp = self._accept(consumer_indexes, payload, reads[0][1])
+        if stamp is None:
             return
-        self._account(consumer_indexes, seq)
-        if not (self.phases.measure_start <= intended_us / 1e6 < self.phases.measure_end):
-            return
+        intended_us, actual_us, seq = stamp
         self._flush_kernel_runs()  # what messages_received left pending goes first
         self._flush_stage_runs()
         offset = self._offset_us
@@ -363,6 +345,27 @@ class Recorder:
             )
             _record_counted(hist[CLIENT_DELAY], [t - k for k, t, _ in stamped], kernel_counts)
         self._record_stamps(consumer_indexes, reads, read_us, intended_us, e2e, seq)
+
+    def _accept(
+        self, consumer_indexes: Sequence[int], payload: bytes, read_us: int
+    ) -> tuple[int, int, int] | None:
+        """What every delivery of a message counts for, measured or not: the deliveries, the
+        activity mark (harness.burst_meter), the per-consumer accounting. The message's
+        (intended, actual, seq) when it was sent in the measure phase, else None."""
+        n = len(consumer_indexes)
+        self.received += n
+        if read_us >= self._activity_at and self.on_deliveries is not None:
+            self._activity_at = read_us + ACTIVITY_US
+            self.on_deliveries()
+        try:
+            intended_us, actual_us, seq = read_stamp(payload)
+        except struct.error:
+            self.errors += n
+            return None
+        self._account(consumer_indexes, seq)
+        if not (self.phases.measure_start <= intended_us / 1e6 < self.phases.measure_end):
+            return None
+        return intended_us, actual_us, seq
 
     def _record_stamps(
         self,
