@@ -40,7 +40,8 @@ bench: $(STAMP) java-check
 test: $(STAMP) java-check tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone'
+	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider -m alone
 
 # AWS (docs/aws.md): shared by aws-up, aws-bench and aws-down. Empty means the script's
 # default, or what the last `make aws-up` saved in deploy/aws/.state (gitignored), so a retry

@@ -34,6 +34,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "locust: imports Locust (which monkey-patches the process): runs in a pytest process "
         "of its own (tests/unit/test_locust_process.py)",
     )
+    config.addinivalue_line(
+        "markers",
+        "alone: compares latencies of runs made one after the other, which the other tests' "
+        "load would move: `make test` runs these after the parallel part, one at a time",
+    )
 
 
 class _NoLocustHere(importlib.abc.MetaPathFinder):
@@ -76,7 +81,6 @@ LONGEST_FILES = frozenset(
         "test_driver_sweep.py",
         "test_end_to_end.py",
         "test_remote_broker_cost.py",
-        "test_client_delay.py",
         "test_omb_loops.py",
         "test_repeat_run.py",
         "test_policy_events_run.py",

@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import ROOT, start_broker
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 CONSUMERS = 20
 RATE = 5  # msg/s: 200 ms between messages, so a SLOW_MS block ends before the next send
