@@ -10,15 +10,13 @@ from reports.changes import InputError
 from reports.gate import (
     GateError,
     check_input,
-    fails,
     gate,
     load_rules,
     load_side,
-    markdown,
-    write_junit,
+    output_folder,
+    publish,
 )
 from reports.results import ResultsError, SweepSummary, load_any
-from reports.stats import Verdict
 from results_contract.paths import GATE_JUNIT_FILE, GATE_MARKDOWN_FILE, SUMMARY_FILE
 
 
@@ -104,24 +102,12 @@ def gate_main(argv: list[str]) -> int:
     except (GateError, ResultsError, InputError) as exc:
         print(f"bench gate: {exc}", file=sys.stderr)
         return 2
-    first = run.runs[0]
-    folder = first.run_dir if len(run.runs) == 1 else Path(args.run[0])
-    if folder.is_file():
-        folder = folder.parent
-    strict = args.fail_on_inconclusive
-    junit = write_junit(outcomes, args.junit or folder / GATE_JUNIT_FILE, run, baseline, strict)
-    md_path = args.markdown or folder / GATE_MARKDOWN_FILE
-    md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(markdown(outcomes, run, baseline, strict))
-    for o in outcomes:
-        if not o.skipped:
-            print(f"{o.verdict} {o.name}: {o.message}")
-    failed = fails(outcomes, strict)
-    for o in failed:
-        print(f"FAIL {o.name}: {o.message}", file=sys.stderr)
-    print(junit)
-    print(md_path)
-    inconclusive = sum(o.verdict is Verdict.INCONCLUSIVE for o in outcomes)
-    tail = f" ({inconclusive} inconclusive)" if inconclusive else ""
-    print(("gate passed" if not failed else f"gate failed: {len(failed)} rule(s)") + tail)
-    return 1 if failed else 0
+    folder = output_folder(run, args.run[0])
+    return publish(
+        outcomes,
+        run,
+        baseline,
+        args.junit or folder / GATE_JUNIT_FILE,
+        args.markdown or folder / GATE_MARKDOWN_FILE,
+        args.fail_on_inconclusive,
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -534,3 +535,37 @@ def markdown(
             f"{change} | {_interval(o)} | {mde} | {mark}: {o.message} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def publish(
+    outcomes: list[Outcome],
+    run: Side,
+    base: Side,
+    junit: Path,
+    markdown_path: Path,
+    fail_on_inconclusive: bool = False,
+) -> int:
+    """What `bench gate` and `bench history gate` both hand CI: the JUnit file, the Markdown
+    table, a line per verdict, the failures on stderr and the exit code (1 = regression)."""
+    write_junit(outcomes, junit, run, base, fail_on_inconclusive)
+    markdown_path.parent.mkdir(parents=True, exist_ok=True)
+    markdown_path.write_text(markdown(outcomes, run, base, fail_on_inconclusive))
+    for o in outcomes:
+        if not o.skipped:
+            print(f"{o.verdict} {o.name}: {o.message}")
+    failed = fails(outcomes, fail_on_inconclusive)
+    for o in failed:
+        print(f"FAIL {o.name}: {o.message}", file=sys.stderr)
+    print(junit)
+    print(markdown_path)
+    inconclusive = sum(o.verdict is Verdict.INCONCLUSIVE for o in outcomes)
+    tail = f" ({inconclusive} inconclusive)" if inconclusive else ""
+    print(("gate passed" if not failed else f"gate failed: {len(failed)} rule(s)") + tail)
+    return 1 if failed else 0
+
+
+def output_folder(side: Side, first_path: Path) -> Path:
+    """Where a gate's files go by default: the run's folder, or the first path given when the
+    run side is several runs (repeats, a sweep)."""
+    folder = side.runs[0].run_dir if len(side.runs) == 1 else Path(first_path)
+    return folder.parent if folder.is_file() else folder

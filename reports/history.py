@@ -33,10 +33,21 @@ from markupsafe import Markup, escape
 from scipy import stats
 
 from reports.changes import InputError, center, sample
-from reports.gate import DEFAULT_RULES, GateError, Kind, Side, fails, gate, load_side, markdown
+from reports.gate import (
+    DEFAULT_RULES,
+    GateError,
+    Kind,
+    Side,
+    check_input,
+    gate,
+    load_side,
+    output_folder,
+    publish,
+)
 from reports.results import ResultsError, RunSummary
 from reports.stats import ALPHA
 from reports.templating import write_page
+from results_contract.paths import GATE_JUNIT_FILE, GATE_MARKDOWN_FILE
 from results_contract.testbed import Testbed, collect, read_testbed
 
 DEFAULT_DB = Path("bench-history.sqlite")
@@ -345,7 +356,12 @@ def main(argv: list[str]) -> int:
         help=f"how many of the branch's latest runs per case make the baseline (default "
         f"{DEFAULT_LAST})",
     )
-    p_gate.add_argument("--markdown", type=Path, help="also write the verdicts as Markdown here")
+    p_gate.add_argument(
+        "--junit", type=Path, help=f"JUnit XML (default: first RESULTS/{GATE_JUNIT_FILE})"
+    )
+    p_gate.add_argument(
+        "--markdown", type=Path, help=f"Markdown (default: first RESULTS/{GATE_MARKDOWN_FILE})"
+    )
     p_gate.add_argument(
         "--fail-on-inconclusive",
         action="store_true",
@@ -365,18 +381,18 @@ def main(argv: list[str]) -> int:
             print(trend(args.db, args.out))
             return 0
         run = load_side(args.results)
+        check_input(run)
         base = baseline_from_history(args.db, run, args.branch, args.last)
         outcomes = gate(run, base, DEFAULT_RULES)
     except (HistoryError, ResultsError, GateError, InputError) as exc:
         print(f"bench history: {exc}", file=sys.stderr)
         return 2
-    text = markdown(outcomes, run, base, args.fail_on_inconclusive)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(text)
-    failed = fails(outcomes, args.fail_on_inconclusive)
-    for o in outcomes:
-        if not o.skipped:
-            print(f"{o.verdict} {o.name}: {o.message}")
-    print("gate passed" if not failed else f"gate failed: {len(failed)} rule(s)")
-    return 1 if failed else 0
+    folder = output_folder(run, args.results[0])
+    return publish(
+        outcomes,
+        run,
+        base,
+        args.junit or folder / GATE_JUNIT_FILE,
+        args.markdown or folder / GATE_MARKDOWN_FILE,
+        args.fail_on_inconclusive,
+    )

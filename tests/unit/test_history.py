@@ -4,12 +4,14 @@ at its revision by E-divisive, and a gate against the last K runs of a branch.""
 from __future__ import annotations
 
 import sqlite3
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 
 from reports.history import main as history_main
 from reports.history import points, stored
+from results_contract.paths import GATE_JUNIT_FILE, GATE_MARKDOWN_FILE
 from results_contract.testbed import Testbed as Bed
 from results_contract.testbed import write_testbed
 from tests.samples import sample_summary, write_run
@@ -71,6 +73,17 @@ def test_a_run_is_gated_against_the_last_runs_of_its_branch(tmp_path: Path, caps
     assert history_main(same) == 0
     slower = ["--db", str(db), "gate", str(folders[STEP_AT]), "--branch", "main", "--last", "8"]
     assert history_main(slower) == 1
-    assert "regression e2e_p99_ms" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "regression e2e_p99_ms" in out
+    # CI reads the same files as `bench gate` writes: JUnit with the failure, and Markdown.
+    junit = ET.parse(folders[STEP_AT] / GATE_JUNIT_FILE).getroot()
+    failed = [c.get("name") for c in junit.iter("testcase") if c.find("failure") is not None]
+    assert failed == [ln.split()[1].rstrip(":") for ln in out.splitlines() if ln.startswith("regr")]
+    assert junit.get("failures") == str(len(failed))
+    assert "REGRESSION" in (folders[STEP_AT] / GATE_MARKDOWN_FILE).read_text()
+    junit_path = tmp_path / "ci" / "history.xml"
+    assert history_main([*same, "--junit", str(junit_path)]) == 0
+    assert ET.parse(junit_path).getroot().get("failures") == "0"
+    capsys.readouterr()
     assert history_main([*slower[:-4], "--branch", "nope"]) == 2
     assert "no runs of branch 'nope'" in capsys.readouterr().err
