@@ -87,3 +87,15 @@ def test_a_run_is_gated_against_the_last_runs_of_its_branch(tmp_path: Path, caps
     capsys.readouterr()
     assert history_main([*slower[:-4], "--branch", "nope"]) == 2
     assert "no runs of branch 'nope'" in capsys.readouterr().err
+
+
+def test_history_gate_refuses_a_nan_metric_as_bad_input(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "history.sqlite"
+    for folder in history_runs(tmp_path / "runs")[:5]:
+        assert history_main(["--db", str(db), "add", str(folder)]) == 0
+    summary = sample_summary(run_id="nan", e2e_p99_ms=float("nan"))
+    folder = write_run(tmp_path / "nan", summary).parent
+    write_testbed(folder, BED)
+    capsys.readouterr()
+    assert history_main(["--db", str(db), "gate", str(folder), "--branch", "main"]) == 2
+    assert "e2e_p99_ms" in capsys.readouterr().err
