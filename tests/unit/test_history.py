@@ -98,4 +98,6 @@ def test_history_gate_refuses_a_nan_metric_as_bad_input(tmp_path: Path, capsys) 
     write_testbed(folder, BED)
     capsys.readouterr()
     assert history_main(["--db", str(db), "gate", str(folder), "--branch", "main"]) == 2
-    assert "e2e_p99_ms" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert str(folder / "summary.json") in err
+    assert "is nan, not a finite number" in err
