@@ -8,6 +8,7 @@ values are checked once here, so the hot paths never have to.
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,12 +24,16 @@ from drivers.config import (
     integer,
     nullable,
     parse_section,
+    string,
     url,
 )
 from drivers.net.hosts import is_loopback, resolve_host
+from drivers.net.tls import client_context
 from drivers.pulsar.auth import METHOD, Authentication, authentication
 
 DEFAULT_PORT = 6650
+DEFAULT_TLS_PORT = 6651
+TLS_SCHEME = "pulsar+ssl"
 ACK_MODES = ("cumulative", "individual")
 
 
@@ -51,6 +56,14 @@ class ClientConfig:
     operation_timeout_seconds: int = 30
     authentication: Authentication | None = None
     """Token authentication (drivers.pulsar.auth), OMB's `authentication: {plugin, data}`."""
+    tls_trust_certs_file_path: str | None = None
+    """PEM certificates that sign the broker's, for pulsar+ssl:// and an https:// adminUrl;
+    None = the system's trust store (OMB's and Pulsar's key)."""
+    tls_enable_hostname_verification: bool = True
+    """Check that the broker's certificate names the host dialled (OMB's key; its default is
+    false, ours true: a trust file alone accepts any certificate it signed)."""
+    tls_allow_insecure_connection: bool = False
+    """Accept any certificate, unchecked (OMB's and Pulsar's key)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +97,9 @@ _SECTIONS: dict[str, dict[str, tuple[str, Parser]]] = {
         "connectTimeoutSeconds": ("connect_timeout_seconds", integer(minimum=1)),
         "operationTimeoutSeconds": ("operation_timeout_seconds", integer(minimum=1)),
         "authentication": ("authentication", nullable(authentication)),
+        "tlsTrustCertsFilePath": ("tls_trust_certs_file_path", nullable(string)),
+        "tlsEnableHostnameVerification": ("tls_enable_hostname_verification", boolean),
+        "tlsAllowInsecureConnection": ("tls_allow_insecure_connection", boolean),
     },
     "producer": {
         "batchingEnabled": ("batching_enabled", boolean),
@@ -123,6 +139,11 @@ class PulsarConfig:
         if client.authentication is not None:
             try:
                 client.authentication.token()  # a token file that cannot be read stops the run
+            except DriverError as exc:
+                raise ConfigError(f"{where}{exc}") from None
+        if client.tls_trust_certs_file_path is not None:
+            try:
+                tls_context(client)  # a trust file that does not load stops the run
             except DriverError as exc:
                 raise ConfigError(f"{where}{exc}") from None
         if client.source_addresses and not _is_loopback_url(client.service_url):
@@ -169,10 +190,34 @@ class PulsarConfig:
             for name, keys in _SECTIONS.items()
         }
 
+    def admin_tls(self) -> ssl.SSLContext | None:
+        """The context for an https:// adminUrl (None: not https)."""
+        admin = self.client.admin_url
+        if admin is None or not admin.startswith("https://"):
+            return None
+        return tls_context(self.client)
+
     def admin_token(self) -> str | None:
         """The token for the admin API (`Authorization: Bearer`); None without one."""
         auth = self.client.authentication
         return None if auth is None else auth.token()
+
+
+def tls_context(client: ClientConfig) -> ssl.SSLContext:
+    """The client's TLS context from its tls* keys; DriverError naming the key when the trust
+    file does not load."""
+    trust = client.tls_trust_certs_file_path
+    try:
+        return client_context(
+            trust,
+            verify_hostname=client.tls_enable_hostname_verification,
+            allow_insecure=client.tls_allow_insecure_connection,
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise DriverError(
+            f"key 'client.tlsTrustCertsFilePath': cannot load {trust!r} as PEM certificates "
+            f"({exc.strerror or exc})"
+        ) from None
 
 
 def _as_yaml(value: object) -> object:
@@ -226,6 +271,10 @@ class Settings:
     auth_method_name: str = ""
     """CONNECT's credentials: "token" and the JWT, or nothing (client.authentication)."""
     auth_data: bytes = b""
+    tls: ssl.SSLContext | None = None
+    """pulsar+ssl://: every connection is TLS with this context; None = plain TCP."""
+    tls_trust_file: str | None = None
+    """client.tlsTrustCertsFilePath, for the messages of a refused handshake."""
 
     @property
     def address(self) -> str:
@@ -233,14 +282,14 @@ class Settings:
 
 
 def parse_service_url(url: str) -> tuple[str, int]:
-    """(host, port) of a `pulsar://host[:port]` URL."""
+    """(host, port) of a `pulsar://host[:port]` or `pulsar+ssl://host[:port]` URL."""
     parts = urlsplit(url)
-    if parts.scheme != "pulsar":
-        raise DriverError(f"service URL {url!r}: only pulsar:// is supported (no TLS yet)")
+    if parts.scheme not in ("pulsar", TLS_SCHEME):
+        raise DriverError(f"service URL {url!r}: expected pulsar:// or {TLS_SCHEME}://")
     if "," in parts.netloc:
         raise DriverError(f"service URL {url!r}: give one broker, not a list")
     try:
-        port = parts.port or DEFAULT_PORT
+        port = parts.port or (DEFAULT_TLS_PORT if parts.scheme == TLS_SCHEME else DEFAULT_PORT)
     except ValueError as exc:
         raise DriverError(f"service URL {url!r}: {exc}") from None
     if not parts.hostname:
@@ -276,6 +325,8 @@ def settings_from(
         verify_checksum=consumer.verify_checksum,
         auth_method_name=METHOD if token is not None else "",
         auth_data=token.encode() if token is not None else b"",
+        tls=tls_context(client) if urlsplit(service_url).scheme == TLS_SCHEME else None,
+        tls_trust_file=client.tls_trust_certs_file_path,
     )
     _check(settings)
     return settings
