@@ -12,7 +12,8 @@ import itertools
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +93,16 @@ def _topic_policies(value: object) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
-def _fraction_of_consumers(second: str, upper: float | None) -> Parser:
+class _FractionOfConsumers:
     """`{fraction: f, <second>: x}`: which share of the consumers (0 < f ≤ 1) behave so, and
-    how (x ≥ 0, at most `upper` when given), as a (fraction, x) pair."""
+    how (x ≥ 0, at most `upper` when given), kept as a (fraction, x) pair; `to_yaml` gives
+    the mapping back."""
 
-    def parse(value: object) -> tuple[float, float]:
+    def __init__(self, second: str, upper: float | None) -> None:
+        self.second, self.upper = second, upper
+
+    def __call__(self, value: object) -> tuple[float, float]:
+        second, upper = self.second, self.upper
         example = f"{{fraction: 0.01, {second}: {0.1 if upper is None else 0.05}}}"
         if not isinstance(value, dict) or set(value) != {"fraction", second}:
             raise InvalidValue(f"expected a mapping {example}, got {show(value)}")
@@ -111,7 +117,8 @@ def _fraction_of_consumers(second: str, upper: float | None) -> Parser:
             raise InvalidValue(f"{second}: {bound}, got {show(amount)}")
         return float(fraction), float(amount)
 
-    return parse
+    def to_yaml(self, pair: tuple[float, float] | None) -> dict[str, float] | None:
+        return None if pair is None else {"fraction": pair[0], self.second: pair[1]}
 
 
 def chosen(index: int, fraction: float) -> bool:
@@ -120,46 +127,6 @@ def chosen(index: int, fraction: float) -> bool:
     return int((index + 1) * fraction) > int(index * fraction)
 
 
-# Every key a workload file may hold, in the order to_dict() and the docs use. Nullable keys
-# are the ones whose absence means something (derive it, or use another key).
-_PARSERS: dict[str, Parser] = {
-    # OMB
-    "name": string,
-    "topics": integer(minimum=1),
-    "partitionsPerTopic": integer(minimum=1),
-    "keyDistributor": choice(*KEY_DISTRIBUTORS),
-    "messageSize": integer(minimum=1),
-    "useRandomizedPayloads": boolean,
-    "randomBytesRatio": number(0, 1),
-    "randomizedPayloadPoolSize": integer(minimum=0),
-    "payloadFile": nullable(string),
-    "subscriptionsPerTopic": integer(minimum=1),
-    "producersPerTopic": integer(minimum=1),
-    "consumerPerSubscription": integer(minimum=1),
-    "producerRate": number(),
-    "consumerBacklogSizeGB": number(),
-    "backlogDrainRatio": number(0, 1),
-    "testDurationMinutes": integer(minimum=1),
-    "warmupDurationMinutes": integer(minimum=0),
-    # fan-out extensions
-    "subscriptionType": choice(*SUBSCRIPTION_TYPES),
-    "consumersPerTopic": nullable(integer(minimum=1)),
-    "subscriptionLayout": choice(*SUBSCRIPTION_LAYOUTS),
-    "consumersPerConnection": integer(minimum=1),
-    "connectConcurrency": integer(minimum=1),
-    "spawnRate": number(),
-    "warmupDurationSeconds": nullable(integer(minimum=0)),
-    "testDurationSeconds": nullable(integer(minimum=1)),
-    "drainSeconds": integer(minimum=0),
-    "connectTimeoutSeconds": integer(minimum=1),
-    "topicPersistence": choice(*TOPIC_PERSISTENCES),
-    "stageSampleFraction": number(0, 1),
-    "workers": integer(minimum=0),
-    "producerRateSearchStart": number(minimum=1),
-    "topicPolicies": nullable(_topic_policies),
-    "slowConsumers": nullable(_fraction_of_consumers("rate", None)),
-    "ackHoles": nullable(_fraction_of_consumers("holeRate", 1.0)),
-}
 # Not a key of one run: the driver files a sweep runs the same cases against, in order.
 DRIVERS_KEY = "drivers"
 # Not a key of one run either: how many independent runs of each case (`bench run --repeat`).
@@ -167,60 +134,119 @@ REPEAT_KEY = "repeat"
 MAX_REPEAT = 100
 
 
-STAGE_SAMPLE_FRACTION = 1.0
-"""stageSampleFraction's default: every delivery's stages (issue 26)."""
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One key of a workload file: its YAML name, the parser of its raw value, and how the
+    field's value is written back under it (to_dict). The Workload field that carries it
+    holds its default, so each key, parser and default is spelled once, in the field."""
+
+    name: str
+    parser: Parser
+    to_yaml: Callable[[Any], object] | None = None
+    """Field value → YAML value; None: the value as it is."""
+    missing: str = ""
+    """For a key without a default: the fix shown when it is missing."""
+
+
+_KEY = "workload_key"
+
+
+def _key(
+    name: str,
+    parser: Parser,
+    default: Any = MISSING,
+    *,
+    to_yaml: Callable[[Any], object] | None = None,
+    missing: str = "",
+) -> Any:
+    """A Workload field read from YAML key `name` (the field's row of the key table)."""
+    return field(default=default, metadata={_KEY: Key(name, parser, to_yaml, missing)})
+
+
+def _policies_yaml(pairs: tuple[tuple[str, str], ...]) -> dict[str, Any] | None:
+    return {kind: json.loads(value) for kind, value in pairs} or None
+
+
+_SLOW = _FractionOfConsumers("rate", None)
+_HOLES = _FractionOfConsumers("holeRate", 1.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
     """One fully resolved run. Build it with load_workload, which checks the keys together;
-    constructing it directly (in tests) skips those checks."""
+    constructing it directly (in tests) skips those checks.
 
-    name: str
-    topics: int = 1
-    partitions_per_topic: int = 1
-    key_distributor: str = "NO_KEY"
-    message_size: int
-    use_randomized_payloads: bool = False
-    random_bytes_ratio: float = 0.0
-    randomized_payload_pool_size: int = 0
-    payload_file: Path | None = None
+    Its fields are the key table: each names its YAML key, parser and default (`_key`), in
+    the order to_dict() and docs/workloads.md use. A key given as null means "not given"
+    where its parser is nullable, and is an error elsewhere."""
+
+    # OMB
+    name: str = _key("name", string, missing="every workload needs a name")
+    topics: int = _key("topics", integer(minimum=1), 1)
+    partitions_per_topic: int = _key("partitionsPerTopic", integer(minimum=1), 1)
+    key_distributor: str = _key("keyDistributor", choice(*KEY_DISTRIBUTORS), "NO_KEY")
+    message_size: int = _key(
+        "messageSize",
+        integer(minimum=1),
+        missing="give the message size in bytes, or a payloadFile",
+    )
+    use_randomized_payloads: bool = _key("useRandomizedPayloads", boolean, False)
+    random_bytes_ratio: float = _key("randomBytesRatio", number(0, 1), 0.0)
+    randomized_payload_pool_size: int = _key("randomizedPayloadPoolSize", integer(minimum=0), 0)
+    payload_file: Path | None = _key(
+        "payloadFile", nullable(string), None, to_yaml=lambda p: None if p is None else str(p)
+    )
     """Absolute path, resolved against the workload file's folder. When the file does not
     exist, the payload builder makes message_size bytes instead."""
-    subscriptions_per_topic: int = 1
-    producers_per_topic: int = 1
-    consumer_per_subscription: int = 1
-    producer_rate: float
+    subscriptions_per_topic: int = _key("subscriptionsPerTopic", integer(minimum=1), 1)
+    producers_per_topic: int = _key("producersPerTopic", integer(minimum=1), 1)
+    consumer_per_subscription: int = _key("consumerPerSubscription", integer(minimum=1), 1)
+    producer_rate: float = _key(
+        "producerRate",
+        number(),
+        missing="give the total rate in msg/s, or 0 to find the maximum sustainable rate",
+    )
     """Total msg/s over all producers, as in OMB; 0 = find the maximum sustainable rate
     (OMB's rate controller, harness/omb_control.py), starting at rate_search_start."""
-    consumer_backlog_size_gb: float = 0
+    consumer_backlog_size_gb: float = _key("consumerBacklogSizeGB", number(), 0)
     """OMB's backlog test when > 0: consumers pause until the backlog owed to them holds this
     many GiB (of messageSize messages), then resume; the drain is timed."""
-    backlog_drain_ratio: float = 1.0
+    backlog_drain_ratio: float = _key("backlogDrainRatio", number(0, 1), 1.0)
     """The share of that backlog that must be drained for the drain to count as done."""
-    rate_search_start: float = OMB_SEARCH_START_RATE
-    subscription_type: str = "Shared"
-    consumers_per_connection: int = 100
-    connect_concurrency: int = 500
-    spawn_rate: float = 0
+    # fan-out extensions
+    subscription_type: str = _key("subscriptionType", choice(*SUBSCRIPTION_TYPES), "Shared")
+    consumers_per_connection: int = _key("consumersPerConnection", integer(minimum=1), 100)
+    connect_concurrency: int = _key("connectConcurrency", integer(minimum=1), 500)
+    spawn_rate: float = _key("spawnRate", number(), 0)
     """Consumers per second over the whole run; 0 = as fast as connect_concurrency allows."""
-    warmup_seconds: int = 60
-    test_seconds: int = 300
-    drain_seconds: int = 5
-    connect_timeout_seconds: int = 300
-    topic_persistence: str = "persistent"
-    stage_sample_fraction: float = STAGE_SAMPLE_FRACTION
-    """Share of deliveries whose stages go to stages.csv: all by default, so the tail share
-    sees every delivery at or above the P99 (rows carry counts: a broadcast read is one row)."""
-    workers: int = 0
-    topic_policies: tuple[tuple[str, str], ...] = ()
+    warmup_seconds: int = _key("warmupDurationSeconds", nullable(integer(minimum=0)), 60)
+    """Also given in minutes (_MINUTES)."""
+    test_seconds: int = _key("testDurationSeconds", nullable(integer(minimum=1)), 300)
+    drain_seconds: int = _key("drainSeconds", integer(minimum=0), 5)
+    connect_timeout_seconds: int = _key("connectTimeoutSeconds", integer(minimum=1), 300)
+    topic_persistence: str = _key("topicPersistence", choice(*TOPIC_PERSISTENCES), "persistent")
+    stage_sample_fraction: float = _key("stageSampleFraction", number(0, 1), 1.0)
+    """Share of deliveries whose stages go to stages.csv: all by default (issue 26), so the
+    tail share sees every delivery at or above the P99 (rows carry counts: a broadcast read
+    is one row)."""
+    workers: int = _key("workers", integer(minimum=0), 0)
+    """Worker processes; 0 = decided by the harness."""
+    rate_search_start: float = _key(
+        "producerRateSearchStart", number(minimum=1), OMB_SEARCH_START_RATE
+    )
+    topic_policies: tuple[tuple[str, str], ...] = _key(
+        "topicPolicies", nullable(_topic_policies), (), to_yaml=_policies_yaml
+    )
     """`topicPolicies`: (policy, its value as JSON), set on every topic before the run through
     the broker's admin API, as `pulsar-admin topics set-…` would (docs/policies.md)."""
-    """Worker processes; 0 = decided by the harness."""
-    slow_consumers: tuple[float, float] | None = None
+    slow_consumers: tuple[float, float] | None = _key(
+        "slowConsumers", nullable(_SLOW), None, to_yaml=_SLOW.to_yaml
+    )
     """`slowConsumers` (fraction, rate): that share of the consumers takes `rate` msg/s once
     its receiver queue is full (0: stalled)."""
-    ack_holes: tuple[float, float] | None = None
+    ack_holes: tuple[float, float] | None = _key(
+        "ackHoles", nullable(_HOLES), None, to_yaml=_HOLES.to_yaml
+    )
     """`ackHoles` (fraction, holeRate): that share of the consumers leaves one message in
     1/holeRate unacknowledged (1: acknowledges none), acknowledging the others one by one."""
     label: str = field(default="", compare=False)
@@ -259,42 +285,11 @@ class Workload:
         """The resolved workload under its YAML keys, for the manifest. It loads back to an
         equal Workload: durations are given in seconds and consumers as
         subscriptionsPerTopic x consumerPerSubscription, so no key needs resolving twice."""
-        return {
-            "name": self.name,
-            "topics": self.topics,
-            "partitionsPerTopic": self.partitions_per_topic,
-            "keyDistributor": self.key_distributor,
-            "messageSize": self.message_size,
-            "useRandomizedPayloads": self.use_randomized_payloads,
-            "randomBytesRatio": self.random_bytes_ratio,
-            "randomizedPayloadPoolSize": self.randomized_payload_pool_size,
-            "payloadFile": None if self.payload_file is None else str(self.payload_file),
-            "subscriptionsPerTopic": self.subscriptions_per_topic,
-            "producersPerTopic": self.producers_per_topic,
-            "consumerPerSubscription": self.consumer_per_subscription,
-            "producerRate": self.producer_rate,
-            "consumerBacklogSizeGB": self.consumer_backlog_size_gb,
-            "backlogDrainRatio": self.backlog_drain_ratio,
-            "subscriptionType": self.subscription_type,
-            "consumersPerConnection": self.consumers_per_connection,
-            "connectConcurrency": self.connect_concurrency,
-            "spawnRate": self.spawn_rate,
-            "warmupDurationSeconds": self.warmup_seconds,
-            "testDurationSeconds": self.test_seconds,
-            "drainSeconds": self.drain_seconds,
-            "connectTimeoutSeconds": self.connect_timeout_seconds,
-            "topicPersistence": self.topic_persistence,
-            "stageSampleFraction": self.stage_sample_fraction,
-            "workers": self.workers,
-            "producerRateSearchStart": self.rate_search_start,
-            "topicPolicies": self.topic_policy_map or None,
-            "slowConsumers": None
-            if self.slow_consumers is None
-            else {"fraction": self.slow_consumers[0], "rate": self.slow_consumers[1]},
-            "ackHoles": None
-            if self.ack_holes is None
-            else {"fraction": self.ack_holes[0], "holeRate": self.ack_holes[1]},
-        }
+        out: dict[str, Any] = {}
+        for name, key in FIELD_KEYS.items():
+            value = getattr(self, name)
+            out[key.name] = value if key.to_yaml is None else key.to_yaml(value)
+        return out
 
     def read_rate(self, consumer_index: int) -> float | None:
         """ConsumerSpec.read_rate of consumer `consumer_index` (global): `slowConsumers`."""
@@ -322,6 +317,34 @@ class Workload:
     def initial_rate(self) -> float:
         """The total rate producers start at."""
         return self.rate_search_start if self.finds_rate else self.producer_rate
+
+
+FIELD_KEYS: dict[str, Key] = {
+    f.name: f.metadata[_KEY] for f in fields(Workload) if _KEY in f.metadata
+}
+"""Workload field → its key, in file order: the key table."""
+DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in fields(Workload) if _KEY in f.metadata and f.default is not MISSING
+}
+"""Workload field → its default."""
+_FIELD_OF = {key.name: name for name, key in FIELD_KEYS.items()}
+
+# Keys that resolve into fields instead of being one (docs/workloads.md, "Resolution rules").
+CONSUMERS_PER_TOPIC = Key("consumersPerTopic", nullable(integer(minimum=1)))
+SUBSCRIPTION_LAYOUT = Key("subscriptionLayout", choice(*SUBSCRIPTION_LAYOUTS))
+LAYOUT_DEFAULT = "auto"
+MINUTES: dict[str, Key] = {
+    "warmup_seconds": Key("warmupDurationMinutes", integer(minimum=0)),
+    "test_seconds": Key("testDurationMinutes", integer(minimum=1)),
+}
+"""A duration field → the key giving it in minutes (OMB's), instead of its seconds key."""
+
+PARSERS: dict[str, Parser] = {
+    key.name: key.parser
+    for key in (*FIELD_KEYS.values(), CONSUMERS_PER_TOPIC, SUBSCRIPTION_LAYOUT, *MINUTES.values())
+}
+"""Every key a workload case may hold → its parser."""
+_NAME = FIELD_KEYS["name"].name
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,7 +380,7 @@ def load_workload(path: str | os.PathLike[str]) -> WorkloadSpec:
     path = Path(path)
     where = f"{path}: "
     data = dict(load_yaml_mapping(path, str(path)))
-    check_keys(data, [*_PARSERS, DRIVERS_KEY, REPEAT_KEY], where)
+    check_keys(data, [*PARSERS, DRIVERS_KEY, REPEAT_KEY], where)
     drivers = _drivers(data.pop(DRIVERS_KEY, None), path, where)
     repeat = parse_repeat(data.pop(REPEAT_KEY, 1), where)
     fixed: dict[str, Any] = {}
@@ -367,14 +390,14 @@ def load_workload(path: str | os.PathLike[str]) -> WorkloadSpec:
         if isinstance(raw, list):
             axes.append(_axis(key, raw, where))
         else:
-            fixed[key] = parse_value(_PARSERS[key], raw, where, key)
-    if "name" not in fixed:
-        raise ConfigError(f"{where}missing key 'name' (every workload needs a name)")
+            fixed[key] = parse_value(PARSERS[key], raw, where, key)
+    if _NAME not in fixed:
+        raise _missing("name", where)
     cases = tuple(
         _case(fixed, axes, combo, where, path.parent)
         for combo in itertools.product(*(axis.values for axis in axes))
     )
-    name = fixed["name"]
+    name = fixed[_NAME]
     return WorkloadSpec(
         name=name,
         slug=_slugify(name),
@@ -418,15 +441,15 @@ def _drivers(raw: object, path: Path, where: str) -> tuple[Path, ...]:
 
 
 def _axis(key: str, raw: list[object], where: str) -> SweepAxis:
-    if key == "name":
-        raise ConfigError(f"{where}key 'name' cannot be swept (give one name; sweep other keys)")
+    if key == _NAME:
+        raise ConfigError(f"{where}key {key!r} cannot be swept (give one name; sweep other keys)")
     if not raw:
         raise ConfigError(f"{where}key {key!r}: empty list (give at least one value)")
     values: list[Any] = []
     slugs: set[str] = set()
     for index, item in enumerate(raw, start=1):
         try:
-            value = _PARSERS[key](item)
+            value = PARSERS[key](item)
         except InvalidValue as exc:
             raise ConfigError(f"{where}key {key!r}, item {index}: {exc}") from None
         slug = _slugify(show(value))
@@ -449,7 +472,7 @@ def _case(
     given = fixed | {axis.key: value for axis, value in zip(axes, combo, strict=True)}
     given = {key: value for key, value in given.items() if value is not None}
     if not axes:
-        return _resolve(given, where, base_dir, label=given["name"], slug=_slugify(given["name"]))
+        return _resolve(given, where, base_dir, label=given[_NAME], slug=_slugify(given[_NAME]))
     label = ", ".join(f"{axis.key}={show(value)}" for axis, value in zip(axes, combo, strict=True))
     slug = "_".join(
         f"{axis.key}-{_slugify(show(value))}" for axis, value in zip(axes, combo, strict=True)
@@ -457,131 +480,97 @@ def _case(
     return _resolve(given, f"{where}case {label!r}: ", base_dir, label=label, slug=slug)
 
 
+def _missing(name: str, where: str) -> ConfigError:
+    key = FIELD_KEYS[name]
+    return ConfigError(f"{where}missing key {key.name!r} ({key.missing})")
+
+
 def _resolve(t: dict[str, Any], where: str, base_dir: Path, label: str, slug: str) -> Workload:
-    """Check the keys of one case together and build it; `t` holds typed, non-null values."""
-    if "producerRate" not in t:
+    """Check the keys of one case together and build it; `t` holds typed, non-null values
+    under their YAML keys."""
+    given = {_FIELD_OF[key]: value for key, value in t.items() if key in _FIELD_OF}
+    if "producer_rate" not in given:
+        raise _missing("producer_rate", where)
+    v = DEFAULTS | given
+    v["subscriptions_per_topic"], v["consumer_per_subscription"] = _layout(t, given, v, where)
+    if v["subscription_type"] == "Exclusive" and v["consumer_per_subscription"] > 1:
         raise ConfigError(
-            f"{where}missing key 'producerRate' (give the total rate in msg/s, or 0 to find "
-            "the maximum sustainable rate)"
+            f"{where}key {FIELD_KEYS['consumer_per_subscription'].name!r}: an Exclusive "
+            f"subscription admits one consumer, got {v['consumer_per_subscription']} (the "
+            "broker refuses all but the first; use subscriptionLayout per-consumer, or "
+            "subscriptionType Failover)"
         )
-    subscription_type = t.get("subscriptionType", "Shared")
-    subscriptions, per_subscription = _layout(t, subscription_type, where)
-    if subscription_type == "Exclusive" and per_subscription > 1:
+    if v["use_randomized_payloads"] and v["randomized_payload_pool_size"] < 1:
         raise ConfigError(
-            f"{where}key 'consumerPerSubscription': an Exclusive subscription admits one "
-            f"consumer, got {per_subscription} (the broker refuses all but the first; use "
-            "subscriptionLayout per-consumer, or subscriptionType Failover)"
+            f"{where}key {FIELD_KEYS['randomized_payload_pool_size'].name!r}: "
+            f"useRandomizedPayloads needs at least 1 payload in the pool, got "
+            f"{v['randomized_payload_pool_size']} (OMB's files use 1000)"
         )
-    randomized = t.get("useRandomizedPayloads", False)
-    pool_size = t.get("randomizedPayloadPoolSize", 0)
-    if randomized and pool_size < 1:
-        raise ConfigError(
-            f"{where}key 'randomizedPayloadPoolSize': useRandomizedPayloads needs at least 1 "
-            f"payload in the pool, got {pool_size} (OMB's files use 1000)"
-        )
-    payload_file, message_size = _payload(t, randomized, base_dir, where)
-    return Workload(
-        name=t["name"],
-        topics=t.get("topics", 1),
-        partitions_per_topic=t.get("partitionsPerTopic", 1),
-        key_distributor=t.get("keyDistributor", "NO_KEY"),
-        message_size=message_size,
-        use_randomized_payloads=randomized,
-        random_bytes_ratio=t.get("randomBytesRatio", 0.0),
-        randomized_payload_pool_size=pool_size,
-        payload_file=payload_file,
-        subscriptions_per_topic=subscriptions,
-        producers_per_topic=t.get("producersPerTopic", 1),
-        consumer_per_subscription=per_subscription,
-        producer_rate=t["producerRate"],
-        consumer_backlog_size_gb=t.get("consumerBacklogSizeGB", 0),
-        backlog_drain_ratio=t.get("backlogDrainRatio", 1.0),
-        rate_search_start=t.get("producerRateSearchStart", OMB_SEARCH_START_RATE),
-        subscription_type=subscription_type,
-        consumers_per_connection=t.get("consumersPerConnection", 100),
-        connect_concurrency=t.get("connectConcurrency", 500),
-        spawn_rate=t.get("spawnRate", 0),
-        warmup_seconds=_seconds(t, "warmup", default_minutes=1, where=where),
-        test_seconds=_seconds(t, "test", default_minutes=5, where=where),
-        drain_seconds=t.get("drainSeconds", 5),
-        connect_timeout_seconds=t.get("connectTimeoutSeconds", 300),
-        topic_persistence=t.get("topicPersistence", "persistent"),
-        stage_sample_fraction=t.get("stageSampleFraction", STAGE_SAMPLE_FRACTION),
-        workers=t.get("workers", 0),
-        topic_policies=t.get("topicPolicies", ()),
-        slow_consumers=t.get("slowConsumers"),
-        ack_holes=t.get("ackHoles"),
-        label=label,
-        slug=slug,
-    )
+    for name, minutes in MINUTES.items():
+        if minutes.name in t:
+            if name in given:
+                raise ConfigError(
+                    f"{where}keys {minutes.name!r} and {FIELD_KEYS[name].name!r} both set the "
+                    f"{name.removesuffix('_seconds')} duration (keep one)"
+                )
+            v[name] = t[minutes.name] * 60
+    v["payload_file"], v["message_size"] = _payload(given, base_dir, where)
+    return Workload(**v, label=label, slug=slug)
 
 
-def _layout(t: dict[str, Any], subscription_type: str, where: str) -> tuple[int, int]:
+def _layout(
+    t: dict[str, Any], given: dict[str, Any], v: dict[str, Any], where: str
+) -> tuple[int, int]:
     """(subscriptionsPerTopic, consumerPerSubscription), from consumersPerTopic when given."""
-    consumers = t.get("consumersPerTopic")
-    layout = t.get("subscriptionLayout")
+    consumers = t.get(CONSUMERS_PER_TOPIC.name)
+    layout = t.get(SUBSCRIPTION_LAYOUT.name)
     if consumers is None:
         if layout is not None:
             raise ConfigError(
-                f"{where}key 'subscriptionLayout' needs 'consumersPerTopic' (give both, or "
-                "give subscriptionsPerTopic and consumerPerSubscription instead)"
+                f"{where}key {SUBSCRIPTION_LAYOUT.name!r} needs {CONSUMERS_PER_TOPIC.name!r} "
+                "(give both, or give subscriptionsPerTopic and consumerPerSubscription instead)"
             )
-        return t.get("subscriptionsPerTopic", 1), t.get("consumerPerSubscription", 1)
-    if layout in (None, "auto"):
-        layout = "single" if subscription_type == "Broadcast" else "per-consumer"
+        return v["subscriptions_per_topic"], v["consumer_per_subscription"]
+    if layout in (None, LAYOUT_DEFAULT):
+        layout = "single" if v["subscription_type"] == "Broadcast" else "per-consumer"
     resolved = {
-        "subscriptionsPerTopic": 1 if layout == "single" else consumers,
-        "consumerPerSubscription": consumers if layout == "single" else 1,
+        "subscriptions_per_topic": 1 if layout == "single" else consumers,
+        "consumer_per_subscription": consumers if layout == "single" else 1,
     }
-    for key, value in resolved.items():
-        if key in t and t[key] != value:
+    for name, value in resolved.items():
+        if name in given and given[name] != value:
             raise ConfigError(
-                f"{where}key {key!r}: {t[key]} disagrees with consumersPerTopic {consumers} "
-                f"laid out {layout!r}, which gives {value} (drop one of the two keys)"
+                f"{where}key {FIELD_KEYS[name].name!r}: {given[name]} disagrees with "
+                f"{CONSUMERS_PER_TOPIC.name} {consumers} laid out {layout!r}, which gives "
+                f"{value} (drop one of the two keys)"
             )
-    return resolved["subscriptionsPerTopic"], resolved["consumerPerSubscription"]
+    return resolved["subscriptions_per_topic"], resolved["consumer_per_subscription"]
 
 
-def _seconds(t: dict[str, Any], phase: str, default_minutes: int, where: str) -> int:
-    minutes_key, seconds_key = f"{phase}DurationMinutes", f"{phase}DurationSeconds"
-    if minutes_key in t and seconds_key in t:
-        raise ConfigError(
-            f"{where}keys {minutes_key!r} and {seconds_key!r} both set the {phase} duration "
-            "(keep one)"
-        )
-    if seconds_key in t:
-        return t[seconds_key]
-    return t.get(minutes_key, default_minutes) * 60
-
-
-def _payload(
-    t: dict[str, Any], randomized: bool, base_dir: Path, where: str
-) -> tuple[Path | None, int]:
+def _payload(given: dict[str, Any], base_dir: Path, where: str) -> tuple[Path | None, int]:
     """(payload file, message size). OMB fails a run whose file size is not
     messageSize; here that fails at load time, and a missing file is tolerated when
     messageSize says how many bytes to make instead."""
-    size = t.get("messageSize")
-    if "payloadFile" not in t:
+    size = given.get("message_size")
+    payload_key, size_key = FIELD_KEYS["payload_file"].name, FIELD_KEYS["message_size"].name
+    if "payload_file" not in given:
         if size is None:
-            raise ConfigError(
-                f"{where}missing key 'messageSize' (give the message size in bytes, or a "
-                "payloadFile)"
-            )
+            raise _missing("message_size", where)
         return None, size
-    path = (base_dir / t["payloadFile"]).resolve()
+    path = (base_dir / given["payload_file"]).resolve()
     if not path.is_file():
         if size is None:
             raise ConfigError(
-                f"{where}key 'payloadFile': no such file {path} (fix the path, or give "
-                "messageSize to send generated bytes)"
+                f"{where}key {payload_key!r}: no such file {path} (fix the path, or give "
+                f"{size_key} to send generated bytes)"
             )
         return path, size
     actual = path.stat().st_size
     if size is None:
         return path, actual
-    if size != actual and not randomized:
+    if size != actual and not given.get("use_randomized_payloads", False):
         raise ConfigError(
-            f"{where}key 'messageSize': {size}, but payloadFile {path} holds {actual} bytes "
+            f"{where}key {size_key!r}: {size}, but {payload_key} {path} holds {actual} bytes "
             "(OMB requires them to match; fix one)"
         )
     return path, size
