@@ -19,9 +19,16 @@ from reports.changes import InputError, estimate
 from reports.charts import PALETTE, Chart, Curve, Series, SpectrumPanel, StageRow, TimePanel
 from reports.fits import series_headline
 from reports.metrics import LATENCY_LABELS, METRICS, Metric, metric_value, ratio
-from reports.results import ResultsError, RunSummary, SweepSummary, load_any, load_summary
+from reports.results import (
+    ResultsError,
+    RunSummary,
+    SweepSummary,
+    load_any,
+    load_summary,
+    repeat_keys,
+)
 from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide, holm
-from reports.sweeps import number, scaling_charts, scaling_rows, series_by_type
+from reports.sweeps import number, pool_repeats, scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
 from reports.testbeds import provenance
 from results_contract.metrics import E2E
@@ -174,10 +181,13 @@ def _compare_runs(runs: list[RunSummary], out: Path) -> Path:
 
 def _compare_sweeps(sweeps: list[SweepSummary], out: Path) -> Path:
     named = []
+    pooled = []
     kinds = []
     for i, sweep in enumerate(sweeps):
+        repeat_of = repeat_keys(sweep)
         for kind, cases in series_by_type(sweep.cases).items():
             named.append((f"{_letter(i)}: {kind}", cases, sweep.fits.get(kind)))
+            pooled.append(pool_repeats(cases, repeat_of))
             kinds.append(kind)
     # B's Broadcast against A's Broadcast: each series against A's series of the same name
     # (A's first when A has no such series).
@@ -186,9 +196,9 @@ def _compare_sweeps(sweeps: list[SweepSummary], out: Path) -> Path:
     # The headline is each series' largest measured case, never a fit's 100K value (issue 26).
     headlines = [
         (head, ratio(number(head.case, "connection_time_s"), number(ref, "connection_time_s")))
-        for j, (name, cases, fit) in enumerate(named)
-        if (head := series_headline(name, cases, fit))
-        for ref in [_case_at(named[reference[j]][1], head.case.get("consumers"))]
+        for j, (name, _, fit) in enumerate(named)
+        if (head := series_headline(name, pooled[j], fit))
+        for ref in [_case_at(pooled[reference[j]], head.case.get("consumers"))]
     ]
     return write_page(
         "compare_sweeps.html",
@@ -196,7 +206,7 @@ def _compare_sweeps(sweeps: list[SweepSummary], out: Path) -> Path:
         sweeps=sweeps,
         letters=[_letter(i) for i in range(len(sweeps))],
         names=[name for name, _, _ in named],
-        rows=scaling_rows([(name, cases) for name, cases, _ in named], reference),
+        rows=scaling_rows([(name, pooled[j]) for j, (name, _, _) in enumerate(named)], reference),
         reference=[named[r][0] for r in reference],
         provenance=[_sweep_provenance(s) for s in sweeps],
         headlines=headlines,

@@ -11,8 +11,6 @@ Counts that must not grow (losses, reordering, errors) are exact rules, as befor
 from __future__ import annotations
 
 import difflib
-import json
-import re
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -38,10 +36,9 @@ from reports.changes import (
 )
 from reports.formatting import sig
 from reports.metrics import METRICS, Direction
-from reports.results import ResultsError, RunSummary, SweepSummary, load_any, load_summary
+from reports.results import RunSummary, case_keys, load_any, load_summary
 from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide, holm
 from reports.testbeds import provenance
-from results_contract.paths import SWEEP_FILE
 
 
 class GateError(ValueError):
@@ -153,29 +150,6 @@ class Side:
     @property
     def runs(self) -> list[RunSummary]:
         return [r for runs in self.cases.values() for r in runs]
-
-
-_ORDINAL = re.compile(r"^\d+-")
-_REPEAT = re.compile(r"-r\d+$")
-
-
-def case_keys(sweep: SweepSummary) -> list[tuple[str, Path]]:
-    """(case identity, folder) for every case of a sweep or a set of repeats.
-
-    sweep.json's `case_keys` (written by `bench run`) names each folder's case; without it the
-    folder name less its ordinal and repeat suffix (`03-subscriptionType-Shared-r2`)."""
-    path = sweep.sweep_dir / SWEEP_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"{path}: not readable ({exc})") from None
-    folders = data.get("cases") if isinstance(data, dict) else data
-    if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
-        raise ResultsError(f"{path}: 'cases' must be a list of folder names")
-    keys = data.get("case_keys") if isinstance(data, dict) else None
-    if not isinstance(keys, list) or len(keys) != len(folders):
-        keys = [_REPEAT.sub("", _ORDINAL.sub("", f)) for f in folders]
-    return [(str(k), sweep.sweep_dir / f) for k, f in zip(keys, folders, strict=True)]
 
 
 def load_side(paths: Sequence[Path]) -> Side:

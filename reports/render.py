@@ -21,8 +21,8 @@ from reports.charts import (
 )
 from reports.fits import LEVEL, REACH, fit_band, series_headline
 from reports.metrics import LATENCY_LABELS
-from reports.results import RunSummary, SweepSummary, load_summary, load_sweep
-from reports.sweeps import scaling_charts, scaling_rows, series_by_type
+from reports.results import RunSummary, SweepSummary, load_summary, load_sweep, repeat_keys
+from reports.sweeps import pool_repeats, scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
 from results_contract.client_bound import CPU_LIMIT_PERCENT, LOOP_LAG_LIMIT_MS
 from results_contract.harness_cost import HARNESS_COST
@@ -303,18 +303,20 @@ def render_sweep(sweep_summary_path: Path) -> Path:
     sweep = load_sweep(Path(sweep_summary_path))
     grouped = series_by_type(sweep.cases)
     named = [(kind, cases, sweep.fits.get(kind)) for kind, cases in grouped.items()]
+    repeat_of = repeat_keys(sweep)
+    pooled = {kind: pool_repeats(cases, repeat_of) for kind, cases in grouped.items()}
     return write_page(
         "sweep.html",
         sweep.sweep_dir / REPORT_FILE,
         sweep=sweep,
         case_links=_case_links(sweep),
         charts=scaling_charts(named),
-        headlines=[h for kind, cases, fit in named if (h := series_headline(kind, cases, fit))],
+        headlines=[h for kind, _, fit in named if (h := series_headline(kind, pooled[kind], fit))],
         fit_rows=[(kind, fit, fit_band(fit)) for kind, fit in sweep.fits.items()],
         extrapolate_to=EXTRAPOLATE_TO,
         level=LEVEL,
         reach=REACH,
-        side_by_side=scaling_rows(list(grouped.items())) if len(grouped) > 1 else [],
+        side_by_side=scaling_rows(list(pooled.items())) if len(grouped) > 1 else [],
         types=list(grouped),
         bound=[
             str(c.get("label") or c.get("run_id")) for c in sweep.cases if c.get("client_bound")

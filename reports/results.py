@@ -7,12 +7,13 @@ folder belongs to the harness and the analysis, and may change shape under us.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from results_contract.paths import SUMMARY_FILE, SWEEP_SUMMARY_FILE
+from results_contract.paths import SUMMARY_FILE, SWEEP_FILE, SWEEP_SUMMARY_FILE
 from results_contract.schemas import SUMMARY_SCHEMA, SWEEP_SCHEMA
 
 
@@ -146,3 +147,40 @@ def load_any(path: Path) -> RunSummary | SweepSummary:
     if path.name == SWEEP_SUMMARY_FILE:
         return load_sweep(path)
     return load_summary(path)
+
+
+_ORDINAL = re.compile(r"^\d+-")
+_REPEAT = re.compile(r"-r\d+$")
+
+
+def _case_of_folder(name: str) -> str:
+    return _REPEAT.sub("", _ORDINAL.sub("", name))
+
+
+def case_keys(sweep: SweepSummary) -> list[tuple[str, Path]]:
+    """(case identity, folder) for every case of a sweep or a set of repeats.
+
+    sweep.json's `case_keys` (written by `bench run`) names each folder's case; without it the
+    folder name less its ordinal and repeat suffix (`03-subscriptionType-Shared-r2`)."""
+    path = sweep.sweep_dir / SWEEP_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{path}: not readable ({exc})") from None
+    folders = data.get("cases") if isinstance(data, dict) else data
+    if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+        raise ResultsError(f"{path}: 'cases' must be a list of folder names")
+    keys = data.get("case_keys") if isinstance(data, dict) else None
+    if not isinstance(keys, list) or len(keys) != len(folders):
+        keys = [_case_of_folder(f) for f in folders]
+    return [(str(k), sweep.sweep_dir / f) for k, f in zip(keys, folders, strict=True)]
+
+
+def repeat_keys(sweep: SweepSummary) -> dict[str, str]:
+    """Each case's run id → the case it repeats, so repeats can be pooled by what they ran.
+    Without sweep.json (a sweep-summary.json copied alone), the folder names say it."""
+    dirs = sweep.case_dirs()
+    if not (sweep.sweep_dir / SWEEP_FILE).exists():
+        return {run_id: _case_of_folder(f.name) for run_id, f in dirs.items()}
+    folders = {folder: key for key, folder in case_keys(sweep)}
+    return {run_id: folders[f] for run_id, f in dirs.items() if f in folders}

@@ -6,6 +6,7 @@ Both the sweep report and the sweep comparison draw the same figures and tables 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,42 @@ def series_by_type(cases: list[Mapping[str, Any]]) -> dict[str, list[Mapping[str
         key = case.get("series") or case.get("subscription_type", "?")
         grouped.setdefault(str(key), []).append(case)
     return grouped
+
+
+# Counts every repeat adds to (a loss in any repeat is a loss); other numbers are medians.
+_SUMMED = ("deliveries_lost", "out_of_order", "consumers_short", "consumers_over")
+
+
+def pool_repeats(
+    cases: Sequence[Mapping[str, Any]], repeat_of: Mapping[str, str]
+) -> list[Mapping[str, Any]]:
+    """Repeats of one case as one row (`bench run --repeat`): each measured number the median
+    over the repeats, counts of losses summed, client-bound when any repeat was, `repeats`
+    saying how many. Tables and headlines line cases up by consumer count and would otherwise
+    show one repeat (the last); the charts keep every repeat's point, which is the spread.
+    `repeat_of` maps run ids to the case they repeat (reports.results.repeat_keys)."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for case in cases:
+        run_id = str(case.get("run_id"))
+        key = (
+            str(case.get("series") or case.get("subscription_type")),
+            repeat_of.get(run_id, run_id),
+        )
+        groups.setdefault(key, []).append(case)
+    return [group[0] if len(group) == 1 else _pooled(group) for group in groups.values()]
+
+
+def _pooled(group: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    row = dict(group[0])
+    for key in row:
+        values = [v for c in group if (v := number(c, key)) is not None]
+        if not values or key == "consumers":
+            continue
+        row[key] = sum(values) if key in _SUMMED else statistics.median(values)
+    row["client_bound"] = any(c.get("client_bound") for c in group)
+    row["repeats"] = len(group)
+    row["run_ids"] = [c.get("run_id") for c in group]
+    return row
 
 
 def _points(cases: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float, float]]:

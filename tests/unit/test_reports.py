@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,8 +12,8 @@ from reports.cli import compare_main, report_main
 from reports.compare import COMPARE_RUN_CHARTS, COMPARE_SWEEP_CHARTS, render_comparison, run_rows
 from reports.metrics import ratio
 from reports.render import RUN_CHARTS, SWEEP_CHARTS, render_run, render_sweep
-from reports.results import ResultsError, load_summary, load_sweep
-from reports.sweeps import scaling_rows
+from reports.results import ResultsError, load_summary, load_sweep, repeat_keys
+from reports.sweeps import pool_repeats, scaling_rows
 from tests.samples import sample_summary, sample_sweep, write_run, write_sweep
 
 
@@ -283,6 +284,53 @@ def test_sweep_comparison_lines_cases_up_by_consumers(tmp_path: Path) -> None:
     html = render_comparison(paths, tmp_path / "cmp.html").read_text()
     assert drawn(html) == set(COMPARE_SWEEP_CHARTS)
     assert "×0.156" in html
+
+
+def _repeated_sweep(folder: Path, p99s: tuple[float, ...]) -> Path:
+    """Shared and Broadcast at 2,000 consumers, each case run len(p99s) times (bench run
+    --repeat): folders NN-case-rK and sweep.json's case_keys, as bench run writes them."""
+    base = sample_sweep(types=("Shared", "Broadcast"))
+    cases: list[dict] = []
+    folders: list[str] = []
+    keys: list[str] = []
+    for kind in ("Shared", "Broadcast"):
+        (case,) = [c for c in base["cases"] if c["label"] == f"{kind} 2000"]
+        for r, p99 in enumerate(p99s, 1):
+            run_id = f"{len(folders):02d}-subscriptionType-{kind}-r{r}"
+            lost = 5 if r == 1 else 0
+            cases.append(
+                case | {"run_id": run_id, "e2e_p99_ms": p99, "e2e_kernel_p99_ms": p99 * 0.9,
+                        "connection_time_s": p99 / 100, "deliveries_lost": lost,
+                        "client_bound": r == 2}
+            )  # fmt: skip
+            folders.append(run_id)
+            keys.append(f"subscriptionType-{kind}")
+    path = write_sweep(folder, base | {"cases": cases})
+    (folder / "sweep.json").write_text(json.dumps({"cases": folders, "case_keys": keys}))
+    return path
+
+
+def test_repeats_of_a_case_are_pooled_by_median_in_tables_and_kept_in_charts(tmp_path) -> None:
+    p99s = (10.0, 14.0, 30.0)  # median 14; the last repeat (30) is what a table showed before
+    sweep = load_sweep(_repeated_sweep(tmp_path / "s", p99s))
+    (pooled,) = [
+        c for c in pool_repeats(sweep.cases, repeat_keys(sweep)) if "Shared" in c["run_id"]
+    ]
+    assert pooled["repeats"] == 3
+    assert pooled["e2e_p99_ms"] == 14.0 and pooled["connection_time_s"] == 0.14
+    assert pooled["deliveries_lost"] == 5  # a loss in any repeat is a loss
+    assert pooled["client_bound"] is True
+    html = render_sweep(sweep.sweep_dir / "sweep-summary.json").read_text()
+    side = html[html.index("<h2>Side by side</h2>") :]
+    assert side.count('data-repeats="3"') == 2  # one row: Shared and Broadcast, 3 repeats each
+    assert "12.6" in side and "27.0" not in side  # kernel P99 median 14 × 0.9, not the last
+    # The charts keep every repeat: six points, three per series.
+    chart = figures(html)["e2e-p99-vs-consumers"]
+    assert chart.count("2,000 consumers") == 6
+    # A comparison of the same sweep twice pools both sides the same way: ratios of 1.
+    other = _repeated_sweep(tmp_path / "t", p99s)
+    compared = render_comparison([sweep.sweep_dir, other.parent], tmp_path / "c.html").read_text()
+    assert compared.count('data-repeats="3"') == 4 and "×1.00" in compared
 
 
 def test_runs_and_sweeps_do_not_mix(tmp_path: Path) -> None:
