@@ -29,6 +29,7 @@ from results_contract.client_bound import (
     NO_KERNEL_TIMES,
 )
 from results_contract.columns import BURST_COLUMNS
+from results_contract.summary import ClientBound
 from spark_analysis.inputs import parsers, read_csv, second_index
 
 BURST_PARSERS = parsers(BURST_COLUMNS, "ts", "window_ms", "cpu_ms", "wait_ms")
@@ -175,18 +176,18 @@ def judge(
                 )
     busiest = max(bursts, key=lambda b: b.cpu, default=None)
     return {
-        "flag": bool(reasons),
-        "reasons": reasons,
-        "rules_broken": list(dict.fromkeys(broken)),
-        "max_cpu": max((load.max_cpu for load in loads), default=None),
-        "max_loop_lag_ms": max((load.max_loop_lag_ms for load in loads), default=None),
-        "burst_cpu": None if busiest is None else busiest.cpu,
-        "burst_ms": None if busiest is None else busiest.window_ms,
-        "burst_wait": None if busiest is None else busiest.wait,
-        "kernel_times": tail.kernel_times,
-        "note": None if tail.kernel_times else NO_KERNEL_TIMES,
-        "client_delay_p99_ms": delay,
-        "client_delay_share": _share(delay, e2e),
-        "distortion_ms": distortion,
-        "distortion_share": distortion_share,
+        ClientBound.FLAG: bool(reasons),
+        ClientBound.REASONS: reasons,
+        ClientBound.RULES_BROKEN: list(dict.fromkeys(broken)),
+        ClientBound.MAX_CPU: max((load.max_cpu for load in loads), default=None),
+        ClientBound.MAX_LOOP_LAG_MS: max((load.max_loop_lag_ms for load in loads), default=None),
+        ClientBound.BURST_CPU: None if busiest is None else busiest.cpu,
+        ClientBound.BURST_MS: None if busiest is None else busiest.window_ms,
+        ClientBound.BURST_WAIT: None if busiest is None else busiest.wait,
+        ClientBound.KERNEL_TIMES: tail.kernel_times,
+        ClientBound.NOTE: None if tail.kernel_times else NO_KERNEL_TIMES,
+        ClientBound.CLIENT_DELAY_P99_MS: delay,
+        ClientBound.CLIENT_DELAY_SHARE: _share(delay, e2e),
+        ClientBound.DISTORTION_MS: distortion,
+        ClientBound.DISTORTION_SHARE: distortion_share,
     }

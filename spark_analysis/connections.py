@@ -16,11 +16,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from results_contract.columns import CONNECTION_COLUMNS
+from results_contract.summary import PER_CONSUMER_QUANTILES, Connection, Distribution, PerConsumer
 from spark_analysis.inputs import parsers, read_csv, row_error
 from spark_analysis.session import one_row
 
 COLUMNS = parsers(CONNECTION_COLUMNS, "consumer", "start_us", "end_us", "ok", "error")
-PER_CONSUMER_PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 MAX_BINS = 50
 NO_ERROR_TEXT = "(no error text)"
 
@@ -74,39 +74,41 @@ def analyze_connections(spark: SparkSession, rows: list[ConnectionRow]) -> dict[
             F.min(duration_us).alias("min"),
             F.max(duration_us).alias("max"),
             F.avg(duration_us).alias("mean"),
-            F.percentile(duration_us, list(PER_CONSUMER_PERCENTILES.values())).alias("p"),
+            F.percentile(duration_us, list(PER_CONSUMER_QUANTILES.values())).alias("p"),
         )
     )
     width_us = bin_width_us(totals["max"] or 0)
     # One pass groups both: failures by error (their bin is null), successes by bin.
     groups = frame.groupBy("error", F.floor(duration_us / width_us).alias("bin")).count().collect()
     result: dict[str, Any] = {
-        "consumers": totals.consumers,
-        "ok": totals.ok,
-        "failed": totals.consumers - totals.ok,
-        "errors": dict(sorted((g.error, g["count"]) for g in groups if g.error is not None)),
-        "total_s": None,
-        "first_start_us": totals.first_start_us,
-        "last_end_us": totals.last_end_us,
-        "per_consumer": None,
-        "distribution": None,
+        Connection.CONSUMERS: totals.consumers,
+        Connection.OK: totals.ok,
+        Connection.FAILED: totals.consumers - totals.ok,
+        Connection.ERRORS: dict(
+            sorted((g.error, g["count"]) for g in groups if g.error is not None)
+        ),
+        Connection.TOTAL_S: None,
+        Connection.FIRST_START_US: totals.first_start_us,
+        Connection.LAST_END_US: totals.last_end_us,
+        Connection.PER_CONSUMER: None,
+        Connection.DISTRIBUTION: None,
     }
     if totals.ok == 0:
         return result
-    result["total_s"] = (totals.last_end_us - totals.first_start_us) / 1e6
-    percentiles = zip(PER_CONSUMER_PERCENTILES, totals.p, strict=True)
-    result["per_consumer"] = {
-        "min": totals["min"] / 1e6,
+    result[Connection.TOTAL_S] = (totals.last_end_us - totals.first_start_us) / 1e6
+    percentiles = zip(PER_CONSUMER_QUANTILES, totals.p, strict=True)
+    result[Connection.PER_CONSUMER] = {
+        PerConsumer.MIN: totals["min"] / 1e6,
         **{name: value / 1e6 for name, value in percentiles},
-        "max": totals["max"] / 1e6,
-        "mean": totals.mean / 1e6,
+        PerConsumer.MAX: totals["max"] / 1e6,
+        PerConsumer.MEAN: totals.mean / 1e6,
     }
     counts = {g.bin: g["count"] for g in groups if g.error is None}
     bins = range(totals["max"] // width_us + 1)
-    result["distribution"] = {
-        "bin_width_s": width_us / 1e6,
-        "bins_start_s": [b * width_us / 1e6 for b in bins],
-        "counts": [counts.get(b, 0) for b in bins],
+    result[Connection.DISTRIBUTION] = {
+        Distribution.BIN_WIDTH_S: width_us / 1e6,
+        Distribution.BINS_START_S: [b * width_us / 1e6 for b in bins],
+        Distribution.COUNTS: [counts.get(b, 0) for b in bins],
     }
     return result
 

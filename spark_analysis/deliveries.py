@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from results_contract.columns import DELIVERY_COLUMNS
+from results_contract.summary import Deliveries
 from spark_analysis.inputs import Manifest, parsers, read_csv, row_error
 
 COLUMNS = parsers(DELIVERY_COLUMNS, "consumer", "received", "out_of_order")
@@ -74,11 +75,11 @@ def analyze_deliveries(
         F.count(F.when(F.col("received") > (expected or 0), 1)).alias("over"),
     ).collect()[0]
     return {
-        "consumers_counted": row.consumers,
-        "per_consumer_expected": expected,
-        "min_received": row.min,
-        "max_received": row.max,
-        "consumers_short": row.short if expected is not None else None,
-        "consumers_over": row.over if expected is not None else None,
-        "out_of_order": (row.out_of_order or 0) if order_is_defined(manifest) else None,
+        Deliveries.CONSUMERS_COUNTED: row.consumers,
+        Deliveries.PER_CONSUMER_EXPECTED: expected,
+        Deliveries.MIN_RECEIVED: row.min,
+        Deliveries.MAX_RECEIVED: row.max,
+        Deliveries.CONSUMERS_SHORT: row.short if expected is not None else None,
+        Deliveries.CONSUMERS_OVER: row.over if expected is not None else None,
+        Deliveries.OUT_OF_ORDER: (row.out_of_order or 0) if order_is_defined(manifest) else None,
     }

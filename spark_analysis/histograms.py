@@ -29,11 +29,12 @@ from results_contract.hlog import (
 )
 from results_contract.intervals import INTERVAL_METRICS, INTERVAL_S
 from results_contract.metrics import E2E, METRICS, PUBLISH, PUBLISH_DELAY, stage_metric
+from results_contract.summary import STAT_PERCENTILES, Stat
 from spark_analysis.errors import AnalysisError
 from spark_analysis.inputs import second_index
 
-# Summary keys and the percentiles behind them.
-PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p99_9": 99.9, "p99_99": 99.99}
+# Summary keys (plain strings: they travel to Spark's executors) and the percentiles behind them.
+PERCENTILES = {str(key): p for key, p in STAT_PERCENTILES.items()}
 # The metrics with a series: e2e P99 per second (summary), and OMB's three every window.
 SECOND_METRIC = E2E
 WINDOW_METRICS = (PUBLISH, PUBLISH_DELAY, E2E)
@@ -57,11 +58,11 @@ class LatencyStats:
     def to_ms(self) -> dict[str, float | int]:
         ms = {name: value / 1000.0 for name, value in self.percentiles_us.items()}
         return {
-            "count": self.count,
-            "min": self.min_us / 1000.0,
-            "mean": self.mean_us / 1000.0,
+            Stat.COUNT: self.count,
+            Stat.MIN: self.min_us / 1000.0,
+            Stat.MEAN: self.mean_us / 1000.0,
             **ms,
-            "max": self.max_us / 1000.0,
+            Stat.MAX: self.max_us / 1000.0,
         }
 
 
@@ -258,7 +259,7 @@ def _digest(entry: tuple[Key, _Partial]) -> tuple[Key, Any]:
                 omb_quantiles(hist),
             )
         case "second":
-            return key, hist.get_value_at_percentile(PERCENTILES["p99"])
+            return key, hist.get_value_at_percentile(STAT_PERCENTILES[Stat.P99])
         case _:
             return key, latency_stats(hist)
 

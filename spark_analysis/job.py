@@ -26,6 +26,7 @@ from results_contract.paths import (
     TIMELINE_FILE,
     worker_dir,
 )
+from results_contract.summary import Stat
 from spark_analysis import omb
 from spark_analysis.client_bound import TailLatency, judge, read_bursts
 from spark_analysis.connections import analyze_connections, read_connections
@@ -119,7 +120,7 @@ def analyze_run(
             session,
             stage_rows,
             manifest.stage_sample_fraction,
-            e2e.stats.percentiles_us["p99"] if e2e else None,
+            e2e.stats.percentiles_us[Stat.P99] if e2e else None,
         )
     missing = hlogs.missing + timelines.missing + connection_files.missing + stage_files.missing
     if delivery_files:
@@ -172,7 +173,7 @@ def _broker_cost(
 
 def _p99_ms(merged: MergedHistograms, metric: str) -> float | None:
     total = merged.totals.get(metric)
-    return total.stats.percentiles_us["p99"] / 1000.0 if total else None
+    return total.stats.percentiles_us[Stat.P99] / 1000.0 if total else None
 
 
 def analyze_sweep(

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from results_contract.metrics import E2E, PUBLISH, PUBLISH_DELAY
+from results_contract.summary import Series, Stat
 from spark_analysis.histograms import LatencyStats, TotalDigest
 from spark_analysis.inputs import Manifest, require
 
@@ -21,14 +22,14 @@ WINDOW_S = 10
 
 # TestResult's suffixes, and the LatencyStats value behind each.
 _SUFFIXES = {
-    "Avg": "mean",
-    "50pct": "p50",
-    "75pct": "p75",
-    "95pct": "p95",
-    "99pct": "p99",
-    "999pct": "p99_9",
-    "9999pct": "p99_99",
-    "Max": "max",
+    "Avg": Stat.MEAN,
+    "50pct": Stat.P50,
+    "75pct": Stat.P75,
+    "95pct": Stat.P95,
+    "99pct": Stat.P99,
+    "999pct": Stat.P99_9,
+    "9999pct": Stat.P99_99,
+    "Max": Stat.MAX,
 }
 # Converts a µs value for the field with that suffix ("" for quantile values).
 Unit = Callable[[float, str], float | int]
@@ -52,10 +53,10 @@ def omb_result(
         "partitions": require(workload, "partitionsPerTopic", int, where),
         "producersPerTopic": require(workload, "producersPerTopic", int, where),
         "consumersPerTopic": require(workload, "consumerPerSubscription", int, where),
-        "publishRate": _window_rates(series["publish_rate"]),
-        "publishErrorRate": _window_rates(series["error_rate"]),
-        "consumeRate": _window_rates(series["consume_rate"]),
-        "backlog": [chunk[-1] for chunk in _chunks(series["backlog"])],
+        "publishRate": _window_rates(series[Series.PUBLISH_RATE]),
+        "publishErrorRate": _window_rates(series[Series.ERROR_RATE]),
+        "consumeRate": _window_rates(series[Series.CONSUME_RATE]),
+        "backlog": [chunk[-1] for chunk in _chunks(series[Series.BACKLOG])],
     }
     publish = totals.get(PUBLISH)
     delay = totals.get(PUBLISH_DELAY)
@@ -91,9 +92,9 @@ def _us(value_us: float, suffix: str) -> float | int:
 
 def _value(stats: LatencyStats, attribute: str) -> float:
     match attribute:
-        case "mean":
+        case Stat.MEAN:
             return stats.mean_us
-        case "max":
+        case Stat.MAX:
             return stats.max_us
         case _:
             return stats.percentiles_us.get(attribute, 0)

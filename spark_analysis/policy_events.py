@@ -14,6 +14,7 @@ from typing import Any
 
 from results_contract.paths import BROKER_STATS_PATTERN, broker_dir
 from results_contract.policy_events import POLICY_COUNTERS
+from results_contract.summary import Policies
 from spark_analysis.inputs import load_json, require
 
 Snapshot = tuple[float, dict[str, int]]  # (ts, counter → total over topics)
@@ -62,4 +63,4 @@ def policy_events(
                 rate = round((counts[name] - previous[1][name]) / dt, 3)
             per_s[name].append(rate)
         previous = (ts, counts)
-    return {"totals": totals, "t_s": t_s, "per_s": per_s}
+    return {Policies.TOTALS: totals, Policies.T_S: t_s, Policies.PER_S: per_s}

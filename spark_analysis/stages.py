@@ -30,6 +30,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from results_contract.columns import STAGE_COLUMNS, STAGE_COUNT_COLUMN, stage_column
 from results_contract.hlog import new_histogram
 from results_contract.metrics import BROKER_STAGES, STAGES
+from results_contract.summary import Stages, Tail
 from spark_analysis.inputs import optional_integer, parsers, read_csv, row_error
 from spark_analysis.session import one_row
 
@@ -87,11 +88,11 @@ def analyze_stages(
     """The summary's `stages` object; the tail is the deliveries at or above `e2e_p99_us`."""
     broker_timestamps = bool(rows) and all(row[_MIDDLE_POSITIONS[0]] is not None for row in rows)
     result: dict[str, Any] = {
-        "sample_fraction": sample_fraction,
-        "samples": sum(row[_COUNT] for row in rows),
-        "broker_timestamps": broker_timestamps,
-        "p99_ms": dict.fromkeys(STAGES),
-        "tail": None,
+        Stages.SAMPLE_FRACTION: sample_fraction,
+        Stages.SAMPLES: sum(row[_COUNT] for row in rows),
+        Stages.BROKER_TIMESTAMPS: broker_timestamps,
+        Stages.P99_MS: dict.fromkeys(STAGES),
+        Stages.TAIL: None,
     }
     if not rows:
         return result
@@ -127,16 +128,16 @@ def analyze_stages(
             ],
         )
     )
-    result["p99_ms"].update({stage: found[f"p99_{stage}"] / 1000.0 for stage in present})
+    result[Stages.P99_MS].update({stage: found[f"p99_{stage}"] / 1000.0 for stage in present})
     if e2e_p99_us is None:
         return result
     total = sum(found[f"tail_{stage}"] or 0 for stage in present)
     share = dict.fromkeys(STAGES)
     if total:
         share.update({stage: found[f"tail_{stage}"] / total for stage in present})
-    result["tail"] = {
-        "threshold_ms": e2e_p99_us / 1000.0,
-        "count": found.tail_count or 0,
-        "share": share,
+    result[Stages.TAIL] = {
+        Tail.THRESHOLD_MS: e2e_p99_us / 1000.0,
+        Tail.COUNT: found.tail_count or 0,
+        Tail.SHARE: share,
     }
     return result

@@ -1,15 +1,24 @@
-"""Assembling summary.json (docs/results.md) from the parts each module computed."""
+"""Assembling summary.json (docs/results.md) from the parts each module computed, under the
+keys of results_contract/summary.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from results_contract.harness_cost import HARNESS_COST
 from results_contract.metrics import E2E, E2E_KERNEL, METRICS
-from results_contract.policy_events import POLICIES
 from results_contract.schemas import SUMMARY_SCHEMA, SUMMARY_UNITS
-from spark_analysis.histograms import MergedHistograms
+from results_contract.summary import (
+    ClientBound,
+    Connection,
+    Copied,
+    Environment,
+    Headline,
+    Series,
+    Stat,
+    Top,
+)
+from spark_analysis.histograms import MergedHistograms, TotalDigest
 from spark_analysis.inputs import Manifest
 from spark_analysis.timeline import Timeline
 
@@ -32,72 +41,84 @@ def build_summary(
     kernel = merged.totals.get(E2E_KERNEL)
     expected = timeline.messages_sent * manifest.expected_deliveries_per_message
     present = [metric for metric in METRICS if metric in merged.totals]
-    series = {
-        **{k: timeline.series[k] for k in ("t_s", "publish_rate", "consume_rate", "backlog")},
-        "e2e_p99_ms": [None if v is None else v / 1000.0 for v in merged.e2e_p99_us],
+    series: dict[str, Any] = {
         **{
             k: timeline.series[k]
-            for k in ("error_rate", "client_cpu", "client_rss_mib", "loop_lag_ms")
+            for k in (Series.T_S, Series.PUBLISH_RATE, Series.CONSUME_RATE, Series.BACKLOG)
+        },
+        Series.E2E_P99_MS: [None if v is None else v / 1000.0 for v in merged.e2e_p99_us],
+        **{
+            k: timeline.series[k]
+            for k in (
+                Series.ERROR_RATE,
+                Series.CLIENT_CPU,
+                Series.CLIENT_RSS_MIB,
+                Series.LOOP_LAG_MS,
+            )
         },
         **broker,
     }
     return {
-        "schema": SUMMARY_SCHEMA,
-        "run_id": manifest.run_id,
-        "partial": manifest.partial,
-        "partial_reasons": manifest.partial_reasons + [f"{path}: missing" for path in missing],
-        "units": dict(SUMMARY_UNITS),
-        "workload": manifest.workload,
-        "driver": manifest.driver,
-        "environment": {
-            "hosts": manifest.hosts,
-            "clocks": manifest.clocks,
-            "broker_clock": manifest.broker_clock,
-            "versions": manifest.versions,
-            "git_revision": manifest.git_revision,
-            "workers": manifest.workers,
+        Top.SCHEMA: SUMMARY_SCHEMA,
+        Top.RUN_ID: manifest.run_id,
+        Top.PARTIAL: manifest.partial,
+        Top.PARTIAL_REASONS: manifest.partial_reasons + [f"{path}: missing" for path in missing],
+        Top.UNITS: dict(SUMMARY_UNITS),
+        Top.WORKLOAD: manifest.workload,
+        Top.DRIVER: manifest.driver,
+        Top.ENVIRONMENT: {
+            Environment.HOSTS: manifest.hosts,
+            Environment.CLOCKS: manifest.clocks,
+            Environment.BROKER_CLOCK: manifest.broker_clock,
+            Environment.VERSIONS: manifest.versions,
+            Environment.GIT_REVISION: manifest.git_revision,
+            Environment.WORKERS: manifest.workers,
         },
-        "headline": {
-            "consumers": manifest.consumers,
-            "subscription_type": manifest.subscription_type,
-            "subscriptions": manifest.subscriptions,
-            "connection_time_s": connection["total_s"],
-            "e2e_p99_ms": e2e.stats.percentiles_us["p99"] / 1000.0 if e2e else None,
-            "e2e_kernel_p99_ms": kernel.stats.percentiles_us["p99"] / 1000.0 if kernel else None,
-            "messages_sent": timeline.messages_sent,
-            "deliveries_expected": expected,
-            "deliveries_received": timeline.deliveries_received,
-            "deliveries_lost": max(0, expected - timeline.deliveries_received),
-            "client_errors": timeline.client_errors,
-            "client_bound": client_bound["flag"],
+        Top.HEADLINE: {
+            Headline.CONSUMERS: manifest.consumers,
+            Headline.SUBSCRIPTION_TYPE: manifest.subscription_type,
+            Headline.SUBSCRIPTIONS: manifest.subscriptions,
+            Headline.CONNECTION_TIME_S: connection[Connection.TOTAL_S],
+            Headline.E2E_P99_MS: _p99_ms(e2e),
+            Headline.E2E_KERNEL_P99_MS: _p99_ms(kernel),
+            Headline.MESSAGES_SENT: timeline.messages_sent,
+            Headline.DELIVERIES_EXPECTED: expected,
+            Headline.DELIVERIES_RECEIVED: timeline.deliveries_received,
+            Headline.DELIVERIES_LOST: max(0, expected - timeline.deliveries_received),
+            Headline.CLIENT_ERRORS: timeline.client_errors,
+            Headline.CLIENT_BOUND: client_bound[ClientBound.FLAG],
         },
-        "latency": {metric: merged.totals[metric].stats.to_ms() for metric in present},
-        "spectrum": {
+        Top.LATENCY: {metric: merged.totals[metric].stats.to_ms() for metric in present},
+        Top.SPECTRUM: {
             metric: [[level, value / 1000.0] for level, value in merged.totals[metric].spectrum]
             for metric in present
         },
-        "series": series,
-        "connection": connection,
-        "deliveries": deliveries,
-        "stages": stages,
-        "client_bound": client_bound,
-        HARNESS_COST: cost,
-        POLICIES: policies,
-        "broker": manifest.broker,
-        "omb": omb_section(manifest, timeline),
+        Top.SERIES: series,
+        Top.CONNECTION: connection,
+        Top.DELIVERIES: deliveries,
+        Top.STAGES: stages,
+        Top.CLIENT_BOUND: client_bound,
+        Top.HARNESS_COST: cost,
+        Top.POLICIES: policies,
+        Top.BROKER: manifest.broker,
+        Top.OMB: omb_section(manifest, timeline),
     }
+
+
+def _p99_ms(total: TotalDigest | None) -> float | None:
+    return total.stats.percentiles_us[Stat.P99] / 1000.0 if total else None
 
 
 def omb_section(manifest: Manifest, timeline: Timeline) -> dict[str, Any]:
     """OMB's loops as the manifest recorded them, with the rate the producers sustained over
     the measure phase (acknowledged sends per second) beside the rate search's last rate."""
     out = dict(manifest.omb)
-    search = out.get("rate_search")
+    search = out.get(Copied.RATE_SEARCH)
     if isinstance(search, dict):
-        rates = [v for v in timeline.series.get("publish_rate") or [] if v is not None]
+        rates = [v for v in timeline.series.get(Series.PUBLISH_RATE) or [] if v is not None]
         seconds = manifest.measure_seconds
-        out["rate_search"] = {
+        out[Copied.RATE_SEARCH] = {
             **search,
-            "measured_rate": round(sum(rates) / seconds, 3) if seconds else None,
+            Copied.MEASURED_RATE: round(sum(rates) / seconds, 3) if seconds else None,
         }
     return out

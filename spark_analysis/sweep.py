@@ -15,14 +15,19 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from results_contract.harness_cost import (
-    BROKER_CPU_US_PER_DELIVERY,
-    CLIENT_CPU_US_PER_DELIVERY,
-    HARNESS_COST,
-)
+from results_contract.harness_cost import BROKER_CPU_US_PER_DELIVERY, CLIENT_CPU_US_PER_DELIVERY
 from results_contract.metrics import CLIENT_DELAY, E2E, E2E_KERNEL
 from results_contract.paths import SWEEP_FILE
-from results_contract.schemas import SUMMARY_SCHEMA, SWEEP_SCHEMA
+from results_contract.schemas import SWEEP_SCHEMA
+from results_contract.summary import (
+    Copied,
+    Deliveries,
+    Headline,
+    Stat,
+    SummaryError,
+    Top,
+    check,
+)
 from spark_analysis.errors import AnalysisError
 from spark_analysis.inputs import load_json, require, require_str_list
 
@@ -50,49 +55,47 @@ def load_sweep(sweep_dir: Path) -> tuple[str, list[str]]:
 
 def case_row(path: Path, summary: Any) -> dict[str, Any]:
     """One case's row, from its summary.json (already on disk, maybe from an earlier run)."""
-    schema = require(summary, "schema", str, path)
-    if schema != SUMMARY_SCHEMA:
-        raise AnalysisError(
-            f"{path}: schema {schema!r} is not {SUMMARY_SCHEMA!r} (delete it to re-analyze)"
-        )
-    headline = require(summary, "headline", dict, path)
-    where = f"{path}: headline"
-    latency = require(summary, "latency", dict, path)
+    try:
+        check(summary, path)
+    except SummaryError as exc:
+        raise AnalysisError(f"{exc} (delete it to re-analyze)") from None
+    headline = require(summary, Top.HEADLINE, dict, path)
+    where = f"{path}: {Top.HEADLINE}"
+    latency = require(summary, Top.LATENCY, dict, path)
     e2e = latency.get(E2E) or {}
-    subscription_type = require(headline, "subscription_type", str, where)
-    consumers = require(headline, "consumers", int, where)
-    deliveries = summary.get("deliveries") or {}
-    cost = summary.get(HARNESS_COST) or {}
-    broker = summary.get("broker") or {}
-    omb = summary.get("omb") or {}
+    subscription_type = require(headline, Headline.SUBSCRIPTION_TYPE, str, where)
+    consumers = require(headline, Headline.CONSUMERS, int, where)
+    deliveries = summary.get(Top.DELIVERIES) or {}
+    cost = summary.get(Top.HARNESS_COST) or {}
+    broker = summary.get(Top.BROKER) or {}
+    omb = summary.get(Top.OMB) or {}
+    number = (int, float, type(None))
     return {
-        "driver": (summary.get("driver") or {}).get("name"),
-        "broker": {"name": broker.get("name"), "version": broker.get("version")},
-        "run_id": require(summary, "run_id", str, path),
+        "driver": (summary.get(Top.DRIVER) or {}).get(Copied.NAME),
+        "broker": {"name": broker.get(Copied.NAME), "version": broker.get(Copied.VERSION)},
+        "run_id": require(summary, Top.RUN_ID, str, path),
         "label": f"{subscription_type} {consumers}",
         "subscription_type": subscription_type,
         "consumers": consumers,
-        "connection_time_s": require(
-            headline, "connection_time_s", (int, float, type(None)), where
-        ),
-        "e2e_p50_ms": e2e.get("p50"),
-        "e2e_p99_ms": require(headline, "e2e_p99_ms", (int, float, type(None)), where),
-        "e2e_max_ms": e2e.get("max"),
-        "deliveries_lost": require(headline, "deliveries_lost", int, where),
-        "client_bound": require(headline, "client_bound", bool, where),
-        "e2e_kernel_p99_ms": headline.get("e2e_kernel_p99_ms"),
+        "connection_time_s": require(headline, Headline.CONNECTION_TIME_S, number, where),
+        "e2e_p50_ms": e2e.get(Stat.P50),
+        "e2e_p99_ms": require(headline, Headline.E2E_P99_MS, number, where),
+        "e2e_max_ms": e2e.get(Stat.MAX),
+        "deliveries_lost": require(headline, Headline.DELIVERIES_LOST, int, where),
+        "client_bound": require(headline, Headline.CLIENT_BOUND, bool, where),
+        "e2e_kernel_p99_ms": headline.get(Headline.E2E_KERNEL_P99_MS),
         # Deliveries with a read time and with a kernel time: the headline P99 is the kernel's
         # only when they match (results_contract/headline.py).
-        "e2e_count": e2e.get("count"),
-        "e2e_kernel_count": (latency.get(E2E_KERNEL) or {}).get("count"),
-        "client_delay_p99_ms": (latency.get(CLIENT_DELAY) or {}).get("p99"),
-        "consumers_short": deliveries.get("consumers_short"),
-        "consumers_over": deliveries.get("consumers_over"),
-        "out_of_order": deliveries.get("out_of_order"),
+        "e2e_count": e2e.get(Stat.COUNT),
+        "e2e_kernel_count": (latency.get(E2E_KERNEL) or {}).get(Stat.COUNT),
+        "client_delay_p99_ms": (latency.get(CLIENT_DELAY) or {}).get(Stat.P99),
+        "consumers_short": deliveries.get(Deliveries.CONSUMERS_SHORT),
+        "consumers_over": deliveries.get(Deliveries.CONSUMERS_OVER),
+        "out_of_order": deliveries.get(Deliveries.OUT_OF_ORDER),
         "broker_cpu_us_per_delivery": cost.get(BROKER_CPU_US_PER_DELIVERY),
         "client_cpu_us_per_delivery": cost.get(CLIENT_CPU_US_PER_DELIVERY),
-        "backlog_drain_s": (omb.get("backlog") or {}).get("drain_s"),
-        "rate_found": (omb.get("rate_search") or {}).get("measured_rate"),
+        "backlog_drain_s": (omb.get(Copied.BACKLOG) or {}).get(Copied.DRAIN_S),
+        "rate_found": (omb.get(Copied.RATE_SEARCH) or {}).get(Copied.MEASURED_RATE),
     }
 
 

@@ -24,6 +24,7 @@ from pyspark.sql.types import (
 from results_contract.client_bound import CPU_LIMIT_PERCENT
 from results_contract.columns import TIMELINE_COLUMNS
 from results_contract.paths import BROKER_STATS_PATTERN, broker_dir
+from results_contract.summary import Series
 from spark_analysis.client_bound import WorkerLoad
 from spark_analysis.inputs import (
     Manifest,
@@ -110,14 +111,14 @@ def analyze_timeline(spark: SparkSession, rows: list[tuple], manifest: Manifest)
         .collect()[0]
     )
     series: dict[str, list[Any]] = {
-        "t_s": list(range(seconds)),
-        "publish_rate": [0] * seconds,
-        "consume_rate": [0] * seconds,
-        "backlog": [0] * seconds,
-        "error_rate": [0] * seconds,
-        "client_cpu": [None] * seconds,
-        "client_rss_mib": [None] * seconds,
-        "loop_lag_ms": [None] * seconds,
+        Series.T_S: list(range(seconds)),
+        Series.PUBLISH_RATE: [0] * seconds,
+        Series.CONSUME_RATE: [0] * seconds,
+        Series.BACKLOG: [0] * seconds,
+        Series.ERROR_RATE: [0] * seconds,
+        Series.CLIENT_CPU: [None] * seconds,
+        Series.CLIENT_RSS_MIB: [None] * seconds,
+        Series.LOOP_LAG_MS: [None] * seconds,
     }
     sent = received = errors = backlog_before = 0
     backlog_at: dict[int, int] = {}
@@ -132,16 +133,16 @@ def analyze_timeline(spark: SparkSession, rows: list[tuple], manifest: Manifest)
         elif row.k < seconds:
             k = row.k
             backlog_at[k] = backlog
-            series["publish_rate"][k] = row.sent
-            series["consume_rate"][k] = row.received
-            series["error_rate"][k] = row.errors
-            series["client_cpu"][k] = row.cpu
-            series["client_rss_mib"][k] = row.rss / MIB
-            series["loop_lag_ms"][k] = row.loop_lag_ms
+            series[Series.PUBLISH_RATE][k] = row.sent
+            series[Series.CONSUME_RATE][k] = row.received
+            series[Series.ERROR_RATE][k] = row.errors
+            series[Series.CLIENT_CPU][k] = row.cpu
+            series[Series.CLIENT_RSS_MIB][k] = row.rss / MIB
+            series[Series.LOOP_LAG_MS][k] = row.loop_lag_ms
     level = backlog_before
     for k in range(seconds):  # a second no worker reported keeps the backlog it had
         level = backlog_at.get(k, level)
-        series["backlog"][k] = level
+        series[Series.BACKLOG][k] = level
     return Timeline(
         series=series,
         messages_sent=sent,
@@ -167,7 +168,7 @@ def broker_series(run_dir: Path, manifest: Manifest) -> dict[str, list[float]]:
             points.append((ts, cpu, rss))
     points.sort()
     return {
-        "broker_t_s": [round(ts - manifest.measure_start, 3) for ts, _, _ in points],
-        "broker_cpu": [float(cpu) for _, cpu, _ in points],
-        "broker_rss_mib": [rss / MIB for _, _, rss in points],
+        Series.BROKER_T_S: [round(ts - manifest.measure_start, 3) for ts, _, _ in points],
+        Series.BROKER_CPU: [float(cpu) for _, cpu, _ in points],
+        Series.BROKER_RSS_MIB: [rss / MIB for _, _, rss in points],
     }

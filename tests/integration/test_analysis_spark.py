@@ -17,8 +17,28 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from pyspark.sql import SparkSession
 
-from results_contract.harness_cost import BROKER_CPU_SECONDS, BROKER_DELIVERIES, BROKER_LOOP_LAG
+from results_contract.harness_cost import (
+    BROKER_CPU_SECONDS,
+    BROKER_DELIVERIES,
+    BROKER_LOOP_LAG,
+    HARNESS_COST_FIELDS,
+)
 from results_contract.hlog import HlogWriter, new_histogram, record
+from results_contract.summary import (
+    ClientBound,
+    Connection,
+    Deliveries,
+    Distribution,
+    Environment,
+    Headline,
+    PerConsumer,
+    Series,
+    Stages,
+    Stat,
+    Tail,
+    Top,
+    check,
+)
 from spark_analysis import AnalysisError, analyze_path, analyze_run
 from spark_analysis.session import build_session
 
@@ -345,6 +365,33 @@ def test_headline(complete) -> None:
     }
     assert summary["schema"] == "fanout-bench/summary/1"
     assert summary["partial"] is False and summary["partial_reasons"] == []
+
+
+def test_the_summary_holds_exactly_the_contracts_keys(complete) -> None:
+    # The literal keys of the tests above pin the format on disk; this pins the contract to
+    # what the analysis writes, so a key the writer adds or drops is added to or dropped from
+    # results_contract/summary.py too.
+    summary, _, _, _ = complete
+    assert check(summary, "summary.json") is summary
+    assert list(summary) == list(Top)
+    sections = {
+        Top.ENVIRONMENT: Environment,
+        Top.HEADLINE: Headline,
+        Top.SERIES: Series,
+        Top.CONNECTION: Connection,
+        Top.DELIVERIES: Deliveries,
+        Top.STAGES: Stages,
+        Top.CLIENT_BOUND: ClientBound,
+    }
+    for section, keys in sections.items():
+        assert set(summary[section]) == set(keys), section
+    assert set(summary[Top.HARNESS_COST]) == set(HARNESS_COST_FIELDS)
+    assert set(summary[Top.STAGES][Stages.TAIL]) == set(Tail)
+    assert set(summary[Top.CONNECTION][Connection.PER_CONSUMER]) == set(PerConsumer)
+    assert set(summary[Top.CONNECTION][Connection.DISTRIBUTION]) == set(Distribution)
+    for stats in summary[Top.LATENCY].values():
+        assert list(stats) == list(Stat)
+    assert summary[Top.POLICIES] is None  # no policy counters in these broker stats
 
 
 def test_deliveries_are_checked_per_consumer(complete) -> None:

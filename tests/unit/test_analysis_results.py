@@ -88,8 +88,8 @@ def test_case_row_refuses_other_schemas() -> None:
     with pytest.raises(AnalysisError) as caught:
         case_row(path, {"schema": "fanout-bench/summary/0"})
     assert str(caught.value) == (
-        f"{path}: schema 'fanout-bench/summary/0' is not 'fanout-bench/summary/1' "
-        "(delete it to re-analyze)"
+        f"{path}: schema is 'fanout-bench/summary/0'; this version reads "
+        "'fanout-bench/summary/1' (delete it to re-analyze)"
     )
 
 

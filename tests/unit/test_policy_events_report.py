@@ -9,6 +9,7 @@ from typing import Any
 
 from reports.render import POLICY_CHART, RUN_CHARTS, render_run
 from results_contract.paths import broker_dir
+from results_contract.summary import Policies
 from spark_analysis.policy_events import policy_events, read_policy_counters
 from tests.samples import sample_summary, write_run
 from tests.unit.test_reports import drawn, figures
@@ -34,6 +35,7 @@ def test_totals_over_the_measure_phase_and_rates_between_snapshots(tmp_path):
     assert [ts for ts, _ in points] == [98.0, 102.0, 104.0, 130.0]
     section = policy_events(points, 100.0, 110.0)
     assert section is not None
+    assert set(section) == set(Policies)  # the contract's keys, spelled as the report reads
     # Topic b's counter (1) is in every snapshot: it cancels out.
     assert section["totals"]["publishRateLimitedTimes"] == 18
     assert section["totals"]["totalMsgExpired"] == 5
