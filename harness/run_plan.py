@@ -1,22 +1,29 @@
 """What every process of a run needs to know, in one msgpack-able value: workload, driver,
-broker URL, topic names, and where each consumer and producer goes."""
+broker URL, topic names, and where each consumer and producer goes.
+
+The driver's config travels as the coordinator parsed it (pickled: its driver's own types),
+so a worker neither parses the driver file's sections again nor reads what they name (a
+token file) a second time."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import os
+import pickle
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drivers.base import DriverConfig
 from harness.driver_config import DriverFile
 from harness.workload import Workload
 
-SOURCE_ADDRESSES_KEY = "sourceAddresses"
-"""The drivers' `client` key for loopback source addresses (docs/workloads.md)."""
+SOURCE_ADDRESSES_FIELD = "source_addresses"
+"""The field of the drivers' `client` section for loopback source addresses (its key is
+`sourceAddresses`, docs/workloads.md)."""
 
 
 def _plain(obj: Any) -> Any:
@@ -49,9 +56,9 @@ class RunPlan:
     topics: tuple[str, ...]
     """The driver's names of the run's topics (drivers.base.BenchmarkDriver.topic_name)."""
     driver_class: str
-    driver_settings: Mapping[str, Any]
-    """The driver's sections of the driver file, resolved (DriverConfig.to_dict()): each
-    worker's driver parses them again."""
+    driver_config: DriverConfig
+    """The driver's sections of the driver file, as the coordinator's driver parsed them:
+    each worker's driver is initialized with it, unparsed."""
     service_url: str
     """The broker; "" until the bundled broker has started, when the driver names none."""
     admin_url: str | None = None
@@ -67,7 +74,7 @@ class RunPlan:
                 for t in range(workload.topics)
             ),
             driver_class=driver.driver_class,
-            driver_settings=driver.config.to_dict(),
+            driver_config=driver.config,
             service_url=driver.config.service_url or "",
             admin_url=driver.config.admin_url,
         )
@@ -79,8 +86,7 @@ class RunPlan:
     @property
     def source_addresses(self) -> int:
         """The driver's `client.sourceAddresses` (0 when it has none)."""
-        client = self.driver_settings.get("client")
-        value = client.get(SOURCE_ADDRESSES_KEY, 0) if isinstance(client, Mapping) else 0
+        value = getattr(getattr(self.driver_config, "client", None), SOURCE_ADDRESSES_FIELD, 0)
         return value if isinstance(value, int) else 0
 
     def with_source_addresses(self, count: int) -> RunPlan:
@@ -88,11 +94,13 @@ class RunPlan:
         source addresses (harness/sockets.py): for a driver whose `client` section has
         `sourceAddresses` (the native and the peer drivers), and only when the driver file
         left it at 0 (a number given there stands). Otherwise the plan unchanged."""
-        client = self.driver_settings.get("client")
-        if count <= 0 or not isinstance(client, Mapping) or client.get(SOURCE_ADDRESSES_KEY) != 0:
+        client = getattr(self.driver_config, "client", None)
+        if count <= 0 or getattr(client, SOURCE_ADDRESSES_FIELD, None) != 0:
             return self
-        settings = {**self.driver_settings, "client": {**client, SOURCE_ADDRESSES_KEY: count}}
-        return dataclasses.replace(self, driver_settings=settings)
+        assert dataclasses.is_dataclass(client) and not isinstance(client, type)
+        spread = dataclasses.replace(client, **{SOURCE_ADDRESSES_FIELD: count})
+        config = dataclasses.replace(self.driver_config, client=spread)  # type: ignore[type-var]
+        return dataclasses.replace(self, driver_config=config)
 
     def consumer_placement(self, global_index: int) -> tuple[str, str]:
         """Consumer number → (topic, subscription), filling subscriptions in order."""
@@ -128,7 +136,7 @@ class RunPlan:
             "workload": _plain(self.workload),
             "topics": list(self.topics),
             "driver_class": self.driver_class,
-            "driver_settings": _plain(self.driver_settings),
+            "driver_config": pickle.dumps(self.driver_config),
             "service_url": self.service_url,
             "admin_url": self.admin_url,
         }
@@ -140,7 +148,7 @@ class RunPlan:
             workload=workload_from_dict(data["workload"]),
             topics=tuple(data["topics"]),
             driver_class=data["driver_class"],
-            driver_settings=data["driver_settings"],
+            driver_config=pickle.loads(data["driver_config"]),
             service_url=data["service_url"],
             admin_url=data.get("admin_url"),
         )

@@ -35,7 +35,6 @@ from drivers.base import (
     DriverError,
     load_driver,
 )
-from drivers.config import ConfigError
 from harness.burst_meter import BurstMeter
 from harness.message_body import body_pool, stamp
 from harness.messages import (
@@ -115,9 +114,7 @@ class WorkerRun:
         self.request_type = type(self.driver).__name__.removesuffix("Driver").lower()
         """What Locust's statistics call this driver's requests (pulsar, nats, redis, mqtt)."""
         self.driver.initialize(
-            self.driver.parse_config(
-                self.plan.driver_settings, f"driver {self.plan.driver_class} (from the master): "
-            ),
+            self.plan.driver_config,  # parsed once, by the coordinator
             self.recorder,
             consumers_per_connection=workload.consumers_per_connection,
             service_url=self.plan.service_url,
@@ -351,7 +348,7 @@ class WorkerProcess:
         self.worker_id = config.worker_id
         try:
             run = WorkerRun(config, self.runner, self.request)
-        except (DriverError, ConfigError) as exc:
+        except DriverError as exc:
             send(self.runner, WorkerError(config.worker_id, str(exc)))
             return
         self._run = run

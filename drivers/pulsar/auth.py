@@ -2,21 +2,22 @@
 file spells it (`plugin`, `data`), sent in CONNECT and as `Authorization: Bearer` to the admin
 API, as the official clients' AuthenticationToken does.
 
-`data` takes what AuthenticationToken.configure takes: `token:<jwt>`, `file:///path` (read
-when each worker starts, so the token itself stays out of the run's manifest), a JSON object
-`{"token": "<jwt>"}`, or the bare token.
+`data` takes what AuthenticationToken.configure takes: `token:<jwt>`, `file:///path`, a JSON
+object `{"token": "<jwt>"}`, or the bare token. The token is read once, when the driver file
+is parsed on the coordinator; workers get it in the parsed config the coordinator ships
+(harness/run_plan.py), so a worker on another host needs no copy of the file, and the
+manifest keeps `data` as written, so a token in a file stays out of it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from gevent import socket
 
-from drivers.base import DriverError
 from drivers.config import InvalidValue, describe
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -33,41 +34,44 @@ METHOD = "token"
 
 @dataclass(frozen=True, slots=True)
 class Authentication:
-    """The driver file's `client.authentication`, as written (a file is read later)."""
+    """The driver file's `client.authentication`: `plugin` and `data` as written, and the
+    token `data` gave when the file was parsed."""
 
     plugin: str
     data: str
+    token: str = field(repr=False)
+    """The JWT (kept out of repr, which logs may show)."""
 
     def to_dict(self) -> dict[str, str]:
+        """As written: a token file stays a reference."""
         return {"plugin": self.plugin, "data": self.data}
 
-    def token(self) -> str:
-        """The JWT; DriverError when a token file cannot be read or `data` holds none."""
-        data = self.data.strip()
-        if data.startswith("token:"):
-            token = data.removeprefix("token:")
-        elif data.startswith("file:"):
-            path = Path(unquote(urlsplit(data).path))
-            try:
-                token = path.read_text()
-            except OSError as exc:
-                raise DriverError(
-                    f"client.authentication: cannot read the token file {path} "
-                    f"({exc.strerror or exc})"
-                ) from None
-        elif data.startswith("{"):
-            try:
-                token = json.loads(data)["token"]
-            except (ValueError, KeyError, TypeError):
-                raise DriverError(
-                    'client.authentication.data: expected {"token": "<jwt>"}'
-                ) from None
-        else:
-            token = data
-        token = str(token).strip()
-        if not token:
-            raise DriverError("client.authentication.data holds no token")
-        return token
+
+def read_token(data: str) -> str:
+    """The JWT `data` gives; InvalidValue when a token file cannot be read or `data` holds
+    none."""
+    data = data.strip()
+    if data.startswith("token:"):
+        token = data.removeprefix("token:")
+    elif data.startswith("file:"):
+        path = Path(unquote(urlsplit(data).path))
+        try:
+            token = path.read_text()
+        except OSError as exc:
+            raise InvalidValue(
+                f"cannot read the token file {path} ({exc.strerror or exc}; fix data's path)"
+            ) from None
+    elif data.startswith("{"):
+        try:
+            token = json.loads(data)["token"]
+        except (ValueError, KeyError, TypeError):
+            raise InvalidValue('data: expected {"token": "<jwt>"}') from None
+    else:
+        token = data
+    token = str(token).strip()
+    if not token:
+        raise InvalidValue("data holds no token")
+    return token
 
 
 def authentication(value: object) -> Authentication | None:
@@ -90,7 +94,7 @@ def authentication(value: object) -> Authentication | None:
         raise InvalidValue(
             'data: expected the token as token:<jwt>, file:///path, or {"token": "<jwt>"}'
         )
-    return Authentication(plugin.strip(), data)
+    return Authentication(plugin.strip(), data, read_token(data))
 
 
 def connect_refusal(

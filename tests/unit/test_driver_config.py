@@ -291,8 +291,10 @@ def test_the_doubles_own_section_is_accepted_and_reaches_a_workers_double(write)
     assert received == config
     worker_driver = load_driver(received.plan.driver_class)
     assert isinstance(worker_driver, DelayDriver)
+    parsed = received.plan.driver_config  # as the coordinator parsed it: not parsed again
+    assert isinstance(parsed, DelayConfig)
     worker_driver.initialize(
-        worker_driver.parse_config(received.plan.driver_settings, "from the master: "),
+        parsed,
         callback=None,  # type: ignore[arg-type]
         consumers_per_connection=1,
         service_url=received.plan.service_url,

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from drivers.pulsar.settings import PulsarConfig
 from harness import sockets
 from harness.driver_config import load_driver_file
 from harness.run_plan import RunPlan
@@ -109,12 +110,10 @@ def test_a_loopback_run_beyond_the_ports_gets_source_addresses() -> None:
     huge = plan(100_000, 1)
     spread = spread_sources(huge, PORTS)
     assert spread.source_addresses == 4
-    assert spread.driver_settings["client"]["sourceAddresses"] == 4
+    assert spread.driver_config.client.source_addresses == 4  # type: ignore[attr-defined]
     assert huge.source_addresses == 0  # a new plan; the old one is unchanged
-    # The workers parse the settings they are sent: the driver accepts the number.
-    from drivers.pulsar.settings import PulsarConfig
-
-    assert PulsarConfig.parse(dict(spread.driver_settings), "").client.source_addresses == 4
+    # The workers get the config as parsed, the driver's own type: it still shows the number.
+    assert spread.driver_config.to_dict()["client"]["sourceAddresses"] == 4
 
 
 def test_no_source_addresses_for_a_remote_broker_or_a_number_the_file_gave() -> None:
@@ -122,12 +121,13 @@ def test_no_source_addresses_for_a_remote_broker_or_a_number_the_file_gave() -> 
 
     remote = plan(100_000, 1, "pulsar://10.0.0.5:6650")
     assert spread_sources(remote, PORTS) is remote
+    config = plan(1, 1).driver_config
+    assert isinstance(config, PulsarConfig)
     given = dataclasses.replace(
         plan(100_000, 1),
-        driver_settings={
-            **plan(1, 1).driver_settings,
-            "client": {**plan(1, 1).driver_settings["client"], "sourceAddresses": 9},
-        },
+        driver_config=dataclasses.replace(
+            config, client=dataclasses.replace(config.client, source_addresses=9)
+        ),
     )
     assert spread_sources(given, PORTS).source_addresses == 9
 
