@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reports.metrics import METRICS, lookup
+from reports.metrics import METRICS
 from reports.results import RunSummary
 from reports.stats import (
     ALPHA,
@@ -23,24 +23,34 @@ from reports.stats import (
     compare_runs,
 )
 from results_contract.harness_cost import (
-    HARNESS_COST,
+    BROKER_CPU_US_PER_DELIVERY,
+    CLIENT_CPU_US_PER_DELIVERY,
 )
 from results_contract.hlog import HlogFormatError, decode, read_intervals
 from results_contract.intervals import INTERVALS_FILE
 from results_contract.metrics import E2E, E2E_ACTUAL, E2E_KERNEL, PUBLISH, PUBLISH_DELAY
+from results_contract.summary import (
+    ClientBound,
+    Copied,
+    Headline,
+    Series,
+    SummaryError,
+    Top,
+    finite,
+)
 
-
-class InputError(ValueError):
-    """A summary holds something that is not a number where a number belongs (NaN, inf, text):
-    bad input, never a regression; the message names the file and the field."""
+InputError = SummaryError
+"""A summary holds something that is not a number where a number belongs (NaN, inf, text):
+bad input, never a regression; the message names the file and the field. The contract
+(results_contract/summary.py) decides it, for every reader alike."""
 
 
 # Metrics computed from several fields: name → (fields read, how). Values per run.
 CONNECT_PER_CONSUMER = "connection_time_per_consumer_ms"
 PUBLISH_RATE = "publish_rate_vs_asked"
 DELIVERY_RATE = "delivery_rate_vs_asked"
-CLIENT_CPU = "client_cpu_us_per_delivery"
-BROKER_CPU = "broker_cpu_us_per_delivery"
+CLIENT_CPU = CLIENT_CPU_US_PER_DELIVERY
+BROKER_CPU = BROKER_CPU_US_PER_DELIVERY
 DERIVED = (CONNECT_PER_CONSUMER, PUBLISH_RATE, DELIVERY_RATE, CLIENT_CPU, BROKER_CPU)
 TARGET_METRICS = (PUBLISH_RATE, DELIVERY_RATE)
 """Gated against what the workload asked (a fraction of it), not against the baseline."""
@@ -67,61 +77,42 @@ class Sample:
     per_second: tuple[float, ...] = ()
 
 
-# Sections whose keys the analysis always writes (null when it has no value): a key missing
-# there is a damaged or hand-made summary, bad input rather than a missing metric.
-COMPLETE_SECTIONS = ("headline", HARNESS_COST)
-
-
 def _number(run: RunSummary, path: tuple[str, ...]) -> float | None:
-    """A number at `path`; None when null or absent where absence means "not measured" (a
-    latency metric without data); InputError for a key missing from a complete section or a
-    value that is not a finite number."""
-    raw = lookup(run.data, path)
-    field = ".".join(path)
-    if raw is None:
-        section = run.data.get(path[0])
-        if path[0] in COMPLETE_SECTIONS and isinstance(section, Mapping) and len(path) == 2:
-            if path[1] not in section:
-                raise InputError(f"{run.path}: {field} is missing")
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise InputError(f"{run.path}: {field} is {raw!r}, not a number")
-    if not math.isfinite(raw):
-        raise InputError(f"{run.path}: {field} is {raw}, not a finite number")
-    return float(raw)
+    """A number at `path`; None when not measured; InputError for bad input (the contract's
+    `number` says which)."""
+    return run.number(*path)
 
 
 def _series(run: RunSummary, key: str) -> tuple[float, ...]:
-    values = run.section("series").get(key) or []
-    out = []
-    for i, v in enumerate(values):
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise InputError(f"{run.path}: series.{key}[{i}] is {v!r}, not a finite number")
-        out.append(float(v))
-    return tuple(out)
+    values = run.section(Top.SERIES).get(key) or []
+    return tuple(
+        finite(v, (Top.SERIES, f"{key}[{i}]"), run.path)
+        for i, v in enumerate(values)
+        if v is not None
+    )
 
 
 def sample(run: RunSummary, metric: str) -> Sample:
     """The metric's value in a run (InputError for a value that is not a finite number)."""
     if metric == CONNECT_PER_CONSUMER:
-        total = _number(run, ("headline", "connection_time_s"))
-        consumers = _number(run, ("headline", "consumers"))
+        total = _number(run, (Top.HEADLINE, Headline.CONNECTION_TIME_S))
+        consumers = _number(run, (Top.HEADLINE, Headline.CONSUMERS))
         return Sample(None if total is None or not consumers else total * 1000 / consumers)
     if metric in (CLIENT_CPU, BROKER_CPU):
-        return Sample(_number(run, (HARNESS_COST, metric)))
+        return Sample(_number(run, (Top.HARNESS_COST, metric)))
     if metric in TARGET_METRICS:
-        asked = _number(run, ("workload", "producerRate"))
+        asked = _number(run, (Top.WORKLOAD, Copied.PRODUCER_RATE))
         if not asked:  # 0: OMB's "find the maximum rate", nothing to hold it to
             return Sample(None)
         if metric == DELIVERY_RATE:
-            sent = _number(run, ("headline", "messages_sent"))
-            expected = _number(run, ("headline", "deliveries_expected"))
+            sent = _number(run, (Top.HEADLINE, Headline.MESSAGES_SENT))
+            expected = _number(run, (Top.HEADLINE, Headline.DELIVERIES_EXPECTED))
             if not sent or expected is None:
                 return Sample(None)
             asked *= expected / sent
-        seconds = _series(run, "publish_rate" if metric == PUBLISH_RATE else "consume_rate")
+        seconds = _series(
+            run, Series.PUBLISH_RATE if metric == PUBLISH_RATE else Series.CONSUME_RATE
+        )
         if not seconds:
             return Sample(None)
         return Sample(sum(seconds) / len(seconds), asked, seconds)
@@ -131,9 +122,9 @@ def sample(run: RunSummary, metric: str) -> Sample:
 
 def no_kernel_times(run: RunSummary) -> bool:
     """The run's driver gave no kernel receive times, so its kernel metrics cannot exist."""
-    return run.section("client_bound").get("kernel_times") is False or (
-        run.section("latency").get(E2E_KERNEL) is None
-        and run.headline.get("e2e_kernel_p99_ms") is None
+    return run.section(Top.CLIENT_BOUND).get(ClientBound.KERNEL_TIMES) is False or (
+        run.section(Top.LATENCY).get(E2E_KERNEL) is None
+        and run.headline.get(Headline.E2E_KERNEL_P99_MS) is None
     )
 
 

@@ -22,6 +22,17 @@ from results_contract.metrics import (
     STAGES,
     stage_metric,
 )
+from results_contract.summary import (
+    ClientBound,
+    Connection,
+    Deliveries,
+    Headline,
+    PerConsumer,
+    Stages,
+    Stat,
+    Top,
+    lookup,
+)
 
 STAGE_LABELS = {s: f"{i} {s.replace('_', ' ')}" for i, s in enumerate(STAGES, start=1)}
 # Names of summary.json's latency entries, as a reader would say them.
@@ -50,7 +61,7 @@ class Metric:
     name: str
     label: str
     unit: str
-    path: tuple[str, ...]
+    path: tuple[str, ...]  # summary.json's keys (results_contract/summary.py)
     direction: Direction
 
 
@@ -61,70 +72,88 @@ METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
         Metric(
-            "connection_time_s", "connection time", "s", ("headline", "connection_time_s"), _LOWER
+            "connection_time_s",
+            "connection time",
+            "s",
+            (Top.HEADLINE, Headline.CONNECTION_TIME_S),
+            _LOWER,
         ),
         Metric(
             "connect_p99_s",
             "per-consumer connect P99",
             "s",
-            ("connection", "per_consumer", "p99"),
+            (Top.CONNECTION, Connection.PER_CONSUMER, PerConsumer.P99),
             _LOWER,
         ),
-        Metric("connections_failed", "failed connections", "", ("connection", "failed"), _LOWER),
-        Metric("e2e_p50_ms", "end-to-end P50", "ms", ("latency", "e2e", "p50"), _LOWER),
-        Metric("e2e_p99_ms", "end-to-end P99", "ms", ("headline", "e2e_p99_ms"), _LOWER),
-        Metric("e2e_p99_9_ms", "end-to-end P99.9", "ms", ("latency", "e2e", "p99_9"), _LOWER),
-        Metric("e2e_max_ms", "end-to-end max", "ms", ("latency", "e2e", "max"), _LOWER),
+        Metric(
+            "connections_failed",
+            "failed connections",
+            "",
+            (Top.CONNECTION, Connection.FAILED),
+            _LOWER,
+        ),
+        Metric("e2e_p50_ms", "end-to-end P50", "ms", (Top.LATENCY, E2E, Stat.P50), _LOWER),
+        Metric("e2e_p99_ms", "end-to-end P99", "ms", (Top.HEADLINE, Headline.E2E_P99_MS), _LOWER),
+        Metric("e2e_p99_9_ms", "end-to-end P99.9", "ms", (Top.LATENCY, E2E, Stat.P99_9), _LOWER),
+        Metric("e2e_max_ms", "end-to-end max", "ms", (Top.LATENCY, E2E, Stat.MAX), _LOWER),
         Metric(
             "e2e_actual_p99_ms",
             "end-to-end P99 from actual send",
             "ms",
-            ("latency", "e2e_actual", "p99"),
+            (Top.LATENCY, E2E_ACTUAL, Stat.P99),
             _LOWER,
         ),
         Metric(
             "e2e_kernel_p99_ms",
             "end-to-end P99 at the kernel",
             "ms",
-            ("latency", "e2e_kernel", "p99"),
+            (Top.LATENCY, E2E_KERNEL, Stat.P99),
             _LOWER,
         ),
         Metric(
             "client_delay_p99_ms",
             "client delay P99",
             "ms",
-            ("latency", "client_delay", "p99"),
+            (Top.LATENCY, CLIENT_DELAY, Stat.P99),
             _LOWER,
         ),
-        Metric("publish_p99_ms", "publish P99", "ms", ("latency", "publish", "p99"), _LOWER),
+        Metric("publish_p99_ms", "publish P99", "ms", (Top.LATENCY, PUBLISH, Stat.P99), _LOWER),
         Metric(
             "publish_delay_p99_ms",
             "publish delay P99",
             "ms",
-            ("latency", "publish_delay", "p99"),
+            (Top.LATENCY, PUBLISH_DELAY, Stat.P99),
             _LOWER,
         ),
         Metric(
             "deliveries_received",
             "deliveries received",
             "",
-            ("headline", "deliveries_received"),
+            (Top.HEADLINE, Headline.DELIVERIES_RECEIVED),
             _HIGHER,
         ),
-        Metric("deliveries_lost", "deliveries lost", "", ("headline", "deliveries_lost"), _LOWER),
-        Metric("client_errors", "client errors", "", ("headline", "client_errors"), _LOWER),
+        Metric(
+            "deliveries_lost",
+            "deliveries lost",
+            "",
+            (Top.HEADLINE, Headline.DELIVERIES_LOST),
+            _LOWER,
+        ),
+        Metric(
+            "client_errors", "client errors", "", (Top.HEADLINE, Headline.CLIENT_ERRORS), _LOWER
+        ),
         Metric(
             "consumers_short",
             "consumers short of messages",
             "",
-            ("deliveries", "consumers_short"),
+            (Top.DELIVERIES, Deliveries.CONSUMERS_SHORT),
             _LOWER,
         ),
         Metric(
             "deliveries_out_of_order",
             "deliveries out of order",
             "",
-            ("deliveries", "out_of_order"),
+            (Top.DELIVERIES, Deliveries.OUT_OF_ORDER),
             _LOWER,
         ),
         *(
@@ -132,7 +161,7 @@ METRICS: dict[str, Metric] = {
                 f"stage_{stage}_p99_ms",
                 f"stage {i} {stage.replace('_', ' ')} P99",
                 "ms",
-                ("stages", "p99_ms", stage),
+                (Top.STAGES, Stages.P99_MS, stage),
                 _LOWER,
             )
             for i, stage in enumerate(STAGES, start=1)
@@ -141,40 +170,21 @@ METRICS: dict[str, Metric] = {
             "client_distortion_ms",
             "client's share of the end-to-end P99",
             "ms",
-            ("client_bound", "distortion_ms"),
+            (Top.CLIENT_BOUND, ClientBound.DISTORTION_MS),
             _LOWER,
         ),
-        Metric("client_max_cpu", "client max CPU", "%", ("client_bound", "max_cpu"), _LOWER),
+        Metric(
+            "client_max_cpu", "client max CPU", "%", (Top.CLIENT_BOUND, ClientBound.MAX_CPU), _LOWER
+        ),
         Metric(
             "client_max_loop_lag_ms",
             "client max loop lag",
             "ms",
-            ("client_bound", "max_loop_lag_ms"),
+            (Top.CLIENT_BOUND, ClientBound.MAX_LOOP_LAG_MS),
             _LOWER,
         ),
     )
 }
-
-
-def lookup(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    """Follows `path` into nested objects; None when any step is missing.
-
-    Some keys hold dots themselves (`latency."stage.producing"`), so consecutive parts are
-    joined when the single part is not a key.
-    """
-    node: Any = data
-    i = 0
-    while i < len(path):
-        if not isinstance(node, Mapping):
-            return None
-        for j in range(i + 1, len(path) + 1):
-            key = ".".join(path[i:j])
-            if key in node:
-                node, i = node[key], j
-                break
-        else:
-            return None
-    return node
 
 
 def metric_value(data: Mapping[str, Any], metric: str) -> float | None:

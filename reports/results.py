@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from results_contract.paths import SUMMARY_FILE, SWEEP_FILE, SWEEP_SUMMARY_FILE
-from results_contract.schemas import SUMMARY_SCHEMA, SWEEP_SCHEMA
+from results_contract.schemas import SWEEP_SCHEMA
+from results_contract.summary import ClientBound, Headline, SummaryError, Top, check, number
 
 
 class ResultsError(Exception):
@@ -34,31 +35,40 @@ class RunSummary:
 
     @property
     def run_id(self) -> str:
-        return str(self.data.get("run_id") or self.run_dir.name)
+        return str(self.data.get(Top.RUN_ID) or self.run_dir.name)
 
     def section(self, name: str) -> Mapping[str, Any]:
         """A top-level object, empty when absent (partial runs may lack some)."""
         value = self.data.get(name)
         return value if isinstance(value, Mapping) else {}
 
+    def number(self, *path: str) -> float | None:
+        """The number at `path`, None when not measured; SummaryError naming this file and
+        the field for a value that is not a finite number (results_contract/summary.py)."""
+        return number(self.data, path, self.path)
+
     @property
     def headline(self) -> Mapping[str, Any]:
-        return self.section("headline")
+        return self.section(Top.HEADLINE)
 
     @property
     def label(self) -> str:
         """Subscription type and consumers, e.g. Broadcast 20,000: what runs are compared by."""
-        kind = self.headline.get("subscription_type") or "?"
-        consumers = self.headline.get("consumers")
+        kind = self.headline.get(Headline.SUBSCRIPTION_TYPE) or "?"
+        consumers = self.headline.get(Headline.CONSUMERS)
         return f"{kind} {consumers:,}" if isinstance(consumers, int) else str(kind)
 
     @property
     def client_bound(self) -> bool:
-        return bool(self.section("client_bound").get("flag"))
+        return bool(self.section(Top.CLIENT_BOUND).get(ClientBound.FLAG))
 
     @property
     def partial(self) -> bool:
-        return bool(self.data.get("partial"))
+        return bool(self.data.get(Top.PARTIAL))
+
+    @property
+    def partial_reasons(self) -> list[str]:
+        return [str(reason) for reason in self.data.get(Top.PARTIAL_REASONS) or []]
 
 
 @dataclass(frozen=True)
@@ -100,13 +110,17 @@ class SweepSummary:
         return found
 
 
-def _read_json(path: Path, schema: str) -> Mapping[str, Any]:
+def _read_json(path: Path) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsError(f"{path}: not readable JSON ({exc})") from None
+
+
+def _read_sweep(path: Path, schema: str) -> Mapping[str, Any]:
+    data = _read_json(path)
     if not isinstance(data, dict):
         raise ResultsError(f"{path}: expected a JSON object")
     if data.get("schema") != schema:
@@ -121,7 +135,10 @@ def load_summary(path: Path) -> RunSummary:
     path = Path(path)
     if path.is_dir():
         path = path / SUMMARY_FILE
-    return RunSummary(path, _read_json(path, SUMMARY_SCHEMA))
+    try:
+        return RunSummary(path, check(_read_json(path), path))
+    except SummaryError as exc:
+        raise ResultsError(str(exc)) from None
 
 
 def load_sweep(path: Path) -> SweepSummary:
@@ -129,7 +146,7 @@ def load_sweep(path: Path) -> SweepSummary:
     path = Path(path)
     if path.is_dir():
         path = path / SWEEP_SUMMARY_FILE
-    return SweepSummary(path, _read_json(path, SWEEP_SCHEMA))
+    return SweepSummary(path, _read_sweep(path, SWEEP_SCHEMA))
 
 
 def load_any(path: Path) -> RunSummary | SweepSummary:

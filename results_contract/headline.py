@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from results_contract.metrics import E2E, E2E_KERNEL
+from results_contract.summary import Headline, Stat, Top
 
 AT_KERNEL = "P99 at the kernel"
 AT_READ = "P99 at read time"
@@ -73,17 +74,17 @@ def headline_p99(
 
 def of_summary(summary: Mapping[str, Any]) -> HeadlineP99:
     """From a summary.json document."""
-    headline = summary.get("headline") or {}
-    latency = summary.get("latency") or {}
+    headline = summary.get(Top.HEADLINE) or {}
+    latency = summary.get(Top.LATENCY) or {}
     e2e = latency.get(E2E) or {}
     kernel = latency.get(E2E_KERNEL) or {}
     return headline_p99(
-        _number(headline.get("e2e_p99_ms")),
-        _number(headline.get("e2e_kernel_p99_ms"))
-        if headline.get("e2e_kernel_p99_ms") is not None
-        else _number(kernel.get("p99")),
-        _count(e2e.get("count")),
-        _count(kernel.get("count")),
+        _number(headline.get(Headline.E2E_P99_MS)),
+        _number(headline.get(Headline.E2E_KERNEL_P99_MS))
+        if headline.get(Headline.E2E_KERNEL_P99_MS) is not None
+        else _number(kernel.get(Stat.P99)),
+        _count(e2e.get(Stat.COUNT)),
+        _count(kernel.get(Stat.COUNT)),
     )
 
 
