@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import Literal, NoReturn
 
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol import requests
 from pulsar_protocol.commands import (
     CLIENT_BOUND_NOTICES,
     CLIENT_BOUND_RESPONSES,
@@ -48,6 +49,7 @@ from pulsar_protocol.commands import (
     command,
     encode_varint,
     flow_command_bytes,
+    refusal,
     success_command_bytes,
     type_name,
 )
@@ -406,9 +408,20 @@ class Connection:
         self._trigger(Trigger.CONNECT_REFUSED)
         return ConnectionRefused(cmd.error.error, cmd.error.message)
 
-    def _read_request(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
-        self._unanswered[body_of(cmd).request_id] += 1
-        return Request(cmd)
+    def _read_request(
+        self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None
+    ) -> Event | None:
+        """The request as its typed event (pulsar_protocol.requests). One with a value the
+        protocol does not allow (a name that is not UTF-8, an unknown enum) is refused here, in
+        the shape its client waits for, and the connection stays."""
+        request_id = body_of(cmd).request_id
+        try:
+            event = requests.decode(cmd)
+        except LocalProtocolError as exc:
+            self._queue(refusal(cmd.type, request_id, exc.server_error, str(exc)))
+            return None
+        self._unanswered[request_id] += 1
+        return event
 
     def _read_ack(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
         """An ACK in any shape (common ones never get here: next_ack_run reads them)."""
@@ -426,8 +439,9 @@ class Connection:
     def _read_notice(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
         t = cmd.type
         if self.role is SERVER:
-            pass  # REDELIVER_UNACKNOWLEDGED_MESSAGES changes no state of the codec
-        elif t == T.CLOSE_CONSUMER and cmd.close_consumer.consumer_id in self._consumers:
+            # REDELIVER_UNACKNOWLEDGED_MESSAGES, typed; it changes no state of the codec.
+            return requests.decode(cmd)
+        if t == T.CLOSE_CONSUMER and cmd.close_consumer.consumer_id in self._consumers:
             self._move_consumer(cmd.close_consumer.consumer_id, Trigger.CLOSED_BY_PEER)
         elif t == T.CLOSE_PRODUCER and cmd.close_producer.producer_id in self._producers:
             self._move_producer(cmd.close_producer.producer_id, Trigger.CLOSED_BY_PEER)
@@ -639,6 +653,19 @@ class Connection:
         self._track_request(t, event.command)
         self._queue(event.command)
 
+    def _write_typed(self, event: Event) -> None:
+        """A typed request (pulsar_protocol.requests): encoded, then sent as its command."""
+        cmd = requests.encode(event)
+        if cmd.type in SERVER_BOUND_NOTICES:
+            self._write_notice(Notice(cmd))
+        else:
+            self._write_request(Request(cmd))
+
+    def refuse(self, request: requests.ClientRequest, server_error: int, message: str) -> None:
+        """Queue the refusal of `request` in the shape its client waits for (commands.refusal:
+        a LOOKUP's own response marked Failed, GET_SCHEMA's error_code, otherwise ERROR)."""
+        self.send(Response(refusal(request.TYPE, request.request_id, server_error, message)))
+
     def _track_request(self, t: int, cmd: pb.BaseCommand) -> None:
         body = body_of(cmd)
         request_id = body.request_id
@@ -791,6 +818,7 @@ class Connection:
         Message: _write_message,
         Ping: _write_ping,
         Pong: _write_pong,
+        **dict.fromkeys(requests.TYPED, _write_typed),
     }
     """Event type → writer, looked up, not branched (h11's _writers)."""
 

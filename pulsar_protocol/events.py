@@ -2,8 +2,10 @@
 
 As in h11 and wsproto, the same event sent by one side is the event the other side receives
 (ConnectionPair in the tests checks it), except PING and PONG, which the codec answers itself.
-Commands the codec has rules about get typed events; the others travel with their protobuf
-body (`Request`, `Response`, `Notice`), so the codec never copies fields it does not read.
+Commands the codec has rules about get typed events here, and a client's requests get theirs
+in pulsar_protocol.requests (what a server receives: `Subscribe`, `Producer`, `Seek`, ...).
+The broker's answers and notices travel with their protobuf body (`Response`, `Notice`), and a
+client may still send a request as its command (`Request`): the server receives it typed.
 """
 
 from __future__ import annotations
@@ -78,7 +80,10 @@ class _WithCommand(Event):
 @dataclass(frozen=True, slots=True)
 class Request(_WithCommand):
     """A client command that the server answers with a Response echoing its request_id
-    (commands.SERVER_BOUND_REQUESTS). A client takes ids from `Connection.next_request_id()`."""
+    (commands.SERVER_BOUND_REQUESTS), sent as its protobuf command: the native driver's form.
+    A server never receives one: its codec hands out the typed event of
+    pulsar_protocol.requests, which a client may send as well. A client takes ids from
+    `Connection.next_request_id()`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +99,9 @@ class Response(_WithCommand):
 
 @dataclass(frozen=True, slots=True)
 class Notice(_WithCommand):
-    """A command nobody answers: REDELIVER_UNACKNOWLEDGED_MESSAGES from a client,
-    CLOSE_CONSUMER, CLOSE_PRODUCER, ACTIVE_CONSUMER_CHANGE and REACHED_END_OF_TOPIC from a
-    broker."""
+    """A command nobody answers: CLOSE_CONSUMER, CLOSE_PRODUCER, ACTIVE_CONSUMER_CHANGE and
+    REACHED_END_OF_TOPIC from a broker; REDELIVER_UNACKNOWLEDGED_MESSAGES from a client, which
+    a server receives as requests.RedeliverUnacknowledged."""
 
 
 @dataclass(frozen=True, slots=True)

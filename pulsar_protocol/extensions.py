@@ -8,6 +8,7 @@ and keys hash as Apache's `Murmur3_32Hash` both for Key_Shared slots and partiti
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import TypeAlias
 
 import mmh3
@@ -26,7 +27,7 @@ SUBTYPE_BY_NAME: dict[str, SubType] = {
     "Failover": pb.CommandSubscribe.Failover,
     "Key_Shared": pb.CommandSubscribe.Key_Shared,
 }
-NAME_BY_SUBTYPE: dict[SubType, str] = {v: k for k, v in SUBTYPE_BY_NAME.items()}
+NAME_BY_SUBTYPE: dict[int, str] = {int(v): k for k, v in SUBTYPE_BY_NAME.items()}
 SUBSCRIPTION_MODES: tuple[str, ...] = (*SUBTYPE_BY_NAME, BROADCAST)
 
 
@@ -66,12 +67,14 @@ def mode_property(mode: str) -> pb.KeyValue | None:
     )
 
 
-def requested_mode(subscribe: pb.CommandSubscribe) -> str | None:
+def requested_mode(properties: Iterable[tuple[str, str]]) -> str | None:
     """The mode a SUBSCRIBE asks for by property (the reverse of `mode_property`), by its
-    canonical name; None when it asks for none, or for a mode this protocol does not name."""
-    for kv in (*subscribe.metadata, *subscribe.subscription_properties):
-        if kv.key == SUBSCRIPTION_MODE_PROPERTY and kv.value.lower() in _MODE_BY_LOWER:
-            return _MODE_BY_LOWER[kv.value.lower()]
+    canonical name, from its consumer and subscription properties (requests.Subscribe's
+    `metadata` and `subscription_properties`); None when it asks for none, or for a mode this
+    protocol does not name."""
+    for key, value in properties:
+        if key == SUBSCRIPTION_MODE_PROPERTY and value.lower() in _MODE_BY_LOWER:
+            return _MODE_BY_LOWER[value.lower()]
     return None
 
 

@@ -1,11 +1,13 @@
-"""Who may join a topic: the checks a producer or a consumer passes before it is added, in
-Pulsar's order (ServerCnx.handleProducer, handleSubscribe), each answered with the ServerError
-a client understands. The server connection only translates: it asks here, and answers a
-refusal or goes on to add what was admitted.
+"""Who may join a topic, and what a client may do there: the checks a request passes before
+the broker acts on it, in Pulsar's order (ServerCnx.validateTopicName, handleProducer,
+handleSubscribe, handleUnsubscribe, the publish path's delivery delay), each answered with the
+ServerError a client understands. The server connection only translates: it asks here, and
+answers a refusal or goes on to do what was admitted.
 """
 
 from __future__ import annotations
 
+from broker.core.consumer import ConsumerSubscription
 from broker.core.limits import (
     LimitsConfig,
     Refusal,
@@ -13,13 +15,26 @@ from broker.core.limits import (
     producer_refusal,
     subscription_refusal,
 )
+from broker.core.positions import start_of_subscription
 from broker.core.schemas import SchemaRefused, SchemaRegistry, schema_topic
 from broker.core.topic import Topic
+from broker.core.topic_name import InvalidTopicName, parse_topic
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.requests import InitialPosition, Schema, Subscribe
+
+
+def topic_refusal(name: str) -> Refusal | None:
+    """A request naming `name` (LOOKUP, PRODUCER, SUBSCRIBE, ...): refused when it is no topic
+    name (Pulsar's validateTopicName), before anything is looked up or created."""
+    try:
+        parse_topic(name)
+    except InvalidTopicName as exc:
+        return Refusal(pb.InvalidTopicName, str(exc))
+    return None
 
 
 def producer_admission(
-    config: LimitsConfig, schemas: SchemaRegistry, topic: Topic, schema: pb.Schema | None
+    config: LimitsConfig, schemas: SchemaRegistry, topic: Topic, schema: Schema | None
 ) -> Refusal | bytes | None:
     """A new producer on `topic`: its refusal, or the schema version its messages carry
     (None without a schema). The access mode (exclusive, fencing) is decided after this, by
@@ -43,7 +58,7 @@ def consumer_admission(
     subscription: str,
     mode: str,
     durable: bool,
-    schema: pb.Schema | None,
+    schema: Schema | None,
 ) -> Refusal | None:
     """A new consumer of `subscription` (in `mode`, durable or not) on `topic`: its refusal,
     or None when it may be added (creating the subscription if it is new)."""
@@ -73,3 +88,31 @@ def in_use(topic: Topic) -> bool:
         or topic.log.next_index > topic.log.first_index
         or any(sub.consumers for sub in topic.subscriptions.values())
     )
+
+
+def subscription_start(topic: Topic, req: Subscribe) -> int:
+    """The first index a subscription that `req` creates reads: Pulsar honours a start id for
+    non-durable subscriptions only (Readers), else the initial position."""
+    start_id = req.start_message_id if not req.durable else None
+    earliest = req.initial_position is InitialPosition.EARLIEST
+    return start_of_subscription(topic.log, start_id, earliest)
+
+
+def unsubscribe_refusal(sub: ConsumerSubscription, force: bool) -> Refusal | None:
+    """A consumer unsubscribing: refused while others are connected, unless forced."""
+    if len(sub.consumers) > 1 and not force:
+        return Refusal(pb.ConsumerBusy, "other consumers are connected")
+    return None
+
+
+def delivery_delay_refusal(
+    topic: Topic, deliver_at_ms: int, publish_time_ms: int
+) -> Refusal | None:
+    """A delayed message past the topic's maximum delivery delay: Pulsar refuses it before it
+    is stored (PIP-315); that SEND fails, not the producer, and the next ones go on."""
+    limit = topic.max_delivery_delay_ms
+    if limit and deliver_at_ms - publish_time_ms > limit:
+        return Refusal(
+            pb.NotAllowedError, f"Exceeds max allowed delivery delay of {limit} milliseconds"
+        )
+    return None

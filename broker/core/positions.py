@@ -1,8 +1,8 @@
 """Where a reader starts: the entry index for a message id a client names (a Reader's start id,
 a seek), and for a publish time (seek by time), as Pulsar's broker chooses them.
 
-Message ids travel as uint64 but Pulsar means int64: MessageId.earliest is (-1, -1), which
-arrives as 2**64 - 1; MessageId.latest is (2**63 - 1, 2**63 - 1).
+Message ids come as Pulsar means them, int64 (pulsar_protocol.requests.MessageId): earliest is
+(-1, -1), latest (2**63 - 1, 2**63 - 1).
 """
 
 from __future__ import annotations
@@ -10,13 +10,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from broker.core.entry_log import EntryLog
-from pulsar_protocol import pulsar_api_pb2 as pb
-
-_SIGN = 1 << 63
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= _SIGN else value
+from pulsar_protocol.requests import MessageId
 
 
 def _within(log: EntryLog, index: int) -> int:
@@ -24,7 +18,7 @@ def _within(log: EntryLog, index: int) -> int:
     return max(log.first_index, min(index, log.next_index))
 
 
-def index_of_message(log: EntryLog, message_id: pb.MessageIdData) -> int:
+def index_of_message(log: EntryLog, message_id: MessageId) -> int:
     """The first index to read for a start id or a seek to `message_id`: the entry itself.
 
     Pulsar's non-durable cursor (PersistentTopic.getNonDurableSubscription) steps one back from
@@ -33,14 +27,14 @@ def index_of_message(log: EntryLog, message_id: pb.MessageIdData) -> int:
     batch whose later messages are still due. A seek (ManagedCursor.resetCursor) reads from the
     id too. A negative id (earliest) starts at the first entry, one past the end at the end.
     """
-    ledger_id, entry_id = _signed(message_id.ledgerId), _signed(message_id.entryId)
+    ledger_id, entry_id = message_id.ledger_id, message_id.entry_id
     if ledger_id < 0 or entry_id < 0:
         return log.first_index
     return _within(log, log.index_of(ledger_id, entry_id))
 
 
 def start_of_subscription(
-    log: EntryLog, start_message_id: pb.MessageIdData | None, earliest: bool
+    log: EntryLog, start_message_id: MessageId | None, earliest: bool
 ) -> int:
     """The first index a new subscription reads: its start id if it gave one (Readers do),
     else its initial position (Earliest or Latest)."""

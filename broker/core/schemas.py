@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.requests import Schema
 from pulsar_protocol.topic_names import PARTITION_SUFFIX
 
 NONE = 0
@@ -75,9 +76,8 @@ class StoredSchema:
     properties: tuple[tuple[str, str], ...]
 
     @classmethod
-    def of(cls, schema: pb.Schema) -> StoredSchema:
-        props = tuple((p.key, p.value) for p in schema.properties)
-        return cls(schema.name, schema.type, schema.schema_data, props)
+    def of(cls, schema: Schema) -> StoredSchema:
+        return cls(schema.name, schema.type, schema.data, schema.properties)
 
     def to_pb(self) -> pb.Schema:
         return pb.Schema(
@@ -141,7 +141,7 @@ class SchemaRegistry:
         (number,) = _VERSION.unpack(version)
         return (history[number], version) if 0 <= number < len(history) else None
 
-    def for_producer(self, topic: str, schema: pb.Schema | None) -> bytes | None:
+    def for_producer(self, topic: str, schema: Schema | None) -> bytes | None:
         """The version a producer's messages carry (None without a schema). Raises
         IncompatibleSchema as Pulsar's putSchemaIfAbsent under FULL."""
         if schema is None:
@@ -161,7 +161,7 @@ class SchemaRegistry:
         history.append(new)
         return version_bytes(len(history) - 1)
 
-    def for_consumer(self, topic: str, schema: pb.Schema | None, topic_in_use: bool) -> None:
+    def for_consumer(self, topic: str, schema: Schema | None, topic_in_use: bool) -> None:
         """Raises IncompatibleSchema as Pulsar's addSchemaIfIdleOrCheckCompatible."""
         if schema is None or schema.type == AUTO_CONSUME:
             return

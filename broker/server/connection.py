@@ -1,10 +1,12 @@
 """One client connection: a thin asyncio shell translating codec events into calls on the core.
 
 As uvicorn's h11_impl over h11: `data_received` feeds pulsar_protocol's Connection and hands
-each event to a handler (a table by event type, and for requests by command type); the codec
-enforces every rule of the wire (handshake, PING/PONG, request ids, the unknown-command
-policy, SEND checksums) and queues its own answers, which this shell only writes. Handlers
-record state and schedule; dispatch stays off the read path.
+each event to a handler (a table by event type: requests come typed, pulsar_protocol.requests);
+the codec enforces every rule of the wire (handshake, PING/PONG, request ids, the
+unknown-command policy, SEND checksums, names that are not UTF-8) and queues its own answers,
+which this shell only writes. Who may do what is decided in broker.core.admission, which
+answers a refusal this shell passes on. Handlers record state and schedule; dispatch stays off
+the read path.
 """
 
 from __future__ import annotations
@@ -17,26 +19,30 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from broker.config import BrokerConfig
-from broker.core.admission import consumer_admission, producer_admission
+from broker.core.admission import (
+    consumer_admission,
+    delivery_delay_refusal,
+    producer_admission,
+    subscription_start,
+    topic_refusal,
+    unsubscribe_refusal,
+)
 from broker.core.consumer import Consumer, ConsumerSubscription
 from broker.core.entry_log import EntryLog
 from broker.core.limits import Refusal
 from broker.core.namespace import topics_hash, topics_of_namespace
-from broker.core.positions import (
-    index_at_publish_time,
-    index_of_message,
-    start_of_subscription,
-)
+from broker.core.positions import index_at_publish_time, index_of_message
 from broker.core.producer_access import ProducerRefused
 from broker.core.schemas import SchemaRegistry, schema_topic
 from broker.core.topic import Producer, Topic
-from broker.core.topic_name import InvalidTopicName, parse_topic
+from broker.core.topic_name import parse_topic
 from broker.server.auth import TokenAuthenticator
 from broker.server.turn_writes import TurnWrites
 from broker.subscriptions.base import SubscriptionError
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import FIELD_OF_TYPE, SERVER_BOUND_REQUESTS, T, command, refusal
+from pulsar_protocol import requests as rq
+from pulsar_protocol.commands import T, command
 from pulsar_protocol.connection import Connection
 from pulsar_protocol.errors import RemoteProtocolError
 from pulsar_protocol.extensions import now_us
@@ -57,20 +63,8 @@ with auth data); a peer that has not even said CONNECT must not make the broker 
 codec's limit after the handshake (maxMessageSize, 5 MB) for it."""
 
 
-def _text_fields(type_: int) -> tuple[str, ...]:
-    """The `string` fields of a request's body, topic first: protobuf hands a proto2 string
-    that is not valid UTF-8 over as bytes instead of refusing the frame, so each is checked."""
-    body = pb.BaseCommand.DESCRIPTOR.fields_by_name[FIELD_OF_TYPE[type_]].message_type
-    assert body is not None  # every body field is a message
-    names = [f.name for f in body.fields if f.type == f.TYPE_STRING and not f.is_repeated]
-    return tuple(sorted(names, key=lambda name: name != "topic"))
-
-
-_TEXT_FIELDS: dict[int, tuple[str, ...]] = {
-    t: names for t in SERVER_BOUND_REQUESTS if (names := _text_fields(t))
-}
-"""Request type → the names it carries, read from the schema so that no request with a topic
-(PARTITIONED_METADATA, LOOKUP, PRODUCER, SUBSCRIBE, GET_SCHEMA) reaches its handler unchecked."""
+_NAMED = (rq.Lookup, rq.PartitionedMetadata, rq.Producer, rq.Subscribe, rq.GetSchema)
+"""The requests that name a topic: none reaches its handler with a name that is no topic's."""
 
 
 class ConnectionHost(Protocol):
@@ -91,7 +85,7 @@ class ConnectionHost(Protocol):
 
     def partitions_of(self, name: str) -> int: ...
 
-    def subscription_mode(self, req: pb.CommandSubscribe) -> str: ...
+    def subscription_mode(self, req: rq.Subscribe) -> str: ...
 
     @property
     def turn_writes(self) -> TurnWrites: ...
@@ -131,30 +125,27 @@ class ServerConnection(asyncio.Protocol):
         self._waiting_producers: dict[int, Producer] = {}
         """WaitForExclusive producers told "not ready yet", by producer id."""
         self.consumers: dict[int, Consumer] = {}
+        self._requests: dict[type[rq.ClientRequest], Callable[[Any], None]] = {
+            rq.PartitionedMetadata: self._on_partitioned_metadata,
+            rq.Lookup: self._on_lookup,
+            rq.Producer: self._on_producer,
+            rq.Subscribe: self._on_subscribe,
+            rq.Unsubscribe: self._on_unsubscribe,
+            rq.CloseProducer: self._on_close_producer,
+            rq.CloseConsumer: self._on_close_consumer,
+            rq.GetLastMessageId: self._on_get_last_message_id,
+            rq.Seek: self._on_seek,
+            rq.GetSchema: self._on_get_schema,
+            rq.GetTopicsOfNamespace: self._on_get_topics_of_namespace,
+        }
         self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
             ev.Connect: self._on_connect,
-            ev.Request: self._on_request,
             ev.Send: self._on_send,
             ev.Flow: self._on_flow,
             ev.Ack: self._on_ack,
             ev.AckRun: self._on_ack_run,
-            ev.Notice: self._on_notice,
-        }
-        self._requests: dict[int, Callable[[Any], None]] = {
-            T.PARTITIONED_METADATA: self._on_partitioned_metadata,
-            T.LOOKUP: self._on_lookup,
-            T.PRODUCER: self._on_producer,
-            T.SUBSCRIBE: self._on_subscribe,
-            T.UNSUBSCRIBE: self._on_unsubscribe,
-            T.CLOSE_PRODUCER: self._on_close_producer,
-            T.CLOSE_CONSUMER: self._on_close_consumer,
-            T.GET_LAST_MESSAGE_ID: self._on_get_last_message_id,
-            T.SEEK: self._on_seek,
-            T.GET_SCHEMA: self._on_get_schema,
-            T.GET_TOPICS_OF_NAMESPACE: self._on_get_topics_of_namespace,
-        }
-        self._notices: dict[int, Callable[[Any], None]] = {
-            T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._on_redeliver,
+            rq.RedeliverUnacknowledged: self._on_redeliver,
+            **dict.fromkeys(self._requests, self._on_request),
         }
 
     @property
@@ -344,27 +335,11 @@ class ServerConnection(asyncio.Protocol):
     def _error(self, request_id: int, error: int, message: str) -> None:
         self._answer(T.ERROR, request_id=request_id, error=error, message=message)
 
-    def _names_valid(self, type_: int, body: Any, fields: tuple[str, ...]) -> bool:
-        """Whether the request's topic and other names may be used; if not, the client has its
-        refusal (the connection stays). The one check before every handler that takes a name,
-        as Pulsar's ServerCnx.validateTopicName."""
-        for name in fields:
-            value = getattr(body, name)
-            if name == "topic":
-                try:
-                    parse_topic(value)
-                except InvalidTopicName as exc:
-                    self._send(
-                        ev.Response(refusal(type_, body.request_id, pb.InvalidTopicName, str(exc)))
-                    )
-                    return False
-            elif not isinstance(value, str):
-                message = f"{name} is not valid UTF-8: {value[:64]!r}"
-                self._send(
-                    ev.Response(refusal(type_, body.request_id, pb.NotAllowedError, message))
-                )
-                return False
-        return True
+    def _refuse(self, req: rq.ClientRequest, refused: Refusal) -> None:
+        """Answer `req` with a refusal, in the shape its client waits for (the codec's)."""
+        if self._open():
+            self.conn.refuse(req, refused.server_error, refused.message)
+            self._write_soon()
 
     # -- handlers --------------------------------------------------------------------------
     def _on_connect(self, event: ev.Connect, now: int) -> None:
@@ -372,17 +347,14 @@ class ServerConnection(asyncio.Protocol):
         self._cancel_handshake_timer()
         self.sends_broker_entry_metadata = event.supports_broker_entry_metadata
 
-    def _on_request(self, event: ev.Request, now: int) -> None:
-        body = event.body
-        fields = _TEXT_FIELDS.get(event.type)
-        if fields is not None and not self._names_valid(event.type, body, fields):
+    def _on_request(self, req: rq.ClientRequest, now: int) -> None:
+        """A request, after the one check every request naming a topic passes first."""
+        if isinstance(req, _NAMED) and (refused := topic_refusal(req.topic)) is not None:
+            self._refuse(req, refused)
             return
-        self._requests[event.type](body)
+        self._requests[type(req)](req)
 
-    def _on_notice(self, event: ev.Notice, now: int) -> None:
-        self._notices[event.type](event.body)
-
-    def _on_partitioned_metadata(self, req: pb.CommandPartitionedTopicMetadata) -> None:
+    def _on_partitioned_metadata(self, req: rq.PartitionedMetadata) -> None:
         self._answer(
             T.PARTITIONED_METADATA_RESPONSE,
             request_id=req.request_id,
@@ -390,7 +362,7 @@ class ServerConnection(asyncio.Protocol):
             response=pb.CommandPartitionedTopicMetadataResponse.Success,
         )
 
-    def _on_lookup(self, req: pb.CommandLookupTopic) -> None:
+    def _on_lookup(self, req: rq.Lookup) -> None:
         self._answer(
             T.LOOKUP_RESPONSE,
             request_id=req.request_id,
@@ -400,7 +372,7 @@ class ServerConnection(asyncio.Protocol):
             authoritative=True,
         )
 
-    def _topic_for(self, req: pb.CommandProducer | pb.CommandSubscribe) -> Topic | None:
+    def _topic_for(self, req: rq.Producer | rq.Subscribe) -> Topic | None:
         """The request's topic, or None after answering InvalidTopicName (a name that passed
         `_names_valid` may still be one persistent storage cannot hold)."""
         try:
@@ -409,7 +381,7 @@ class ServerConnection(asyncio.Protocol):
             self._error(req.request_id, pb.InvalidTopicName, str(exc))
             return None
 
-    def _on_producer(self, req: pb.CommandProducer) -> None:
+    def _on_producer(self, req: rq.Producer) -> None:
         """Schema first, then the topic's access rules (broker.core.producer_access), as
         Pulsar's ServerCnx.handleProducer; the same producer id again is answered again."""
         known = self.producers.get(req.producer_id)
@@ -424,10 +396,9 @@ class ServerConnection(asyncio.Protocol):
         topic = self._topic_for(req)
         if topic is None:
             return
-        schema = req.schema if req.HasField("schema") else None
-        version = producer_admission(self.service.config, self.service.schemas, topic, schema)
+        version = producer_admission(self.service.config, self.service.schemas, topic, req.schema)
         if isinstance(version, Refusal):
-            self._error(req.request_id, version.server_error, version.message)
+            self._refuse(req, version)
             return
         name = req.producer_name or f"fanout-{self.service.instance_id}-{next(_producer_names)}"
         producer = Producer(
@@ -435,15 +406,14 @@ class ServerConnection(asyncio.Protocol):
             name,
             topic,
             self.address,
-            access_mode=req.producer_access_mode,
+            access_mode=req.access_mode,
             epoch=req.epoch,
             owner=self,
         )
         producer.on_fenced = functools.partial(self._producer_fenced, producer)
-        topic_epoch = req.topic_epoch if req.HasField("topic_epoch") else None
         ready = functools.partial(self._producer_ready, producer, req.request_id, version)
         try:
-            admitted, epoch = topic.producer_access.admit(producer, topic_epoch, ready)
+            admitted, epoch = topic.producer_access.admit(producer, req.topic_epoch, ready)
         except ProducerRefused as exc:
             self._error(req.request_id, exc.server_error, str(exc))
             return
@@ -506,16 +476,10 @@ class ServerConnection(asyncio.Protocol):
         meta = send.metadata
         assert meta is not None  # a server's codec always parses it
         topic = producer.topic
-        if meta.deliver_at_time and topic.max_delivery_delay_ms:
-            if meta.deliver_at_time - meta.publish_time > topic.max_delivery_delay_ms:
-                # Pulsar refuses it before it is stored (PIP-315): this SEND fails, not the
-                # producer, and the next ones go on.
-                self._send_error(
-                    send,
-                    pb.NotAllowedError,
-                    f"Exceeds max allowed delivery delay of {topic.max_delivery_delay_ms} "
-                    "milliseconds",
-                )
+        if meta.deliver_at_time and topic.max_delivery_delay_ms:  # delayed: ask (off the hot path)
+            refused = delivery_delay_refusal(topic, meta.deliver_at_time, meta.publish_time)
+            if refused is not None:
+                self._send_error(send, refused.server_error, refused.message)
                 return
         key = meta.ordering_key or meta.partition_key.encode()
         producer.messages_in += 1
@@ -559,7 +523,7 @@ class ServerConnection(asyncio.Protocol):
         """SEND_ERROR for one SEND: the client fails that message instead of timing out."""
         self._send(ev.SendError(send.producer_id, send.sequence_id, error, message))
 
-    def _on_subscribe(self, req: pb.CommandSubscribe) -> None:
+    def _on_subscribe(self, req: rq.Subscribe) -> None:
         topic = self._topic_for(req)
         if topic is None:
             return
@@ -568,7 +532,6 @@ class ServerConnection(asyncio.Protocol):
             self._succeed(req.request_id)
             return
         requested = self.service.subscription_mode(req)
-        schema = req.schema if req.HasField("schema") else None
         refused = consumer_admission(
             self.service.config,
             self.service.schemas,
@@ -576,18 +539,15 @@ class ServerConnection(asyncio.Protocol):
             req.subscription,
             requested,
             req.durable,
-            schema,
+            req.schema,
         )
         if refused is not None:
-            self._error(req.request_id, refused.server_error, refused.message)
+            self._refuse(req, refused)
             return
         sub = topic.subscriptions.get(req.subscription)
         if sub is None:
-            earliest = req.initialPosition == pb.CommandSubscribe.Earliest
-            # Pulsar honours a start id for non-durable subscriptions only (Readers).
-            with_id = not req.durable and req.HasField("start_message_id")
-            start_id = req.start_message_id if with_id else None
-            start = start_of_subscription(topic.log, start_id, earliest)
+            earliest = req.initial_position is rq.InitialPosition.EARLIEST
+            start = subscription_start(topic, req)
             sub = topic.subscription(
                 req.subscription, requested, earliest, start=start, durable=req.durable
             )
@@ -655,12 +615,12 @@ class ServerConnection(asyncio.Protocol):
         if sub is not None:
             sub.on_ack_run(group, cumulative, index)
 
-    def _on_redeliver(self, req: pb.CommandRedeliverUnacknowledgedMessages) -> None:
+    def _on_redeliver(self, req: rq.RedeliverUnacknowledged, now: int) -> None:
         consumer = self._consumer(req.consumer_id)
         if consumer is None or consumer.subscription is None:
             return
         log_ = consumer.subscription.topic.log
-        ids = [log_.index_of(m.ledgerId, m.entryId) for m in req.message_ids] or None
+        ids = [log_.index_of(m.ledger_id, m.entry_id) for m in req.message_ids] or None
         consumer.subscription.on_redeliver(consumer, ids)
 
     def _detach_consumer(self, consumer: Consumer, seeking: bool = False) -> None:
@@ -682,20 +642,20 @@ class ServerConnection(asyncio.Protocol):
                 ev.Notice(command(T.CLOSE_CONSUMER, consumer_id=consumer.consumer_id, request_id=0))
             )
 
-    def _on_unsubscribe(self, req: pb.CommandUnsubscribe) -> None:
+    def _on_unsubscribe(self, req: rq.Unsubscribe) -> None:
         consumer = self._consumer(req.consumer_id)
         if consumer is None or consumer.subscription is None:
             self._error(req.request_id, pb.ConsumerNotFound, "no such consumer")
             return
         sub = consumer.subscription
-        if len(sub.consumers) > 1 and not req.force:
-            self._error(req.request_id, pb.ConsumerBusy, "other consumers are connected")
+        if (refused := unsubscribe_refusal(sub, req.force)) is not None:
+            self._refuse(req, refused)
             return
         self._detach_consumer(consumer)
         sub.topic.remove_subscription(sub.name)
         self._succeed(req.request_id)
 
-    def _on_close_producer(self, req: pb.CommandCloseProducer) -> None:
+    def _on_close_producer(self, req: rq.CloseProducer) -> None:
         producer = self.producers.pop(req.producer_id, None) or self._waiting_producers.pop(
             req.producer_id, None
         )
@@ -703,13 +663,13 @@ class ServerConnection(asyncio.Protocol):
             producer.topic.producer_access.remove(producer)
         self._succeed(req.request_id)
 
-    def _on_close_consumer(self, req: pb.CommandCloseConsumer) -> None:
+    def _on_close_consumer(self, req: rq.CloseConsumer) -> None:
         consumer = self.consumers.get(req.consumer_id)
         if consumer is not None:
             self._detach_consumer(consumer)
         self._succeed(req.request_id)
 
-    def _on_get_last_message_id(self, req: pb.CommandGetLastMessageId) -> None:
+    def _on_get_last_message_id(self, req: rq.GetLastMessageId) -> None:
         consumer = self._consumer(req.consumer_id)
         if consumer is None or consumer.subscription is None:
             self._error(req.request_id, pb.ConsumerNotFound, "no such consumer")
@@ -730,20 +690,18 @@ class ServerConnection(asyncio.Protocol):
             consumer_mark_delete_position=mark_id,
         )
 
-    def _on_seek(self, req: pb.CommandSeek) -> None:
+    def _on_seek(self, req: rq.Seek) -> None:
+        """To a message id or a publish time: the codec let through a seek with one of them."""
         consumer = self._consumer(req.consumer_id)
         if consumer is None or consumer.subscription is None:
             self._error(req.request_id, pb.ConsumerNotFound, "no such consumer")
             return
         sub = consumer.subscription
-        if req.HasField("message_id"):
+        if req.message_id is not None:
             self._reset(sub, req.request_id, index_of_message(sub.topic.log, req.message_id))
-        elif req.HasField("message_publish_time"):
-            asyncio.ensure_future(self._seek_to_time(sub, req.request_id, req.message_publish_time))
         else:
-            self._error(
-                req.request_id, pb.MetadataError, "Message id and timestamp were not present"
-            )
+            assert req.publish_time_ms is not None
+            asyncio.ensure_future(self._seek_to_time(sub, req.request_id, req.publish_time_ms))
 
     async def _seek_to_time(self, sub: ConsumerSubscription, request_id: int, ms: int) -> None:
         try:
@@ -767,9 +725,10 @@ class ServerConnection(asyncio.Protocol):
         if not sub.durable:  # kept for its consumers to come back; not forever
             asyncio.get_running_loop().call_later(SEEK_RETURN_S, _drop_if_abandoned, sub)
 
-    def _on_get_schema(self, req: pb.CommandGetSchema) -> None:
-        version = req.schema_version if req.HasField("schema_version") else None
-        found = self.service.schemas.get(schema_topic(parse_topic(req.topic)[1]), version)
+    def _on_get_schema(self, req: rq.GetSchema) -> None:
+        found = self.service.schemas.get(
+            schema_topic(parse_topic(req.topic)[1]), req.schema_version
+        )
         if found is None:
             self._answer(
                 T.GET_SCHEMA_RESPONSE,
@@ -786,10 +745,10 @@ class ServerConnection(asyncio.Protocol):
             schema_version=version,
         )
 
-    def _on_get_topics_of_namespace(self, req: pb.CommandGetTopicsOfNamespace) -> None:
+    def _on_get_topics_of_namespace(self, req: rq.GetTopicsOfNamespace) -> None:
         """The namespace's topic list for pattern subscriptions (broker.core.namespace)."""
         topics = topics_of_namespace(
-            req.namespace, req.mode, self.service.known_topics(), self.service.partitioned
+            req.namespace, req.domain, self.service.known_topics(), self.service.partitioned
         )
         self._answer(
             T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
@@ -818,10 +777,9 @@ def _message_id(ledger_id: int, entry_id: int) -> pb.MessageIdData:
     return pb.MessageIdData(ledgerId=ledger_id % (1 << 64), entryId=entry_id % (1 << 64))
 
 
-def _sticky_ranges(req: pb.CommandSubscribe) -> tuple[tuple[int, int], ...] | None:
+def _sticky_ranges(req: rq.Subscribe) -> tuple[tuple[int, int], ...] | None:
     """A Key_Shared consumer's own key hash ranges (keySharedMeta STICKY); None otherwise."""
-    if req.subType != pb.CommandSubscribe.Key_Shared or not req.HasField("keySharedMeta"):
+    meta = req.key_shared
+    if req.sub_type is not rq.SubType.KEY_SHARED or meta is None:
         return None
-    if req.keySharedMeta.keySharedMode != pb.STICKY:
-        return None
-    return tuple((r.start, r.end) for r in req.keySharedMeta.hashRanges)
+    return meta.hash_ranges if meta.mode is rq.KeySharedMode.STICKY else None

@@ -32,8 +32,8 @@ from broker.server.tls import server_context
 from broker.server.turn_writes import TurnWrites
 from broker.storage.persist_health import CursorPersistence
 from broker.subscriptions.modes import DISPATCHERS
-from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.extensions import NAME_BY_SUBTYPE, requested_mode
+from pulsar_protocol.requests import Subscribe
 from pulsar_protocol.topic_names import PARTITION_SUFFIX, partition_names
 
 log = logging.getLogger("broker")
@@ -150,10 +150,10 @@ class BrokerService:
         parse_topic(partition_names(full, partitions)[-1])  # the longest partition name fits
         self.partitioned[full] = partitions
 
-    def subscription_mode(self, req: pb.CommandSubscribe) -> str:
+    def subscription_mode(self, req: Subscribe) -> str:
         """Broadcast is chosen by the `subscriptionMode: broadcast` property (the Python client
         cannot send a fifth subType), or by an admin-created subscription."""
-        requested = requested_mode(req)
+        requested = requested_mode((*req.metadata, *req.subscription_properties))
         if requested in DISPATCHERS:
             return requested
         _, full = parse_topic(req.topic)
@@ -161,7 +161,7 @@ class BrokerService:
         preset = self.preset_modes.get((full, req.subscription)) or self.preset_modes.get(
             (base, req.subscription)
         )
-        return preset or NAME_BY_SUBTYPE[req.subType]
+        return preset or NAME_BY_SUBTYPE[req.sub_type]
 
     def subscription_targets(
         self, topic_name: str, subscription: str, mode: str

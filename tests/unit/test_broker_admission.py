@@ -13,6 +13,7 @@ from broker.core.limits import Refusal
 from broker.core.schemas import JSON, STRING
 from broker.server.service import BrokerService
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.requests import Schema
 
 TOPIC = "persistent://public/default/admitted"
 
@@ -41,7 +42,7 @@ def test_a_producer_is_refused_past_the_limit_or_the_quota_and_gets_its_schema_v
     async def go() -> None:
         service = _service(maxProducersPerTopic=1)
         topic = service.topic(TOPIC)
-        string = pb.Schema(name="s", type=STRING, schema_data=b"")
+        string = Schema(name="s", type=STRING, data=b"")
         version = producer_admission(service.config, service.schemas, topic, string)
         assert isinstance(version, bytes)
         assert producer_admission(service.config, service.schemas, topic, None) is None
@@ -64,9 +65,9 @@ def test_a_producer_with_another_schema_type_is_refused() -> None:
     async def go() -> None:
         service = _service()
         topic = service.topic(TOPIC)
-        string = pb.Schema(name="s", type=STRING, schema_data=b"")
+        string = Schema(name="s", type=STRING, data=b"")
         assert isinstance(producer_admission(service.config, service.schemas, topic, string), bytes)
-        json_schema = pb.Schema(name="s", type=JSON, schema_data=b"{}")
+        json_schema = Schema(name="s", type=JSON, data=b"{}")
         refused = producer_admission(service.config, service.schemas, topic, json_schema)
         assert isinstance(refused, Refusal) and refused.server_error == pb.IncompatibleSchema
 

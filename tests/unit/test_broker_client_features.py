@@ -31,14 +31,15 @@ from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import T, command
 from pulsar_protocol.extensions import key_slot
 from pulsar_protocol.payload import encode_payload
+from pulsar_protocol.requests import MessageId, Schema
 from tests.unit.test_broker_connection import Wire
 
 # -- schemas ------------------------------------------------------------------------------------
 
 
-def _avro(*fields: dict) -> pb.Schema:
+def _avro(*fields: dict) -> Schema:
     definition = {"type": "record", "name": "U", "fields": list(fields)}
-    return pb.Schema(name="u", type=AVRO, schema_data=json.dumps(definition).encode())
+    return Schema(name="u", type=AVRO, data=json.dumps(definition).encode())
 
 
 NAME = {"name": "name", "type": "string"}
@@ -47,7 +48,7 @@ AGE = {"name": "age", "type": "int"}
 
 def test_the_same_schema_gets_the_same_version_and_another_type_is_refused() -> None:
     registry = SchemaRegistry()
-    string = pb.Schema(name="s", type=STRING, schema_data=b"")
+    string = Schema(name="s", type=STRING, data=b"")
     assert registry.for_producer("t", string) == version_bytes(0)
     assert registry.for_producer("t", string) == version_bytes(0)
     with pytest.raises(IncompatibleSchema, match="type"):
@@ -80,7 +81,7 @@ def test_consumers_are_checked_backward_and_need_a_schema_on_a_topic_in_use() ->
         registry.for_consumer("idle", _avro(NAME, AGE), topic_in_use=True)
     registry.for_consumer("idle", None, topic_in_use=True)
     with pytest.raises(IncompatibleSchema, match="cannot be read"):
-        registry.for_producer("idle", pb.Schema(name="x", type=AVRO, schema_data=b"\xff{"))
+        registry.for_producer("idle", Schema(name="x", type=AVRO, data=b"\xff{"))
 
 
 # -- producer access ----------------------------------------------------------------------------
@@ -171,11 +172,11 @@ def test_seek_by_publish_time_finds_the_first_entry_at_or_after_it() -> None:
 
 def test_start_ids_earliest_latest_and_a_given_entry() -> None:
     log = _log([1, 2, 3])
-    earliest = pb.MessageIdData(ledgerId=2**64 - 1, entryId=2**64 - 1)
-    latest = pb.MessageIdData(ledgerId=2**63 - 1, entryId=2**63 - 1)
+    earliest = MessageId(-1, -1)
+    latest = MessageId(2**63 - 1, 2**63 - 1)
     assert index_of_message(log, earliest) == 0
     assert index_of_message(log, latest) == 3
-    assert index_of_message(log, pb.MessageIdData(ledgerId=0, entryId=1)) == 1
+    assert index_of_message(log, MessageId(0, 1)) == 1
     assert start_of_subscription(log, None, earliest=True) == 0
     assert start_of_subscription(log, None, earliest=False) == 3
 

@@ -14,6 +14,7 @@ import pytest
 
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol import requests as rq
 from pulsar_protocol.commands import (
     SubscribeTemplate,
     T,
@@ -83,11 +84,15 @@ def pair(request) -> ConnectionPair:
     return p
 
 
+def sub_request(
+    rid: int, consumer_id: int, sub_type: rq.SubType = rq.SubType.SHARED
+) -> rq.Subscribe:
+    return rq.Subscribe(rid, "t", "s", sub_type, consumer_id)
+
+
 def subscribe(p: ConnectionPair, consumer_id: int = 1, permits: int = 10) -> None:
     rid = p.client.next_request_id()
-    cmd = command(T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=consumer_id)
-    cmd.subscribe.request_id = rid
-    p.send(p.client, ev.Request(cmd))
+    p.send(p.client, sub_request(rid, consumer_id))
     p.send(p.server, ev.Response(command(T.SUCCESS, request_id=rid)))
     p.send(p.client, ev.Flow(consumer_id, permits))
     assert p.client.consumer_state(consumer_id) is ConsumerState.ACTIVE
@@ -219,8 +224,8 @@ def test_the_servers_error_reply_reaches_the_client_as_a_protocol_error():
 
 
 # -- requests -------------------------------------------------------------------------------------
-def lookup(rid: int) -> ev.Request:
-    return ev.Request(command(T.LOOKUP, topic="t", request_id=rid))
+def lookup(rid: int) -> rq.Lookup:
+    return rq.Lookup(rid, "t")
 
 
 def lookup_answer(rid: int) -> ev.Response:
@@ -274,7 +279,7 @@ def test_a_server_echoes_request_ids_and_never_keys_on_them():
     """Pulsar's clients may reuse a request_id on one connection (DESIGN.md, the wire)."""
     p = ConnectionPair()
     p.handshake()
-    twice = encode_frame(lookup(7).command) * 2
+    twice = encode_frame(rq.encode(lookup(7))) * 2
     assert feed(p.server, twice) == [lookup(7), lookup(7)]
     p.server.send(lookup_answer(7))
     p.server.send(lookup_answer(7))
@@ -291,7 +296,7 @@ def test_success_from_bytes_settles_a_request_as_the_event_does():
         sub = command(
             T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=cid, request_id=rid
         )
-        assert feed(p.server, encode_frame(sub)) == [ev.Request(sub)]
+        assert feed(p.server, encode_frame(sub)) == [sub_request(rid, cid)]
     p.server.send_success(5)
     p.server.send_success(5)
     p.server.send_success(1 << 40)
@@ -316,14 +321,7 @@ def test_only_a_client_requests_and_only_a_server_answers(pair):
 # -- consumers ------------------------------------------------------------------------------------
 def test_a_consumer_moves_from_subscribing_to_active_with_its_first_flow(pair):
     rid = pair.client.next_request_id()
-    pair.send(
-        pair.client,
-        ev.Request(
-            command(
-                T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=3, request_id=rid
-            )
-        ),
-    )
+    pair.send(pair.client, sub_request(rid, 3))
     assert pair.client.consumer_state(3) is ConsumerState.SUBSCRIBING
     pair.send(pair.server, ev.Response(command(T.SUCCESS, request_id=rid)))
     assert pair.client.consumer_state(3) is ConsumerState.SUBSCRIBED
@@ -333,14 +331,7 @@ def test_a_consumer_moves_from_subscribing_to_active_with_its_first_flow(pair):
 
 def test_a_refused_or_closed_consumer_is_forgotten(pair):
     rid = pair.client.next_request_id()
-    pair.send(
-        pair.client,
-        ev.Request(
-            command(
-                T.SUBSCRIBE, topic="t", subscription="s", subType=0, consumer_id=1, request_id=rid
-            )
-        ),
-    )
+    pair.send(pair.client, sub_request(rid, 1, rq.SubType.EXCLUSIVE))
     pair.send(
         pair.server,
         ev.Response(command(T.ERROR, request_id=rid, error=pb.ConsumerBusy, message="busy")),
@@ -353,13 +344,8 @@ def test_a_refused_or_closed_consumer_is_forgotten(pair):
 
 def test_closing_a_consumer_ignores_a_late_subscribe_answer(pair):
     sub_rid, close_rid = pair.client.next_request_id(), pair.client.next_request_id()
-    cmd = command(
-        T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=4, request_id=sub_rid
-    )
-    pair.send(pair.client, ev.Request(cmd))
-    pair.send(
-        pair.client, ev.Request(command(T.CLOSE_CONSUMER, consumer_id=4, request_id=close_rid))
-    )
+    pair.send(pair.client, sub_request(sub_rid, 4))
+    pair.send(pair.client, rq.CloseConsumer(close_rid, 4))
     assert pair.client.consumer_state(4) is ConsumerState.CLOSING
     pair.send(pair.server, ev.Response(command(T.SUCCESS, request_id=sub_rid)))
     assert pair.client.consumer_state(4) is ConsumerState.CLOSING
@@ -379,9 +365,7 @@ def test_a_subscribe_from_a_template_is_tracked_as_a_subscribe_request(pair):
     pair.client.send_subscribe(_template(), 3, rid, "c3")
     assert pair.client.consumer_state(3) is ConsumerState.SUBSCRIBING
     (request,) = feed(pair.server, pair.client.data_to_send(), pair.how)
-    assert isinstance(request, ev.Request)
-    sub = request.command.subscribe
-    assert (sub.topic, sub.consumer_id, sub.request_id, sub.consumer_name) == ("t", 3, rid, "c3")
+    assert request == rq.Subscribe(rid, "t", "s", rq.SubType.SHARED, 3, "c3")
     pair.send(pair.server, ev.Response(command(T.SUCCESS, request_id=rid)))
     assert pair.client.consumer_state(3) is ConsumerState.SUBSCRIBED
     pair.send(pair.client, ev.Flow(3, 10))
@@ -409,9 +393,7 @@ def test_a_flow_for_an_unknown_consumer_is_a_local_protocol_error(pair):
 
 def test_a_flow_before_the_subscribe_succeeded_is_a_local_protocol_error(pair):
     rid = pair.client.next_request_id()
-    cmd = command(T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=3)
-    cmd.subscribe.request_id = rid
-    pair.send(pair.client, ev.Request(cmd))
+    pair.send(pair.client, sub_request(rid, 3))
     with pytest.raises(LocalProtocolError, match="consumer 3 is subscribing"):
         pair.client.send(ev.Flow(3, 10))
 
@@ -678,9 +660,7 @@ def test_an_ack_frame_with_sizes_that_do_not_add_up_is_left_to_protobuf():
 def test_a_consumer_no_longer_active_gets_no_flow_and_no_ack(pair):
     subscribe(pair, 5, permits=2)
     close_rid = pair.client.next_request_id()
-    pair.send(
-        pair.client, ev.Request(command(T.CLOSE_CONSUMER, consumer_id=5, request_id=close_rid))
-    )
+    pair.send(pair.client, rq.CloseConsumer(close_rid, 5))
     pair.client.acknowledge_consumed(5, 5, msg_id(0))
     assert not pair.client.acks_due
     assert pair.client.data_to_send() == b""
@@ -689,10 +669,7 @@ def test_a_consumer_no_longer_active_gets_no_flow_and_no_ack(pair):
 # -- producers ------------------------------------------------------------------------------------
 def register(p: ConnectionPair, producer_id: int = 1) -> None:
     rid = p.client.next_request_id()
-    p.send(
-        p.client,
-        ev.Request(command(T.PRODUCER, topic="t", producer_id=producer_id, request_id=rid)),
-    )
+    p.send(p.client, rq.Producer(rid, "t", producer_id))
     assert p.client.producer_state(producer_id) is ProducerState.REGISTERING
     p.send(p.server, ev.Response(command(T.PRODUCER_SUCCESS, request_id=rid, producer_name="n")))
     assert p.client.producer_state(producer_id) is ProducerState.READY
@@ -712,18 +689,14 @@ def test_sends_and_receipts_travel_as_the_same_events(pair):
 
 def test_a_producer_sends_only_once_ready(pair):
     rid = pair.client.next_request_id()
-    pair.send(
-        pair.client, ev.Request(command(T.PRODUCER, topic="t", producer_id=1, request_id=rid))
-    )
+    pair.send(pair.client, rq.Producer(rid, "t", 1))
     with pytest.raises(LocalProtocolError, match="producer 1 is registering"):
         pair.client.send(ev.Send(1, 0, section()))
 
 
 def test_a_producer_queued_for_exclusive_access_waits_for_the_ready_answer(pair):
     rid = pair.client.next_request_id()
-    pair.send(
-        pair.client, ev.Request(command(T.PRODUCER, topic="t", producer_id=1, request_id=rid))
-    )
+    pair.send(pair.client, rq.Producer(rid, "t", 1))
     waiting = command(T.PRODUCER_SUCCESS, request_id=rid, producer_name="n", producer_ready=False)
     pair.send(pair.server, ev.Response(waiting), expect=[])
     assert pair.client.producer_state(1) is ProducerState.REGISTERING
@@ -820,7 +793,7 @@ def test_mangled_streams_raise_nothing_but_remote_protocol_errors():
     valid_from_client = b"".join(
         [
             encode_frame(command(T.CONNECT, client_version="c", protocol_version=20)),
-            encode_frame(lookup(1).command),
+            encode_frame(rq.encode(lookup(1))),
             encode_frame(command(T.SEND, producer_id=1, sequence_id=0), section(b"x" * 20)),
             encode_frame(command(T.FLOW, consumer_id=1, messagePermits=5)),
             encode_frame(command(T.PING)),

@@ -14,21 +14,22 @@ import pytest
 from broker.core.schemas import IncompatibleSchema, SchemaNotStored, SchemaRegistry
 from broker.storage.schema_store import SchemaStore
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.requests import Schema
 
 TOPIC = "persistent://public/default/" + "é" * 200  # far over a file name's 255 bytes
 
 
-def _avro(*fields: str) -> pb.Schema:
+def _avro(*fields: str) -> Schema:
     definition = {
         "type": "record",
         "name": "U",
         "fields": [{"name": f, "type": "string", "default": ""} for f in fields],
     }
-    return pb.Schema(
+    return Schema(
         name="U",
         type=4,
-        schema_data=json.dumps(definition).encode(),
-        properties=[pb.KeyValue(key="k", value="v")],
+        data=json.dumps(definition).encode(),
+        properties=(("k", "v"),),
     )
 
 
@@ -42,7 +43,7 @@ def test_histories_come_back_in_a_new_registry(tmp_path: Path) -> None:
     assert found is not None and found[0].properties == (("k", "v"),)
     assert again.for_producer(TOPIC, _avro("a")) == (0).to_bytes(8, "big")
     with pytest.raises(IncompatibleSchema):
-        again.for_producer(TOPIC, pb.Schema(name="s", type=1, schema_data=b""))
+        again.for_producer(TOPIC, Schema(name="s", type=1, data=b""))
     again.for_consumer(TOPIC, _avro("a", "b"), topic_in_use=True)  # reads the latest: accepted
 
 

@@ -209,6 +209,7 @@ def test_a_payload_equal_to_the_previous_frames_is_that_same_object():
 
 
 def test_the_mode_a_consumer_asks_for_is_the_mode_the_broker_reads() -> None:
+    from pulsar_protocol import requests
     from pulsar_protocol.extensions import (
         SUBSCRIPTION_MODES,
         mode_property,
@@ -216,21 +217,23 @@ def test_the_mode_a_consumer_asks_for_is_the_mode_the_broker_reads() -> None:
         wire_subtype,
     )
 
+    def received(**fields) -> requests.Subscribe:
+        """What a broker's codec hands out for a SUBSCRIBE with `fields`."""
+        cmd = command(
+            T.SUBSCRIBE, topic="t", subscription="s", consumer_id=1, request_id=1, **fields
+        )
+        event = requests.decode(cmd)
+        assert isinstance(event, requests.Subscribe)
+        return event
+
     for mode in SUBSCRIPTION_MODES:
         prop = mode_property(mode)
-        req = pb.CommandSubscribe(
-            topic="t", subscription="s", subType=wire_subtype(mode), consumer_id=1, request_id=1
-        )
-        if prop is not None:
-            req.metadata.append(prop)
-        assert requested_mode(req) == (None if prop is None else mode)
-    shouted = pb.CommandSubscribe(
-        topic="t", subscription="s", subType=pb.CommandSubscribe.Shared, consumer_id=1, request_id=1
-    )
-    shouted.subscription_properties.append(pb.KeyValue(key="subscriptionMode", value="BROADCAST"))
-    assert requested_mode(shouted) == "Broadcast"
-    shouted.subscription_properties[0].value = "fanout"
-    assert requested_mode(shouted) is None
+        req = received(subType=wire_subtype(mode), metadata=[] if prop is None else [prop])
+        assert requested_mode(req.metadata) == (None if prop is None else mode)
+    shouted = pb.KeyValue(key="subscriptionMode", value="BROADCAST")
+    req = received(subType=pb.CommandSubscribe.Shared, subscription_properties=[shouted])
+    assert requested_mode(req.subscription_properties) == "Broadcast"
+    assert requested_mode([("subscriptionMode", "fanout")]) is None
 
 
 @pytest.mark.parametrize("consumer_id", [0, 1, 127, 128, 16383, 16384, 1 << 40])
