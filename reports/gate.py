@@ -39,6 +39,7 @@ from reports.metrics import METRICS, Direction
 from reports.results import RunSummary, case_keys, load_any, load_summary
 from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide, holm
 from reports.testbeds import provenance
+from results_contract.summary import Top
 
 
 class GateError(ValueError):
@@ -190,7 +191,7 @@ def match_cases(run: Side, base: Side) -> list[tuple[str, list[RunSummary], list
 def check_input(side: Side) -> None:
     """Summaries the gate can read: a headline object in each (missing keys are bad input)."""
     for r in side.runs:
-        if not isinstance(r.data.get("headline"), Mapping):
+        if not isinstance(r.data.get(Top.HEADLINE), Mapping):
             raise GateError(f"{r.path}: headline is missing or not an object")
 
 
@@ -300,7 +301,7 @@ def gate(run: Side, base: Side, rules: tuple[Rule, ...], alpha: float = ALPHA) -
     done = [o for o in outcomes if o is not None]
     for summary in run.runs:
         if summary.partial:
-            reasons = "; ".join(summary.data.get("partial_reasons") or []) or "no reason recorded"
+            reasons = "; ".join(summary.partial_reasons) or "no reason recorded"
             done.append(
                 Outcome(
                     Rule("run_complete"),

@@ -94,7 +94,7 @@ def _testbed(run: RunSummary, branch: str | None) -> Testbed:
     bed = read_testbed(run.run_dir) or collect()
     if branch:
         bed = Testbed(bed.revision, branch, bed.cpu_model, bed.cores, bed.kernel)
-    rev = run.section("environment").get("git_revision")
+    rev = run.git_revision
     if rev:
         bed = Testbed(str(rev), bed.branch, bed.cpu_model, bed.cores, bed.kernel)
     return bed

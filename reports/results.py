@@ -15,7 +15,15 @@ from typing import Any
 
 from results_contract.paths import SUMMARY_FILE, SWEEP_FILE, SWEEP_SUMMARY_FILE
 from results_contract.schemas import SWEEP_SCHEMA
-from results_contract.summary import ClientBound, Headline, SummaryError, Top, check, number
+from results_contract.summary import (
+    ClientBound,
+    Environment,
+    Headline,
+    SummaryError,
+    Top,
+    check,
+    number,
+)
 
 
 class ResultsError(Exception):
@@ -69,6 +77,12 @@ class RunSummary:
     @property
     def partial_reasons(self) -> list[str]:
         return [str(reason) for reason in self.data.get(Top.PARTIAL_REASONS) or []]
+
+    @property
+    def git_revision(self) -> str | None:
+        """The revision the run was made from, as the manifest recorded it (None if not)."""
+        rev = self.section(Top.ENVIRONMENT).get(Environment.GIT_REVISION)
+        return str(rev) if rev else None
 
 
 @dataclass(frozen=True)

@@ -13,20 +13,21 @@ from typing import Any
 
 from reports.formatting import fmt_int, fmt_ms, fmt_s
 from results_contract.headline import of_case, of_summary
+from results_contract.summary import Headline, Top
 
 COLUMNS = ("case", "consumers", "connection", "P99", "lost", "client-bound")
 
 
 def result_line(label: str, summary: Mapping[str, Any]) -> str:
     """One case, one line: consumers, connection time, headline P99, lost, client-bound."""
-    h = summary.get("headline") or {}
+    h = summary.get(Top.HEADLINE) or {}
     p99 = of_summary(summary)
-    bound = "client-bound" if h.get("client_bound") else "not client-bound"
-    partial = " · PARTIAL" if summary.get("partial") else ""
+    bound = "client-bound" if h.get(Headline.CLIENT_BOUND) else "not client-bound"
+    partial = " · PARTIAL" if summary.get(Top.PARTIAL) else ""
     return (
-        f"result {label}: {fmt_int(h.get('consumers'))} consumers · connected in "
-        f"{fmt_s(h.get('connection_time_s'))} · {p99.label} {fmt_ms(p99.ms)} · lost "
-        f"{fmt_int(h.get('deliveries_lost'))} · {bound}{partial}"
+        f"result {label}: {fmt_int(h.get(Headline.CONSUMERS))} consumers · connected in "
+        f"{fmt_s(h.get(Headline.CONNECTION_TIME_S))} · {p99.label} {fmt_ms(p99.ms)} · lost "
+        f"{fmt_int(h.get(Headline.DELIVERIES_LOST))} · {bound}{partial}"
     )
 
 

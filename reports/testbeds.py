@@ -11,7 +11,7 @@ from results_contract.testbed import read_testbed
 
 def revision(run: RunSummary) -> str:
     """The run's git revision, shortened (summary.json's environment, else testbed.json)."""
-    rev = run.section("environment").get("git_revision")
+    rev = run.git_revision
     if not rev:
         bed = read_testbed(run.run_dir)
         rev = bed.revision if bed else "?"
