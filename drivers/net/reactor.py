@@ -58,6 +58,7 @@ class Reactor:
         self._after: dict[object, Callable[[], None]] = {}
         self._greenlet: gevent.Greenlet | None = None
         self._holding = False
+        self._scratch = bytearray()
 
     def add(self, fd: int, reader: Readable) -> None:
         """Call `reader.on_readable()` whenever `fd` has something to read, until `remove`."""
@@ -95,6 +96,14 @@ class Reactor:
         for fd, reader in self._readers.items():
             if reader.carries_consumers:
                 epoll.modify(fd, 0 if held else select.EPOLLIN)
+
+    def scratch(self, size: int) -> memoryview:
+        """Room for one read of `size` bytes that a reader copies elsewhere at once (TLS's
+        ciphertext, on its way into the decryptor): the readers run one after another, so
+        one buffer serves them all, not one per socket."""
+        if len(self._scratch) < size:
+            self._scratch = bytearray(size)
+        return memoryview(self._scratch)[:size]
 
     def after_pass(self, key: object, action: Callable[[], None]) -> None:
         """Run `action` once at the end of the current pass (once per key however often it is

@@ -4,7 +4,8 @@ Partition counts are metadata, not part of the binary protocol: the official cli
 read them (PARTITIONED_METADATA), so creating them goes over HTTP, as OMB's Pulsar driver does
 with PulsarAdmin. The same endpoints are served by Apache Pulsar and by the bundled broker.
 Each call takes the token of the driver file's `client.authentication` (None: none), sent as
-`Authorization: Bearer`, as PulsarAdmin with AuthenticationToken does.
+`Authorization: Bearer`, as PulsarAdmin with AuthenticationToken does, and for an https://
+admin URL the TLS context of its `client.tls*` keys (`tls`; None: the system's defaults).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -54,13 +56,17 @@ def _refused(status: int, token: str | None) -> str:
 
 
 def _call(
-    method: str, url: str, body: bytes | None = None, token: str | None = None
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    token: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
     request = urllib.request.Request(
         url, data=body, method=method, headers=_headers(token, json_body=True)
     )
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=tls) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -69,10 +75,12 @@ def _call(
         raise DriverError(f"admin API {url} is unreachable ({reason})") from None
 
 
-def partitions_of(admin_url: str, topic: str, token: str | None = None) -> int:
+def partitions_of(
+    admin_url: str, topic: str, token: str | None = None, tls: ssl.SSLContext | None = None
+) -> int:
     """The partition count the broker has for `topic` (0: not partitioned)."""
     url = f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}/partitions"
-    status, body = _call("GET", url, token=token)
+    status, body = _call("GET", url, token=token, tls=tls)
     if status != 200:
         hint = _refused(status, token)
         raise DriverError(f"GET {url} answered {status}: {body[:200]!r}{hint}")
@@ -83,15 +91,19 @@ def partitions_of(admin_url: str, topic: str, token: str | None = None) -> int:
 
 
 def create_partitioned_topic(
-    admin_url: str, topic: str, partitions: int, token: str | None = None
+    admin_url: str,
+    topic: str,
+    partitions: int,
+    token: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """PUT the partition count; a topic that already has exactly that many is fine."""
     url = f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}/partitions"
-    status, body = _call("PUT", url, str(partitions).encode(), token)
+    status, body = _call("PUT", url, str(partitions).encode(), token, tls)
     if status in (200, 204):
         return
     if status == 409:  # exists: fine if it is what we asked for
-        have = partitions_of(admin_url, topic, token)
+        have = partitions_of(admin_url, topic, token, tls)
         if have == partitions:
             return
         raise DriverError(
@@ -106,7 +118,9 @@ def stats_url(admin_url: str, topic: str) -> str:
     return f"{admin_url.rstrip('/')}/admin/v2/{topic_path(topic)}/stats"
 
 
-def topic_stats(admin_url: str, names: list[str], token: str | None = None) -> dict[str, object]:
+def topic_stats(
+    admin_url: str, names: list[str], token: str | None = None, tls: ssl.SSLContext | None = None
+) -> dict[str, object]:
     """`GET .../{topic}/stats` of each name (a partition under its own name): every
     subscription and consumer with its counters and address. A topic that does not answer
     costs a warning and maps to None."""
@@ -115,7 +129,9 @@ def topic_stats(admin_url: str, names: list[str], token: str | None = None) -> d
         url = stats_url(admin_url, name)
         request = urllib.request.Request(url, headers=_headers(token))
         try:
-            with urllib.request.urlopen(request, timeout=STATS_TIMEOUT_SECONDS) as reply:
+            with urllib.request.urlopen(
+                request, timeout=STATS_TIMEOUT_SECONDS, context=tls
+            ) as reply:
                 stats[name] = json.loads(reply.read())
         except (urllib.error.URLError, OSError, ValueError) as exc:
             log.warning("topic stats of %s: %s", name, getattr(exc, "reason", exc))
@@ -124,7 +140,11 @@ def topic_stats(admin_url: str, names: list[str], token: str | None = None) -> d
 
 
 def set_topic_policies(
-    admin_url: str, topic: str, policies: dict[str, object], token: str | None = None
+    admin_url: str,
+    topic: str,
+    policies: dict[str, object],
+    token: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """POST each topic policy as `pulsar-admin topics set-…` does (Pulsar's topic-policy REST
     paths; docs/policies.md): `messageTTL` in the query, `backlogQuota` once per quota type,
@@ -144,7 +164,7 @@ def set_topic_policies(
             calls.append((f"{base}/{kind}", value))
     for url, body in calls:
         data = None if body is None else json.dumps(body).encode()
-        status, reply = _call("POST", url, data, token)
+        status, reply = _call("POST", url, data, token, tls)
         if status not in (200, 204):
             hint = _refused(status, token)
             raise DriverError(f"POST {url} answered {status}: {reply[:300]!r}{hint}")
@@ -154,15 +174,22 @@ CLOCK_PATH = "/admin/v2/brokers/clock"
 """The bundled broker's realtime clock (µs), for the harness's clock-offset estimate."""
 
 
-def broker_clock_sample(admin_url: str, token: str | None = None) -> tuple[int, int, int]:
+def broker_clock_sample(
+    admin_url: str, token: str | None = None, tls: ssl.SSLContext | None = None
+) -> tuple[int, int, int]:
     """One reading of the broker's clock: (sent µs, the broker's µs, received µs), the first
     and last on this host's clock. The connection is made before the send time is taken: the
     handshake's round trip would otherwise sit on one side of the broker's reading only."""
     url = urllib.parse.urlsplit(admin_url)
     if url.scheme not in ("http", "https") or not url.hostname:
         raise DriverError(f"admin URL {admin_url!r} is not http://host:port")
-    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    conn = kind(url.hostname, url.port, timeout=TIMEOUT_SECONDS)
+    conn: http.client.HTTPConnection
+    if url.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            url.hostname, url.port, timeout=TIMEOUT_SECONDS, context=tls
+        )
+    else:
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=TIMEOUT_SECONDS)
     try:
         conn.connect()
         sent_us = now_us()

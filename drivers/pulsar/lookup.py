@@ -73,13 +73,21 @@ def find_owner(
     first: LookupConnection,
     service: Route,
     connect: Callable[[Route], LookupConnection],
+    tls: bool = False,
 ) -> Route:
     """The route to `topic`'s owner: LOOKUP on `first`, then on whichever broker each
-    Redirect names, until a Connect; `connect` gives a ready connection for a route."""
+    Redirect names, until a Connect; `connect` gives a ready connection for a route. With
+    `tls` (pulsar+ssl://) the answers' TLS URLs are followed, as the official clients do."""
     conn, authoritative = first, False
     for _ in range(MAX_REDIRECTS + 1):
         answer = conn.lookup(topic, authoritative)
-        url = answer.brokerServiceUrl
+        url = answer.brokerServiceUrlTls if tls else answer.brokerServiceUrl
+        if not url:
+            kind = "brokerServiceUrlTls" if tls else "brokerServiceUrl"
+            raise DriverError(
+                f"the lookup of {topic!r} on {conn.route} answered no {kind}"
+                + (": that broker does not serve pulsar+ssl://" if tls else "")
+            )
         proxied = answer.proxy_through_service_url
         if answer.response == pb.CommandLookupTopicResponse.Connect:
             if proxied:
