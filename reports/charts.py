@@ -24,6 +24,7 @@ from reports.formatting import (
 )
 from reports.metrics import STAGE_LABELS
 from results_contract.metrics import STAGES
+from results_contract.summary import Connection, Distribution, PerConsumer, Stages, Tail
 
 WIDTH = 960
 LEFT = 72
@@ -253,10 +254,10 @@ def _rebin(starts: list[float], counts: list[float], width: float) -> tuple[list
 def connection_histogram(connection: Mapping[str, Any]) -> Chart:
     """Seed 000, figure 5: how long each consumer took to connect and subscribe."""
     chart_id, title = "connection-distribution", "Connection time per consumer"
-    dist = connection.get("distribution") or {}
-    counts = _finite(dist.get("counts") or [])
-    starts = _finite(dist.get("bins_start_s") or [])
-    width = dist.get("bin_width_s")
+    dist = connection.get(Connection.DISTRIBUTION) or {}
+    counts = _finite(dist.get(Distribution.COUNTS) or [])
+    starts = _finite(dist.get(Distribution.BINS_START_S) or [])
+    width = dist.get(Distribution.BIN_WIDTH_S)
     if not counts or not any(counts) or len(starts) != len(counts) or not width:
         return no_data(
             chart_id, title, "no consumer finished connecting, so there is no distribution"
@@ -279,11 +280,13 @@ def connection_histogram(connection: Mapping[str, Any]) -> Chart:
         for s, c in zip(starts, counts, strict=True)
         if c > 0
     )
-    per_consumer = connection.get("per_consumer") or {}
+    per_consumer = connection.get(Connection.PER_CONSUMER) or {}
     refs = tuple(
         RefLine(x(v), TOP, x(v), TOP + plot_h, f"{name} {fmt_s(v)}", x(v) - 4, TOP + 12 + 14 * i)
         for i, (name, v) in enumerate(
-            (n.upper(), v) for n in ("p50", "p99") for v in _finite([per_consumer.get(n)])
+            (n.upper(), v)
+            for n in (PerConsumer.P50, PerConsumer.P99)
+            for v in _finite([per_consumer.get(n)])
         )
         if x_vals[0] <= v <= x_vals[-1]
     )
@@ -319,11 +322,11 @@ def connection_cdf(curves: Sequence[tuple[str, Mapping[str, Any]]]) -> Chart:
     chart_id, title = "compare-connection-cdf", "Consumers connected over time"
     prepared = []
     for name, connection in curves:
-        dist = connection.get("distribution") or {}
-        counts = _finite(dist.get("counts") or [])
-        starts = _finite(dist.get("bins_start_s") or [])
-        width = dist.get("bin_width_s")
-        total = connection.get("consumers") or sum(counts)
+        dist = connection.get(Connection.DISTRIBUTION) or {}
+        counts = _finite(dist.get(Distribution.COUNTS) or [])
+        starts = _finite(dist.get(Distribution.BINS_START_S) or [])
+        width = dist.get(Distribution.BIN_WIDTH_S)
+        total = connection.get(Connection.CONSUMERS) or sum(counts)
         if counts and any(counts) and width and len(starts) == len(counts) and total:
             cumulative, points = 0.0, [(0.0, 0.0)]
             for s, c in zip(starts, counts, strict=True):
@@ -385,12 +388,12 @@ class StageRow:
 
     @property
     def tail_count(self) -> int | None:
-        count = (self.stages.get("tail") or {}).get("count")
+        count = (self.stages.get(Stages.TAIL) or {}).get(Tail.COUNT)
         return int(count) if isinstance(count, int | float) else None
 
     def why_empty(self) -> str:
         """Why this run has no stage rows: no broker stamps, no sampling or nothing delivered."""
-        fraction = self.stages.get("sample_fraction")
+        fraction = self.stages.get(Stages.SAMPLE_FRACTION)
         if fraction == 0:
             return "stageSampleFraction is 0"
         if not self.delivered:
@@ -405,7 +408,7 @@ class StageRow:
         """What the tail share was drawn from, under the chart (`named`: among several runs)."""
         prefix = f"{self.name}: " if named else ""
         count = self.tail_count
-        samples = self.stages.get("samples")
+        samples = self.stages.get(Stages.SAMPLES)
         of = f" of {int(samples):,} recorded" if isinstance(samples, int | float) else ""
         if not count:
             return f"{prefix}no delivery at or above the P99 was recorded{of}: no tail share"
@@ -415,7 +418,7 @@ class StageRow:
     @property
     def combined(self) -> bool:
         """Without broker timestamps `producing` holds stages 1 to 5 as one span."""
-        return self.stages.get("broker_timestamps") is False
+        return self.stages.get(Stages.BROKER_TIMESTAMPS) is False
 
     def stage_label(self, stage: str) -> str:
         if self.combined and stage == "producing":
@@ -423,10 +426,10 @@ class StageRow:
         return STAGE_LABELS[stage]
 
     def p99(self) -> dict[str, float]:
-        return _stage_values(self.stages.get("p99_ms"))
+        return _stage_values(self.stages.get(Stages.P99_MS))
 
     def share(self) -> dict[str, float]:
-        return _stage_values((self.stages.get("tail") or {}).get("share"))
+        return _stage_values((self.stages.get(Stages.TAIL) or {}).get(Tail.SHARE))
 
 
 def _stage_values(values: Mapping[str, Any] | None) -> dict[str, float]:

@@ -32,6 +32,8 @@ from reports.sweeps import number, pool_repeats, scaling_charts, scaling_rows, s
 from reports.templating import write_page
 from reports.testbeds import provenance
 from results_contract.metrics import E2E
+from results_contract.summary import Series as Keys
+from results_contract.summary import Top
 
 COMPARE_RUN_CHARTS = (
     "compare-latency-spectrum",
@@ -121,14 +123,14 @@ def _letter(i: int) -> str:
 
 
 def _run_charts(runs: Sequence[RunSummary], names: Sequence[str]) -> dict[str, Chart]:
-    longest = max(runs, key=lambda r: len(r.section("series").get("t_s") or []))
+    longest = max(runs, key=lambda r: len(r.section(Top.SERIES).get(Keys.T_S) or []))
     built = [
         charts.latency_spectrum(
             [
                 SpectrumPanel(
                     LATENCY_LABELS[E2E],
                     [
-                        Curve(n, r.section("spectrum").get(E2E) or [], PALETTE[i % len(PALETTE)])
+                        Curve(n, r.section(Top.SPECTRUM).get(E2E) or [], PALETTE[i % len(PALETTE)])
                         for i, (n, r) in enumerate(zip(names, runs, strict=True))
                     ],
                 )
@@ -136,16 +138,16 @@ def _run_charts(runs: Sequence[RunSummary], names: Sequence[str]) -> dict[str, C
             chart_id="compare-latency-spectrum",
         ),
         charts.stage_breakdown(
-            [StageRow(n, r.section("stages")) for n, r in zip(names, runs, strict=True)],
+            [StageRow(n, r.section(Top.STAGES)) for n, r in zip(names, runs, strict=True)],
             chart_id="compare-stage-breakdown",
         ),
         charts.connection_cdf(
-            [(n, r.section("connection")) for n, r in zip(names, runs, strict=True)]
+            [(n, r.section(Top.CONNECTION)) for n, r in zip(names, runs, strict=True)]
         ),
         charts.time_chart(
             "compare-e2e-p99-over-time",
             "End-to-end P99 per second",
-            longest.section("series").get("t_s") or [],
+            longest.section(Top.SERIES).get(Keys.T_S) or [],
             [
                 TimePanel(
                     "End-to-end P99",
@@ -153,7 +155,7 @@ def _run_charts(runs: Sequence[RunSummary], names: Sequence[str]) -> dict[str, C
                     [
                         Series(
                             n,
-                            r.section("series").get("e2e_p99_ms") or [],
+                            r.section(Top.SERIES).get(Keys.E2E_P99_MS) or [],
                             PALETTE[i % len(PALETTE)],
                         )
                         for i, (n, r) in enumerate(zip(names, runs, strict=True))

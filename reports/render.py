@@ -25,7 +25,6 @@ from reports.results import RunSummary, SweepSummary, load_summary, load_sweep, 
 from reports.sweeps import pool_repeats, scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
 from results_contract.client_bound import CPU_LIMIT_PERCENT, LOOP_LAG_LIMIT_MS
-from results_contract.harness_cost import HARNESS_COST
 from results_contract.metrics import (
     CLIENT_DELAY,
     CONNECT,
@@ -39,9 +38,12 @@ from results_contract.metrics import (
     stage_metric,
 )
 from results_contract.paths import REPORT_FILE
-from results_contract.policy_events import POLICIES, POLICY_COUNTERS
+from results_contract.policy_events import POLICY_COUNTERS
+from results_contract.summary import Copied, Headline, Policies, Stages, Stat, Top
+from results_contract.summary import Series as Keys
 
-PERCENTILES = ("min", "p50", "p75", "p95", "p99", "p99_9", "p99_99", "max", "mean")
+# The columns of the latency table: every stat but the count, the mean last.
+PERCENTILES = (*(s.value for s in Stat if s not in (Stat.COUNT, Stat.MEAN)), Stat.MEAN.value)
 
 RUN_CHARTS = (
     "connection-distribution",
@@ -72,7 +74,7 @@ def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
 
 
 def _broker_why(run: RunSummary) -> str:
-    driver = run.section("driver").get("name")
+    driver = run.section(Top.DRIVER).get(Copied.NAME)
     if driver and driver != "bundled":
         return (
             f"broker stats are collected only from the bundled broker; this run used "
@@ -113,44 +115,46 @@ def spectrum_panels(spectrum: Mapping[str, Any]) -> list[SpectrumPanel]:
 
 def run_charts(run: RunSummary) -> dict[str, Chart]:
     """Every chart of a run report, keyed by its data-chart marker (see RUN_CHARTS)."""
-    series = run.section("series")
-    t = series.get("t_s") or []
-    broker_t = series.get("broker_t_s") or []
+    series = run.section(Top.SERIES)
+    t = series.get(Keys.T_S) or []
+    broker_t = series.get(Keys.BROKER_T_S) or []
     built = [
-        charts.connection_histogram(run.section("connection")),
+        charts.connection_histogram(run.section(Top.CONNECTION)),
         charts.stage_breakdown(
             [
                 StageRow(
                     run.label,
-                    run.section("stages"),
-                    run.section("driver").get("name"),
-                    run.headline.get("deliveries_received"),
+                    run.section(Top.STAGES),
+                    run.section(Top.DRIVER).get(Copied.NAME),
+                    run.headline.get(Headline.DELIVERIES_RECEIVED),
                 )
             ]
         ),
-        charts.latency_spectrum(spectrum_panels(run.section("spectrum"))),
+        charts.latency_spectrum(spectrum_panels(run.section(Top.SPECTRUM))),
         charts.time_chart(
             "rates-over-time",
             "Rates and backlog",
             t,
             [
                 TimePanel(
-                    "Publish rate", "msg/s", [Series("publish", series.get("publish_rate") or [])]
+                    "Publish rate",
+                    "msg/s",
+                    [Series("publish", series.get(Keys.PUBLISH_RATE) or [])],
                 ),
                 TimePanel(
                     "Consume rate",
                     "deliveries/s",
-                    [Series("consume", series.get("consume_rate") or [], PALETTE[2])],
+                    [Series("consume", series.get(Keys.CONSUME_RATE) or [], PALETTE[2])],
                 ),
                 TimePanel(
                     "Backlog",
                     "messages",
-                    [Series("backlog", series.get("backlog") or [], PALETTE[1])],
+                    [Series("backlog", series.get(Keys.BACKLOG) or [], PALETTE[1])],
                 ),
                 TimePanel(
                     "Errors",
                     "per s",
-                    [Series("errors", series.get("error_rate") or [], PALETTE[5])],
+                    [Series("errors", series.get(Keys.ERROR_RATE) or [], PALETTE[5])],
                 ),
             ],
             note="Per second of the measure phase; "
@@ -162,7 +166,7 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
             t,
             [
                 TimePanel(
-                    "End-to-end P99", "ms", [Series("e2e P99", series.get("e2e_p99_ms") or [])]
+                    "End-to-end P99", "ms", [Series("e2e P99", series.get(Keys.E2E_P99_MS) or [])]
                 )
             ],
             note="A steady line means a steady broker; steps and spikes point at GC, "
@@ -176,18 +180,18 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
                 TimePanel(
                     "CPU",
                     "% of a core",
-                    [Series("client CPU", series.get("client_cpu") or [])],
+                    [Series("client CPU", series.get(Keys.CLIENT_CPU) or [])],
                     [Threshold(CPU_LIMIT_PERCENT, f"client-bound above {CPU_LIMIT_PERCENT:g} %")],
                 ),
                 TimePanel(
                     "Memory (RSS)",
                     "MiB",
-                    [Series("client RSS", series.get("client_rss_mib") or [], PALETTE[2])],
+                    [Series("client RSS", series.get(Keys.CLIENT_RSS_MIB) or [], PALETTE[2])],
                 ),
                 TimePanel(
                     "Event-loop lag",
                     "ms",
-                    [Series("loop lag", series.get("loop_lag_ms") or [], PALETTE[5])],
+                    [Series("loop lag", series.get(Keys.LOOP_LAG_MS) or [], PALETTE[5])],
                     [Threshold(LOOP_LAG_LIMIT_MS, f"client-bound above {LOOP_LAG_LIMIT_MS:g} ms")],
                 ),
             ],
@@ -199,12 +203,12 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
             broker_t,
             [
                 TimePanel(
-                    "CPU", "% of a core", [Series("broker CPU", series.get("broker_cpu") or [])]
+                    "CPU", "% of a core", [Series("broker CPU", series.get(Keys.BROKER_CPU) or [])]
                 ),
                 TimePanel(
                     "Memory (RSS)",
                     "MiB",
-                    [Series("broker RSS", series.get("broker_rss_mib") or [], PALETTE[2])],
+                    [Series("broker RSS", series.get(Keys.BROKER_RSS_MIB) or [], PALETTE[2])],
                 ),
             ],
             note="Sampled every 5 s by the bundled broker.",
@@ -217,9 +221,9 @@ def run_charts(run: RunSummary) -> dict[str, Chart]:
 def policy_rows(run: RunSummary) -> list[tuple[str, str, int, float | None]]:
     """(counter, what it counts, total over the measure phase, highest rate) of each topic
     policy counter that moved; none when the policies did nothing (or there were none)."""
-    section = run.section(POLICIES)
-    totals = section.get("totals") or {}
-    per_s = section.get("per_s") or {}
+    section = run.section(Top.POLICIES)
+    totals = section.get(Policies.TOTALS) or {}
+    per_s = section.get(Policies.PER_S) or {}
     rows = []
     for name, label in POLICY_COUNTERS.items():
         total = totals.get(name) or 0
@@ -235,16 +239,16 @@ def policy_chart(run: RunSummary) -> Chart | None:
     rows = policy_rows(run)
     if not rows:
         return None
-    section = run.section(POLICIES)
-    per_s = section.get("per_s") or {}
-    series = run.section("series")
-    t = section.get("t_s") or []
+    section = run.section(Top.POLICIES)
+    per_s = section.get(Policies.PER_S) or {}
+    series = run.section(Top.SERIES)
+    t = section.get(Policies.T_S) or []
     panels = [
         TimePanel(label, "per s", [Series(name, per_s.get(name) or [], PALETTE[i % 6])])
         for i, (name, label, _, _) in enumerate(rows)
     ]
     # The latency tail at the same instants (the per-second P99 at each snapshot's second).
-    p99 = series.get("e2e_p99_ms") or []
+    p99 = series.get(Keys.E2E_P99_MS) or []
     at = [p99[int(s)] if 0 <= int(s) < len(p99) else None for s in t]
     panels.append(TimePanel("End-to-end P99", "ms", [Series("e2e P99", at, PALETTE[1])]))
     return charts.time_chart(
@@ -261,7 +265,7 @@ def _latency_label(run: RunSummary, name: str) -> str:
     """Without broker timestamps `stage.producing` spans stages 1 to 5, and says so."""
     if (
         name == stage_metric("producing")
-        and run.section("stages").get("broker_timestamps") is False
+        and run.section(Top.STAGES).get(Stages.BROKER_TIMESTAMPS) is False
     ):
         return f"stage {charts.COMBINED_STAGE_LABEL}"
     return LATENCY_LABELS.get(name, name)
@@ -270,16 +274,16 @@ def _latency_label(run: RunSummary, name: str) -> str:
 def render_run(summary_path: Path, out: Path | None = None) -> Path:
     """Writes a run's report.html (next to its summary.json unless `out` says otherwise)."""
     run = load_summary(Path(summary_path))
-    latency = run.section("latency")
+    latency = run.section(Top.LATENCY)
     return write_page(
         "run.html",
         out or run.run_dir / REPORT_FILE,
         run=run,
         h=run.headline,
-        cb=run.section("client_bound"),
-        hc=run.section(HARNESS_COST),
-        conn=run.section("connection"),
-        per=run.section("deliveries"),
+        cb=run.section(Top.CLIENT_BOUND),
+        hc=run.section(Top.HARNESS_COST),
+        conn=run.section(Top.CONNECTION),
+        per=run.section(Top.DELIVERIES),
         e2e=latency.get(E2E) or {},
         e2e_kernel=latency.get(E2E_KERNEL) or {},
         client_delay=latency.get(CLIENT_DELAY) or {},
@@ -292,9 +296,9 @@ def render_run(summary_path: Path, out: Path | None = None) -> Path:
             for name, values in latency.items()
             if isinstance(values, Mapping)
         ],
-        workload_rows=flatten(run.section("workload")),
-        driver_rows=flatten(run.section("driver")),
-        environment_rows=flatten(run.section("environment")),
+        workload_rows=flatten(run.section(Top.WORKLOAD)),
+        driver_rows=flatten(run.section(Top.DRIVER)),
+        environment_rows=flatten(run.section(Top.ENVIRONMENT)),
     )
 
 
