@@ -207,9 +207,8 @@ class EncryptingWire:
     @property
     def wants_write(self) -> bool:
         channel = self._channel
-        return (
-            channel.wants_write
-            or (channel.handshake_done and (bool(self._held) or self._codec.wants_write))
+        return channel.wants_write or (
+            channel.handshake_done and (bool(self._held) or self._codec.wants_write)
         )
 
     def data_to_send(self) -> bytes:

@@ -43,6 +43,7 @@ from drivers.net import rx_timestamps
 from drivers.net.deliveries import Deliveries, deliveries_for
 from drivers.net.reactor import Reactor, reactor
 from drivers.net.sockets import connect_socket, send_now
+from drivers.net.tls import EncryptingWire, PlainSource, TlsChannel, TlsFailure
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.consumer import ConsumerState, subscribe_template
 from drivers.pulsar.delivery import DeliveryDecoder
@@ -59,7 +60,15 @@ from pulsar_protocol.extensions import now_us
 from pulsar_protocol.state import CLIENT
 from pulsar_protocol.state import ConsumerState as WireState
 
-__all__ = ["Connection", "RequestFailed", "RequestTimeout", "connect_socket", "now_us"]
+__all__ = [
+    "Connection",
+    "RequestFailed",
+    "RequestTimeout",
+    "TlsConnection",
+    "connect_socket",
+    "now_us",
+    "tls_refusal",
+]
 
 log = logging.getLogger("drivers.pulsar")
 
@@ -179,6 +188,9 @@ class Connection:
         self._protocol = ProtocolConnection(
             CLIENT, individual_acks=settings.ack_mode == "individual", message_runs=True
         )
+        self._wire: PlainSource = self._protocol
+        """Where the bytes to write come from: the codec, or (TlsConnection) the codec
+        through TLS."""
         self._decoder = decoder or DeliveryDecoder(settings.verify_checksum)
         self._deliveries = deliveries or deliveries_for(callback)
         self._ready: AsyncResult[None] = AsyncResult()
@@ -329,7 +341,7 @@ class Connection:
     def _flush(self) -> None:
         """Write everything the codec queued. Drained under the lock, so whatever one greenlet
         drains leaves before what the next one drains."""
-        protocol = self._protocol
+        protocol = self._wire
         if not protocol.wants_write and not self._unsent:
             return  # the reader calls this after every recv, and most queue nothing
         with self._write_lock:
@@ -354,7 +366,7 @@ class Connection:
         """`_flush` for the receive engine and the ack flusher, which serve every connection
         of the process and so must not wait for one: one send() of what the kernel takes now;
         the rest, or all of it while another greenlet is writing, goes to the writer."""
-        protocol = self._protocol
+        protocol = self._wire
         if not protocol.wants_write and not self._unsent:
             return
         if self._unsent or self._write_lock.locked() or self._raw is None:
@@ -806,3 +818,85 @@ class Connection:
                 self._flush_now()
             except RequestFailed:
                 pass  # _fail has recorded why
+
+
+def tls_refusal(address: str, reason: str, trust: str | None) -> str:
+    """A failed handshake, with the keys of the driver file that decide it (`trust`: its
+    client.tlsTrustCertsFilePath)."""
+    against = (
+        f"client.tlsTrustCertsFilePath ({trust})"
+        if trust
+        else "the system's trust store (client.tlsTrustCertsFilePath is not set)"
+    )
+    return (
+        f"TLS handshake with {address} failed: {reason}; the broker's certificate is checked "
+        f"against {against}, and its name against the host dialled unless "
+        "client.tlsEnableHostnameVerification is false"
+    )
+
+
+class TlsConnection(Connection):
+    """A connection over pulsar+ssl://: the same reads, stamped by the kernel, decrypted
+    without a socket of TLS's own (drivers.net.tls), so its deliveries keep kernel receive
+    times. Plain connections do none of this: the subclass is chosen once, by the pool."""
+
+    def start(self, sock: socket.socket) -> None:
+        context = self._settings.tls
+        assert context is not None, "a TlsConnection needs Settings.tls"
+        self._tls = TlsChannel(context, self.route.host)
+        self._wire = EncryptingWire(self._protocol, self._tls)
+        self._tls.handshake()  # its first flight (ClientHello), written with CONNECT below
+        super().start(sock)  # CONNECT is held until the handshake is done
+
+    def on_readable(self) -> None:
+        """One stamped read of ciphertext (as Connection.on_readable, into the engine's shared
+        room, since TLS copies it anyway), the handshake moved on, then every record it
+        completed, decrypted straight into the codec's buffer under the read's times."""
+        protocol, tls = self._protocol, self._tls
+        size = self._recv_size
+        try:
+            try:
+                room = self._reactor.scratch(size)
+                nbytes, receive_us, kernel_us = rx_timestamps.read_into(
+                    self._raw, room, self._stamping
+                )
+            except BlockingIOError:
+                return
+            if nbytes:
+                if self._stamping and (kernel_us != 0) is not self.kernel_timestamps:
+                    self._kernel_times_changed(kernel_us != 0)
+                tls.feed(room[:nbytes], receive_us, kernel_us)
+                if nbytes == size and size < RECV_SIZE:
+                    self._recv_size = size * 2
+            else:
+                tls.feed_eof()
+            if not tls.handshake_done:
+                done = tls.handshake()
+                self._flush_now()  # its next flight; once done, CONNECT too
+                if not done:
+                    if not nbytes:
+                        raise TlsFailure("the broker closed the connection")
+                    return
+            while True:
+                with protocol.get_buffer(self._recv_size) as plain:
+                    n, plain_us, self._kernel_us = tls.read_into(plain)
+                if not n:
+                    break
+                protocol.buffer_updated(n)
+                self._handle_read(plain_us)
+            if not nbytes or tls.closed:
+                protocol.buffer_updated(0)  # the end: the codec says ConnectionClosed
+                self._handle_read(receive_us)
+            elif tls.wants_write:
+                self._flush_now()  # TLS's own answers (a key update)
+        except TlsFailure as exc:
+            self._fail(tls_refusal(self.address, str(exc), self._settings.tls_trust_file))
+        except RequestFailed:
+            return
+        except OSError as exc:
+            self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
+        except RemoteProtocolError as exc:
+            self._fail(f"protocol error from {self.address}: {exc}")
+        except Exception as exc:
+            log.exception("connection %d: reader failed", self.id)
+            self._fail(f"reader failed: {exc!r}")

@@ -8,6 +8,7 @@ The same driver measures the bundled broker and a real Pulsar cluster.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -19,6 +20,7 @@ from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
 from drivers.net.reactor import reactor
+from drivers.net.tls import failure_reason
 from drivers.pulsar import backoff, broker_process
 from drivers.pulsar.admin import (
     broker_clock_sample,
@@ -27,13 +29,26 @@ from drivers.pulsar.admin import (
     topic_stats,
 )
 from drivers.pulsar.auth import METHOD, connect_refusal
-from drivers.pulsar.connection import CLIENT_VERSION, Connection, RequestFailed, now_us
+from drivers.pulsar.connection import (
+    CLIENT_VERSION,
+    Connection,
+    RequestFailed,
+    now_us,
+    tls_refusal,
+)
 from drivers.pulsar.consumer import ConsumerState, Pacer
 from drivers.pulsar.lookup import Route, find_owner
 from drivers.pulsar.partitions import PartitionedProducer, partition_names
 from drivers.pulsar.pool import ConnectionPool
 from drivers.pulsar.producer import PulsarProducer
-from drivers.pulsar.settings import PulsarConfig, Settings, parse_service_url, settings_from
+from drivers.pulsar.settings import (
+    TLS_SCHEME,
+    PulsarConfig,
+    Settings,
+    parse_service_url,
+    settings_from,
+    tls_context,
+)
 
 log = logging.getLogger("drivers.pulsar")
 
@@ -64,6 +79,10 @@ class PulsarDriver:
         self._admin_token: str | None = None
         """client.authentication's token for the admin API, on both sides (parse_config and
         initialize keep it)."""
+        self._admin_tls: ssl.SSLContext | None = None
+        """The TLS context of an https:// admin URL (the client.tls* keys), kept likewise."""
+        self._config: PulsarConfig | None = None
+        """The coordinator's driver file, for its check of the broker (check_reachable)."""
         self._owners: dict[tuple[int, str], AsyncResult] = {}
         self._pacer = Pacer(self._group)
         """Slow and non-acknowledging consumers (ConsumerSpec.read_rate, ack_skip_every)."""
@@ -76,6 +95,8 @@ class PulsarDriver:
         topic policies) with the token it names."""
         config = PulsarConfig.parse(sections, where)
         self._admin_token = config.admin_token()
+        self._admin_tls = config.admin_tls()
+        self._config = config
         return config
 
     def topic_name(self, name: str, *, persistent: bool) -> str:
@@ -83,15 +104,28 @@ class PulsarDriver:
         return f"{domain}://{TENANT}/{NAMESPACE}/{name}"
 
     def check_reachable(self, service_url: str, timeout: float) -> None:
-        """A TCP connection, then CONNECT with the driver file's credentials: a broker that
-        refuses them stops the run here, with its reason."""
+        """A TCP connection (over pulsar+ssl://, its TLS handshake: a certificate the driver
+        file's trust refuses stops the run here, naming the key), then CONNECT with the driver
+        file's credentials: a broker that refuses them stops the run here, with its reason."""
         host, port = parse_service_url(service_url)
         token = self._admin_token
+        client = (self._config or PulsarConfig()).client
+        tls = tls_context(client) if service_url.startswith(f"{TLS_SCHEME}://") else None
         try:
-            with socket.create_connection((host, port), timeout=timeout) as sock:
-                refused = connect_refusal(
-                    sock, CLIENT_VERSION, METHOD if token else "", (token or "").encode()
-                )
+            with socket.create_connection((host, port), timeout=timeout) as plain:
+                sock = plain
+                if tls is not None:
+                    try:
+                        sock = tls.wrap_socket(plain, server_hostname=host)
+                    except ssl.SSLError as exc:
+                        why = tls_refusal(
+                            f"{host}:{port}", failure_reason(exc), client.tls_trust_certs_file_path
+                        )
+                        raise DriverError(f"broker at {service_url}: {why}") from None
+                with sock:
+                    refused = connect_refusal(
+                        sock, CLIENT_VERSION, METHOD if token else "", (token or "").encode()
+                    )
         except OSError as exc:
             raise DriverError(
                 f"broker at {service_url} is unreachable ({exc.strerror or exc}); start it, or "
@@ -112,7 +146,7 @@ class PulsarDriver:
             return None
         if partitions > 1:
             topics = [name for topic in topics for name in partition_names(topic, partitions)]
-        return topic_stats(admin_url, topics, self._admin_token)
+        return topic_stats(admin_url, topics, self._admin_token, self._admin_tls)
 
     def apply_topic_policies(
         self, topics: list[str], policies: dict[str, object], *, admin_url: str | None
@@ -122,19 +156,19 @@ class PulsarDriver:
         if admin_url is None:
             raise DriverError("topicPolicies need the broker's admin API: give adminUrl")
         for topic in topics:
-            set_topic_policies(admin_url, topic, policies, self._admin_token)
+            set_topic_policies(admin_url, topic, policies, self._admin_token, self._admin_tls)
 
     def broker_clock_sample(self, admin_url: str) -> tuple[int, int, int]:
         """The bundled broker's clock endpoint (drivers.base.BrokerClockDriver)."""
-        return broker_clock_sample(admin_url, self._admin_token)
+        return broker_clock_sample(admin_url, self._admin_token, self._admin_tls)
 
     def broker_version(self, admin_url: str) -> str | None:
         """Pulsar's version path (drivers.base.BrokerProcessDriver)."""
-        return broker_process.broker_version(admin_url, self._admin_token)
+        return broker_process.broker_version(admin_url, self._admin_token, self._admin_tls)
 
     def broker_process(self, admin_url: str) -> tuple[float, int] | None:
         """The broker's process metrics on /metrics (drivers.base.BrokerProcessDriver)."""
-        return broker_process.broker_process(admin_url, self._admin_token)
+        return broker_process.broker_process(admin_url, self._admin_token, self._admin_tls)
 
     # -- a worker's side ---------------------------------------------------------------------
     def initialize(
@@ -148,6 +182,7 @@ class PulsarDriver:
     ) -> None:
         self._admin_url = admin_url
         self._admin_token = config.admin_token() if config is not None else None
+        self._admin_tls = config.admin_tls() if config is not None else None
         self._settings = settings_from(
             config, consumers_per_connection=consumers_per_connection, service_url=service_url
         )
@@ -163,7 +198,9 @@ class PulsarDriver:
                 f"creating {topic!r} with {partitions} partitions needs the broker's admin API: "
                 "set client.adminUrl in the driver file"
             )
-        create_partitioned_topic(self._admin_url, topic, partitions, self._admin_token)
+        create_partitioned_topic(
+            self._admin_url, topic, partitions, self._admin_token, self._admin_tls
+        )
 
     def create_producer(self, topic: str) -> PulsarProducer | PartitionedProducer:
         """A producer on connections of its own, one to each broker that owns a partition (so
@@ -176,7 +213,11 @@ class PulsarDriver:
             names = partition_names(topic, service.partitions(topic))
             parts = [
                 PulsarProducer(
-                    connect(find_owner(name, service, pool.service, connect)),
+                    connect(
+                        find_owner(
+                            name, service, pool.service, connect, tls=settings.tls is not None
+                        )
+                    ),
                     name,
                     settings,
                     self._group,
@@ -211,13 +252,15 @@ class PulsarDriver:
     def _owner_connection(self, topic: str) -> Connection:
         """A new ready connection to `topic`'s owner, for a producer that lost its own; the
         lookup's other connections are closed again."""
-        pool, _ = self._ready()
+        pool, settings = self._ready()
         conns: dict[Route, Connection] = {}
         connect = self._connector(conns)
         owner = None
         try:
             service = connect(pool.service)
-            owner = connect(find_owner(topic, service, pool.service, connect))
+            owner = connect(
+                find_owner(topic, service, pool.service, connect, tls=settings.tls is not None)
+            )
         finally:
             for conn in conns.values():
                 if conn is not owner:
@@ -250,7 +293,7 @@ class PulsarDriver:
     def _owner(self, index: int, conn: Connection, topic: str) -> Connection:
         """Consumer `index`'s ready connection to the broker that owns `topic`. The lookup is
         made once per topic per connection; concurrent callers share it."""
-        pool, _ = self._ready()
+        pool, settings = self._ready()
         key = (conn.id, topic)
         known = self._owners.get(key)
         if known is None:
@@ -262,7 +305,8 @@ class PulsarDriver:
                 return hop
 
             try:
-                known.set(find_owner(topic, conn, pool.service, connect))
+                tls = settings.tls is not None
+                known.set(find_owner(topic, conn, pool.service, connect, tls=tls))
             except BaseException as exc:
                 del self._owners[key]
                 known.set_exception(

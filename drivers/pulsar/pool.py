@@ -19,7 +19,7 @@ from drivers.net.deliveries import deliveries_for
 from drivers.net.reactor import Reactor
 from drivers.net.sockets import FD_MARGIN, socket_budget, source_address
 from drivers.pulsar.ack_flusher import AckFlusher
-from drivers.pulsar.connection import Connection
+from drivers.pulsar.connection import Connection, TlsConnection
 from drivers.pulsar.consumer import ConsumerState
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
@@ -92,7 +92,8 @@ class ConnectionPool:
                 "consumers; run more worker processes or put more consumers on each connection"
             )
         route = route or self._service
-        conn = Connection(
+        kind = TlsConnection if self._settings.tls is not None else Connection
+        conn = kind(
             next(self._ids),
             self._settings,
             self._callback,

@@ -1,0 +1,244 @@
+"""`bench run` over `pulsar+ssl://` (issue 27): the native driver against the bundled broker
+serving TLS only (its plain ports empty, as Pulsar's `brokerServicePort`), the admin API over
+HTTPS, both trusted through the driver file's `client.tlsTrustCertsFilePath`. Every delivery
+keeps its kernel receive time (the raw stamped reads go through a MemoryBIO); a trust file of
+another CA stops the run before any worker starts, naming the key; a certificate for another
+name is refused unless hostname verification is off."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import gevent
+import gevent.event
+import pytest
+
+from drivers.base import ConsumerSpec, DriverError
+from drivers.pulsar.driver import PulsarDriver
+from drivers.pulsar.settings import PulsarConfig
+from results_contract.hlog import decode, read_intervals
+from results_contract.metrics import E2E_KERNEL
+from results_contract.paths import HISTOGRAMS_FILE
+from tests.conftest import ROOT, free_port
+from tests.tls_certificates import certificate_authority, server_certificate
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass(frozen=True)
+class TlsBroker:
+    port: int
+    admin_port: int
+    ca: Path
+    log: Path
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _start(tmp_path: Path, names: str) -> Iterator[TlsBroker]:
+    ca = certificate_authority(tmp_path)
+    cert, key = server_certificate(tmp_path, ca, names)
+    port, admin_port = free_port(), free_port() + 1
+    log = tmp_path / "broker.log"
+    settings = {
+        "brokerServicePort": "",
+        "brokerServicePortTls": port,
+        "webServicePort": "",
+        "webServicePortTls": admin_port,
+        "tlsCertificateFilePath": cert,
+        "tlsKeyFilePath": key,
+        "journalSyncData": "false",
+    }
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "broker", "--data-dir", str(tmp_path / "data")]
+            + [arg for k, v in settings.items() for arg in ("--set", f"{k}={v}")],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while not (_listening(port) and _listening(admin_port)):
+            assert proc.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the broker did not listen"
+            time.sleep(0.05)
+        yield TlsBroker(port, admin_port, ca[0], log)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def tls_broker(tmp_path: Path) -> Iterator[TlsBroker]:
+    yield from _start(tmp_path, "DNS:localhost,IP:127.0.0.1")
+
+
+def _driver_file(path: Path, broker: TlsBroker, trust: Path, extra: str = "") -> Path:
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            name: tls
+            driverClass: drivers.pulsar.driver:PulsarDriver
+            client:
+              serviceUrl: pulsar+ssl://localhost:{broker.port}
+              adminUrl: https://localhost:{broker.admin_port}
+              tlsTrustCertsFilePath: {trust}
+              connectTimeoutSeconds: 5
+              operationTimeoutSeconds: 5
+            """
+        )
+        + extra
+    )
+    return path
+
+
+def _bench_run(tmp_path: Path, driver: Path) -> subprocess.CompletedProcess[str]:
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(
+        textwrap.dedent(
+            """
+            name: over tls
+            messageSize: 1024
+            producerRate: 20
+            partitionsPerTopic: 2
+            subscriptionType: Broadcast
+            consumersPerTopic: 12
+            consumersPerConnection: 4
+            warmupDurationSeconds: 1
+            testDurationSeconds: 2
+            drainSeconds: 2
+            """
+        )
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(workload), "--driver", str(driver)]
+        + ["--workers", "1", "--results", str(tmp_path / "results"), "--no-analysis"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def _recorded(run_dir: Path) -> Counter[str]:
+    """Values recorded per histogram tag, over every worker and interval."""
+    counts: Counter[str] = Counter()
+    for path in run_dir.glob(f"raw/*/{HISTOGRAMS_FILE}"):
+        for interval in read_intervals(path):
+            counts[interval.tag] += decode(interval.blob).get_total_count()
+    return counts
+
+
+def test_a_run_over_pulsar_ssl_keeps_kernel_receive_times(tmp_path, tls_broker) -> None:
+    driver = _driver_file(tmp_path / "driver.yaml", tls_broker, tls_broker.ca)
+    result = _bench_run(tmp_path, driver)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = Path(result.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["partial"] is False
+    assert manifest["driver"]["client"]["tlsTrustCertsFilePath"] == str(tls_broker.ca)
+    totals = manifest["worker_totals"]["w0"]
+    assert totals["sent"] > 0 and totals["received"] == totals["sent"] * 12
+    # Every delivery timed at the kernel as well as at the read: the TLS reads kept the stamps.
+    counts = _recorded(run_dir)
+    assert counts["e2e"] > 0, counts
+    assert counts[E2E_KERNEL] == counts["e2e"], counts
+    # The partitioned topic was made, and its stats read, over HTTPS with the trust file.
+    stats = json.loads((run_dir / "broker" / "topic-stats.json").read_text())
+    assert len(stats) == 2 and all(s is not None and s["msgInCounter"] > 0 for s in stats.values())
+
+
+def test_a_trust_file_of_another_ca_stops_the_run_naming_the_key(tmp_path, tls_broker) -> None:
+    other_ca, _ = certificate_authority(tmp_path, "other-ca")
+    driver = _driver_file(tmp_path / "driver.yaml", tls_broker, other_ca)
+    result = _bench_run(tmp_path, driver)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "certificate verify failed" in result.stderr, result.stderr[-3000:]
+    assert f"client.tlsTrustCertsFilePath ({other_ca})" in result.stderr
+    assert not list((tmp_path / "results").glob("*/raw/*/timeline.csv"))  # no worker ran
+
+
+@pytest.fixture
+def misnamed_broker(tmp_path: Path) -> Iterator[TlsBroker]:
+    """TLS with a certificate for another host than the one dialled (localhost)."""
+    yield from _start(tmp_path, "DNS:broker.example")
+
+
+class _Kernel:
+    """The kernel receive time of each delivery."""
+
+    def __init__(self) -> None:
+        self.times: list[int] = []
+
+    def message_received(self, index, payload, receive_us, stamps, kernel_us) -> None:
+        self.times.append(kernel_us)
+
+    def messages_received(self, indexes, payload, receive_us, stamps, kernel_us) -> None:
+        self.times += [kernel_us] * len(indexes)
+
+
+def _round_trip(config: PulsarConfig, port: int) -> tuple[str, list[int]]:
+    """One consumer and one message through the native driver: (the subscribe's error, ""
+    when it subscribed; the deliveries' kernel receive times)."""
+    got = _Kernel()
+    driver = PulsarDriver()
+    driver.initialize(
+        config, got, consumers_per_connection=1, service_url=f"pulsar+ssl://localhost:{port}"
+    )
+    topic = "persistent://public/default/named"
+    try:
+        spec = ConsumerSpec(0, "c0", topic, "s", "Exclusive")
+        result = gevent.spawn(driver.subscribe, spec).get(timeout=20)
+        if not result.ok:
+            return result.error, []
+        producer = gevent.spawn(driver.create_producer, topic).get(timeout=20)
+        sent: gevent.event.AsyncResult[Exception | None] = gevent.event.AsyncResult()
+        producer.send_async(None, b"over tls", sent.set)
+        assert sent.get(timeout=10) is None
+        deadline = time.monotonic() + 10
+        while not got.times and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+        return "", got.times
+    finally:
+        driver.close()
+
+
+def test_a_certificate_for_another_name_is_refused_unless_verification_is_off(
+    tmp_path, misnamed_broker
+) -> None:
+    client = {"serviceUrl": f"pulsar+ssl://localhost:{misnamed_broker.port}"}
+    trusted = {**client, "tlsTrustCertsFilePath": str(misnamed_broker.ca)}
+    error, _ = _round_trip(PulsarConfig.parse({"client": trusted}, ""), misnamed_broker.port)
+    assert "Hostname mismatch" in error, error
+    assert "client.tlsEnableHostnameVerification" in error
+    unchecked = {**trusted, "tlsEnableHostnameVerification": False}
+    error, kernel_times = _round_trip(
+        PulsarConfig.parse({"client": unchecked}, ""), misnamed_broker.port
+    )
+    assert error == ""
+    # Delivered once, with the kernel's receive time of the read that completed its record.
+    assert len(kernel_times) == 1 and kernel_times[0] > 0, kernel_times
+
+
+def test_a_trust_file_that_does_not_load_is_refused_with_the_key(tmp_path) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    client = {"serviceUrl": "pulsar+ssl://localhost:6651", "tlsTrustCertsFilePath": str(junk)}
+    with pytest.raises((DriverError, ValueError), match="client.tlsTrustCertsFilePath"):
+        PulsarConfig.parse({"client": client}, "driver.yaml: ")
