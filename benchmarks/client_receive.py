@@ -25,7 +25,7 @@ from drivers.base import ConsumerSpec
 from drivers.pulsar.connection import RECV_SIZE, Connection
 from drivers.pulsar.consumer import ConsumerState, subscribe_command
 from drivers.pulsar.delivery import DeliveryDecoder
-from drivers.pulsar.settings import Settings
+from drivers.pulsar.settings import ConsumerConfig, Settings
 from harness.message_body import stamp
 from harness.recorder import Recorder
 from pulsar_protocol import events as ev
@@ -49,7 +49,8 @@ def _connected(
 ) -> Connection:
     """A driver connection past its handshake, with `consumers` ACTIVE consumers (ids 1..,
     indexes from (conn_id - 1) * consumers)."""
-    settings = Settings(host="127.0.0.1", ack_mode="individual" if individual else "cumulative")
+    ack_mode = "individual" if individual else "cumulative"
+    settings = Settings(host="127.0.0.1", consumer=ConsumerConfig(ack_mode=ack_mode))
     conn = Connection(conn_id, settings, recorder, Group(), decoder=decoder)
     first = (conn_id - 1) * consumers
     protocol = conn._protocol
@@ -64,7 +65,7 @@ def _connected(
         protocol.send(ev.Request(subscribe_command(spec, cid, rid)))
         protocol.receive_data(encode_frame(command(T.SUCCESS, request_id=rid)))
         assert isinstance(protocol.next_event(), ev.Response)
-        protocol.send(ev.Flow(cid, settings.receiver_queue_size))
+        protocol.send(ev.Flow(cid, settings.consumer.receiver_queue_size))
         conn.consumers[cid] = ConsumerState(spec.index, cid, spec, TOPIC)
     protocol.data_to_send()
     return conn

@@ -186,12 +186,12 @@ class Connection:
         """Whether reads ask for the kernel's receive time (SO_TIMESTAMPING is on)."""
         self._write_lock = Semaphore()
         self._protocol = ProtocolConnection(
-            CLIENT, individual_acks=settings.ack_mode == "individual", message_runs=True
+            CLIENT, individual_acks=settings.consumer.ack_mode == "individual", message_runs=True
         )
         self._wire: PlainSource = self._protocol
         """Where the bytes to write come from: the codec, or (TlsConnection) the codec
         through TLS."""
-        self._decoder = decoder or DeliveryDecoder(settings.verify_checksum)
+        self._decoder = decoder or DeliveryDecoder(settings.consumer.verify_checksum)
         self._deliveries = deliveries or deliveries_for(callback)
         self._ready: AsyncResult[None] = AsyncResult()
         self._waiting: dict[int, AsyncResult[tuple[pb.BaseCommand, int]]] = {}
@@ -206,7 +206,7 @@ class Connection:
         self._object_ids = itertools.count(1)
         self._partition_counts: dict[str, AsyncResult[int]] = {}
         self._own_acks = acks is None
-        self._acks = acks or AckFlusher(settings.ack_group_time_ms, group)
+        self._acks = acks or AckFlusher(settings.consumer.ack_group_time_ms, group)
         self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
             ev.Message: self._on_message,
             ev.Response: self._on_response,
@@ -226,13 +226,13 @@ class Connection:
     def open(self, source: str | None = None) -> None:
         """Connect and handshake within connectTimeoutSeconds, in a greenlet of its own; the
         outcome is for wait_ready(), so every consumer waiting for this connection hears it."""
-        s = self._settings
-        deadline = time.monotonic() + s.connect_timeout
+        timeout = self._settings.client.connect_timeout_seconds
+        deadline = time.monotonic() + timeout
         via = f" from {source}" if source else ""
         self._opening = True  # wait_ready() needs no timer of its own: this settles _ready
         try:
             try:
-                sock = connect_socket(self.route.host, self.route.port, source, s.connect_timeout)
+                sock = connect_socket(self.route.host, self.route.port, source, timeout)
             except OSError as exc:
                 self._fail(f"cannot connect to {self.address}{via}: {exc.strerror or exc}")
                 return
@@ -243,8 +243,7 @@ class Connection:
             self._ready.wait(max(0.0, deadline - time.monotonic()))
             if not self._ready.ready():
                 self._fail(
-                    f"cannot connect to {self.address}: no answer to CONNECT in "
-                    f"{s.connect_timeout:g} s"
+                    f"cannot connect to {self.address}: no answer to CONNECT in {timeout:g} s"
                 )
         finally:
             if not self._ready.ready():  # interrupted: whoever waits must still hear
@@ -287,7 +286,7 @@ class Connection:
             if self._opening:
                 ready.wait()
             else:
-                ready.wait(2 * self._settings.connect_timeout)
+                ready.wait(2 * self._settings.client.connect_timeout_seconds)
                 if not ready.ready():
                     raise RequestTimeout()
         ready.get()
@@ -429,7 +428,7 @@ class Connection:
     def _expect(self, request_id: int, result: AsyncResult[tuple[pb.BaseCommand, int]]) -> None:
         """Time out `result` if no answer settled it within operationTimeoutSeconds."""
         self._deadlines.append(
-            (time.monotonic() + self._settings.operation_timeout, request_id, result)
+            (time.monotonic() + self._settings.client.operation_timeout_seconds, request_id, result)
         )
         if self._sweeper is None:
             self._sweeper = self._group.spawn(self._sweep)
@@ -535,7 +534,7 @@ class Connection:
         for cid, topic in zip(ids, topics, strict=True):
             self.consumers[cid] = ConsumerState(spec.index, cid, spec, topic)
         # The broker dispatches nothing before a consumer's first FLOW: its receiver queue.
-        queue = self._settings.receiver_queue_size
+        queue = self._settings.consumer.receiver_queue_size
         self.send_soon(
             *(
                 ev.Flow(cid, queue)

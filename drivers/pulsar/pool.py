@@ -47,10 +47,10 @@ class ConnectionPool:
         self._live: set[Connection] = set()
         self._pinger = group.spawn(self._ping_loop)
         self._on_consumers_lost = on_consumers_lost
-        self._acks = AckFlusher(settings.ack_group_time_ms, group)
+        self._acks = AckFlusher(settings.consumer.ack_group_time_ms, group)
         # One of each for every connection: a message read on many sockets is decoded once and
         # handed to the harness once per receive pass (drivers.net.deliveries).
-        self._decoder = DeliveryDecoder(settings.verify_checksum)
+        self._decoder = DeliveryDecoder(settings.consumer.verify_checksum)
         self._deliveries = deliveries_for(callback)
         self._producers_engine = Reactor()
         """Producers' connections are read by an engine of their own: a pass over thousands of
@@ -116,7 +116,7 @@ class ConnectionPool:
         for_consumer must hand out a slot's connection without yielding, or several would be
         made for one slot."""
         # Source addresses in 127/8 reach only a broker on loopback (a redirect may leave it).
-        spread = self._settings.source_addresses if conn.route.is_loopback() else 0
+        spread = self._settings.client.source_addresses if conn.route.is_loopback() else 0
         conn.open(source_address(conn.id, spread))
 
     def close(self) -> None:

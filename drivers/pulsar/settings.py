@@ -52,8 +52,9 @@ class ClientConfig:
     source_addresses: int = 0
     """Spread connections over this many 127.x.y.z source addresses (each has its own
     ephemeral port range); 0 = off."""
-    connect_timeout_seconds: int = 10
-    operation_timeout_seconds: int = 30
+    connect_timeout_seconds: float = 10
+    """Whole seconds in a driver file; tests use fractions."""
+    operation_timeout_seconds: float = 30
     authentication: Authentication | None = None
     """Token authentication (drivers.pulsar.auth), OMB's `authentication: {plugin, data}`."""
     tls_trust_certs_file_path: str | None = None
@@ -237,33 +238,18 @@ def _is_loopback_host(host: str | None) -> bool:
         return False
 
 
-_DEFAULT = PulsarConfig()
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    """What the connections run on: the config's values in the units the code uses, and the
-    broker's address. Its defaults are the config's (tests build Settings directly)."""
+    """What the connections run on: the driver file's sections as parsed (each field spelled
+    once, in its section), and what a worker adds: the broker's address, the consumers a
+    connection carries, CONNECT's credentials and the TLS context."""
 
     host: str
     port: int = DEFAULT_PORT
     consumers_per_connection: int = 1
-    source_addresses: int = _DEFAULT.client.source_addresses
-    """Spread connections over 127.0.0.2, 127.0.0.3, ... (this many); 0 = the kernel's choice."""
-    connect_timeout: float = float(_DEFAULT.client.connect_timeout_seconds)
-    operation_timeout: float = float(_DEFAULT.client.operation_timeout_seconds)
-    batching_enabled: bool = _DEFAULT.producer.batching_enabled
-    batching_max_publish_delay_ms: int = _DEFAULT.producer.batching_max_publish_delay_ms
-    batching_max_messages: int = _DEFAULT.producer.batching_max_messages
-    batching_max_bytes: int = _DEFAULT.producer.batching_max_bytes
-    max_pending_messages: int = _DEFAULT.producer.max_pending_messages
-    send_timeout_ms: int = _DEFAULT.producer.send_timeout_ms
-    """0 = never time out."""
-    receiver_queue_size: int = _DEFAULT.consumer.receiver_queue_size
-    ack_group_time_ms: int = _DEFAULT.consumer.ack_group_time_ms
-    """0 = flush acknowledgements at the next turn of the event loop."""
-    ack_mode: str = _DEFAULT.consumer.ack_mode
-    verify_checksum: bool = _DEFAULT.consumer.verify_checksum
+    client: ClientConfig = field(default_factory=ClientConfig)
+    producer: ProducerConfig = field(default_factory=ProducerConfig)
+    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     auth_method_name: str = ""
     """CONNECT's credentials: "token" and the JWT, or nothing (client.authentication)."""
     auth_data: bytes = b""
@@ -299,26 +285,16 @@ def settings_from(
     """Settings for `initialize` (None: every default); raises DriverError for values the
     driver cannot use."""
     config = config or PulsarConfig()
-    client, producer, consumer = config.client, config.producer, config.consumer
+    client = config.client
     host, port = parse_service_url(service_url)
     token = config.admin_token()
     settings = Settings(
         host=host,
         port=port,
         consumers_per_connection=consumers_per_connection,
-        source_addresses=client.source_addresses,
-        connect_timeout=float(client.connect_timeout_seconds),
-        operation_timeout=float(client.operation_timeout_seconds),
-        batching_enabled=producer.batching_enabled,
-        batching_max_publish_delay_ms=producer.batching_max_publish_delay_ms,
-        batching_max_messages=producer.batching_max_messages,
-        batching_max_bytes=producer.batching_max_bytes,
-        max_pending_messages=producer.max_pending_messages,
-        send_timeout_ms=producer.send_timeout_ms,
-        receiver_queue_size=consumer.receiver_queue_size,
-        ack_group_time_ms=consumer.ack_group_time_ms,
-        ack_mode=consumer.ack_mode,
-        verify_checksum=consumer.verify_checksum,
+        client=client,
+        producer=config.producer,
+        consumer=config.consumer,
         auth_method_name=METHOD if token is not None else "",
         auth_data=token.encode() if token is not None else b"",
         tls=tls_context(client) if urlsplit(service_url).scheme == TLS_SCHEME else None,
@@ -329,18 +305,14 @@ def settings_from(
 
 
 def _check(s: Settings) -> None:
+    """What only a worker knows: the section values were checked when the file was parsed."""
     if s.consumers_per_connection < 1:
         raise DriverError(
             f"consumers per connection must be >= 1, got {s.consumers_per_connection}"
         )
-    if s.receiver_queue_size < 1:
-        raise DriverError(f"consumer.receiverQueueSize must be >= 1, got {s.receiver_queue_size}")
-    if s.max_pending_messages < 1:
-        raise DriverError(f"producer.maxPendingMessages must be >= 1, got {s.max_pending_messages}")
-    if s.ack_mode not in ACK_MODES:
-        raise DriverError(f"consumer.ackMode must be one of {ACK_MODES}, got {s.ack_mode!r}")
-    if s.source_addresses and not is_loopback(resolve_host(s.host)):
+    spread = s.client.source_addresses
+    if spread and not is_loopback(resolve_host(s.host)):
         raise DriverError(
-            f"client.sourceAddresses={s.source_addresses} needs a loopback broker, and the "
+            f"client.sourceAddresses={spread} needs a loopback broker, and the "
             f"broker is {s.address} (set it to 0)"
         )

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
+from typing import Any
 
 import gevent
 import pytest
@@ -22,7 +23,7 @@ from drivers.net import rx_timestamps
 from drivers.pulsar import connection as connection_module
 from drivers.pulsar.connection import Connection, RequestFailed, RequestTimeout, connect_socket
 from drivers.pulsar.producer import PulsarProducer
-from drivers.pulsar.settings import Settings
+from drivers.pulsar.settings import ClientConfig, ConsumerConfig, ProducerConfig, Settings
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import T, command, message_command_bytes, type_name
 from pulsar_protocol.frames import Frame, FrameDecoder, encode_frame, encode_raw_frame
@@ -94,13 +95,30 @@ def tcp_pair() -> tuple[socket.socket, socket.socket]:
     return ours, theirs
 
 
+def sectioned(**overrides: Any) -> dict[str, Any]:
+    """Settings' sections from their fields given flat (`ack_mode="individual"`): each goes
+    to the section that has it."""
+    sections: dict[str, Any] = {}
+    left = dict(overrides)
+    for name, kind in (
+        ("client", ClientConfig),
+        ("producer", ProducerConfig),
+        ("consumer", ConsumerConfig),
+    ):
+        own = {f.name: left.pop(f.name) for f in fields(kind) if f.name in left}
+        if own:
+            sections[name] = kind(**own)
+    assert not left, f"not a field of any section: {sorted(left)}"
+    return sections
+
+
 @pytest.fixture
 def make_wire() -> Iterator:
     made: list[Wire] = []
 
     def make(tcp: bool = False, **overrides) -> Wire:
         """A socketpair by default (no kernel receive times); `tcp`: a loopback TCP pair."""
-        settings = Settings(host="127.0.0.1", port=6650, **overrides)
+        settings = Settings(host="127.0.0.1", port=6650, **sectioned(**overrides))
         group = Group()
         ours, theirs = tcp_pair() if tcp else socket.socketpair()
         deliveries = Deliveries()
@@ -128,7 +146,7 @@ def subscribe(wire: Wire, spec: ConsumerSpec) -> int:
     wire.broker.send(encode_frame(command(T.SUCCESS, request_id=sub.request_id)))
     flow = wire.broker.expect(T.FLOW).flow
     assert flow.consumer_id == sub.consumer_id
-    assert flow.messagePermits == wire.conn._settings.receiver_queue_size
+    assert flow.messagePermits == wire.conn._settings.consumer.receiver_queue_size
     task.get(timeout=WAIT)
     return sub.consumer_id
 
@@ -449,7 +467,7 @@ def test_an_error_answer_names_the_server_error(make_wire):
 
 
 def test_an_unanswered_subscribe_times_out_and_is_closed(make_wire):
-    wire = make_wire(operation_timeout=0.1)
+    wire = make_wire(operation_timeout_seconds=0.1)
     task = gevent.spawn(wire.conn.subscribe, SPEC, [SPEC.topic])
     consumer_id = wire.broker.expect(T.SUBSCRIBE).subscribe.consumer_id
     with pytest.raises(RequestTimeout, match="^timeout$"):
@@ -458,7 +476,7 @@ def test_an_unanswered_subscribe_times_out_and_is_closed(make_wire):
 
 
 def test_of_concurrent_subscribes_only_the_unanswered_one_times_out(make_wire):
-    wire = make_wire(operation_timeout=0.2)
+    wire = make_wire(operation_timeout_seconds=0.2)
     specs = [ConsumerSpec(i, f"c{i}", "topic", "sub", "Broadcast") for i in range(3)]
     tasks = [gevent.spawn(wire.conn.subscribe, spec, [spec.topic]) for spec in specs]
     subs = [wire.broker.expect(T.SUBSCRIBE).subscribe for _ in specs]

@@ -9,6 +9,7 @@ import pytest
 from gevent.pool import Group
 
 from drivers.base import ConsumerSpec, DriverError
+from drivers.config import ConfigError
 from drivers.pulsar.admin import topic_path
 from drivers.pulsar.consumer import subscribe_command, subscribe_template
 from drivers.pulsar.delivery import DeliveryDecoder, broker_stamps, message_bodies
@@ -138,9 +139,13 @@ def test_the_decoder_remembers_entries_read_in_any_order():
 def test_settings_fall_back_to_the_bundled_defaults():
     s = settings_from(None, consumers_per_connection=10, service_url="pulsar://127.0.0.1:6651")
     assert (s.host, s.port, s.consumers_per_connection) == ("127.0.0.1", 6651, 10)
-    assert (s.receiver_queue_size, s.ack_group_time_ms, s.ack_mode) == (1000, 100, "cumulative")
-    assert (s.connect_timeout, s.operation_timeout, s.max_pending_messages) == (10, 30, 1000)
-    assert not s.verify_checksum
+    assert (s.client, s.producer, s.consumer) == (
+        ClientConfig(),
+        ProducerConfig(),
+        ConsumerConfig(),
+    )
+    assert (s.consumer.receiver_queue_size, s.consumer.ack_mode) == (1000, "cumulative")
+    assert (s.auth_method_name, s.auth_data, s.tls) == ("", b"", None)
 
 
 def test_settings_read_the_drivers_config():
@@ -154,9 +159,8 @@ def test_settings_read_the_drivers_config():
         consumer=ConsumerConfig(receiver_queue_size=8, ack_group_time_ms=0, ack_mode="individual"),
     )
     s = settings_from(config, consumers_per_connection=1, service_url="pulsar://localhost")
-    assert (s.port, s.source_addresses, s.connect_timeout, s.operation_timeout) == (6650, 3, 2, 4)
-    assert (s.max_pending_messages, s.send_timeout_ms) == (5, 700)
-    assert (s.receiver_queue_size, s.ack_group_time_ms, s.ack_mode) == (8, 0, "individual")
+    assert s.port == 6650
+    assert (s.client, s.producer, s.consumer) == (config.client, config.producer, config.consumer)
 
 
 @pytest.mark.parametrize(
@@ -173,13 +177,9 @@ def test_service_urls_the_driver_cannot_use(url, message):
 
 
 def test_bad_values_are_refused():
-    consumer = ConsumerConfig(ack_mode="sometimes")
-    with pytest.raises(DriverError, match="ackMode"):
-        settings_from(
-            PulsarConfig(consumer=consumer),
-            consumers_per_connection=1,
-            service_url="pulsar://127.0.0.1:6650",
-        )
+    """Section values when the file is parsed (once); what only a worker knows, then."""
+    with pytest.raises(ConfigError, match="consumer.ackMode"):
+        PulsarConfig.parse({"consumer": {"ackMode": "sometimes"}}, "d.yaml: ")
     with pytest.raises(DriverError, match="consumers per connection"):
         settings_from(None, consumers_per_connection=0, service_url="pulsar://127.0.0.1:6650")
 
