@@ -10,7 +10,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from reports import formatting
-from results_contract import headline
+from results_contract import harness_cost, headline, summary
 
 
 @cache
@@ -35,6 +35,18 @@ def environment() -> Environment:
     )
     # The headline P99 of a run or a sweep case: one decision (results_contract/headline.py).
     env.globals.update(run_p99=headline.of_summary, case_p99=headline.of_case)
+    # summary.json's keys, so a page spells none (results_contract/summary.py); a misspelt
+    # member is undefined, and StrictUndefined fails the page rather than print nothing.
+    env.globals.update(
+        Top=summary.Top,
+        Headline=summary.Headline,
+        ClientBound=summary.ClientBound,
+        Connection=summary.Connection,
+        Deliveries=summary.Deliveries,
+        Stat=summary.Stat,
+        Copied=summary.Copied,
+        HarnessCost=harness_cost,
+    )
     return env
 
 
