@@ -70,7 +70,7 @@ def _pair(certificates, trust: Path | None = None) -> tuple[TlsChannel, Server]:
 
 def _drain(client: TlsChannel, room_size: int = 65536) -> list[tuple[bytes, int, int]]:
     """Every read_into until it has nothing: (bytes, read time, kernel time) each."""
-    out = []
+    out: list[tuple[bytes, int, int]] = []
     room = memoryview(bytearray(room_size))
     while True:
         n, receive_us, kernel_us = client.read_into(room)
