@@ -23,7 +23,7 @@ from reports.formatting import (
     tick_label,
 )
 from reports.metrics import STAGE_LABELS
-from results_contract.metrics import STAGES
+from results_contract.metrics import PRODUCING, STAGES
 from results_contract.summary import Connection, Distribution, PerConsumer, Stages, Tail
 
 WIDTH = 960
@@ -421,7 +421,7 @@ class StageRow:
         return self.stages.get(Stages.BROKER_TIMESTAMPS) is False
 
     def stage_label(self, stage: str) -> str:
-        if self.combined and stage == "producing":
+        if self.combined and stage == PRODUCING:
             return COMBINED_STAGE_LABEL
         return STAGE_LABELS[stage]
 

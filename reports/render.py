@@ -31,6 +31,7 @@ from results_contract.metrics import (
     E2E,
     E2E_ACTUAL,
     E2E_KERNEL,
+    PRODUCING,
     PUBLISH,
     PUBLISH_DELAY,
     STAGE_METRICS,
@@ -264,7 +265,7 @@ def policy_chart(run: RunSummary) -> Chart | None:
 def _latency_label(run: RunSummary, name: str) -> str:
     """Without broker timestamps `stage.producing` spans stages 1 to 5, and says so."""
     if (
-        name == stage_metric("producing")
+        name == stage_metric(PRODUCING)
         and run.section(Top.STAGES).get(Stages.BROKER_TIMESTAMPS) is False
     ):
         return f"stage {charts.COMBINED_STAGE_LABEL}"

@@ -13,7 +13,11 @@ PUBLISH = "publish"
 PUBLISH_DELAY = "publish_delay"
 CONNECT = "connect"
 
-STAGES = ("producing", "broker_in", "persistence", "notification", "broker_out", "broadcasting")
+# The two stages every driver tells apart: the first (producer to broker; without broker
+# stamps, stages 1-5 as one span) and the last (dispatch to the consumer's read).
+PRODUCING = "producing"
+BROADCASTING = "broadcasting"
+STAGES = (PRODUCING, "broker_in", "persistence", "notification", "broker_out", BROADCASTING)
 # The stages only a broker that stamps its entries can tell apart; without those stamps
 # (a real Pulsar) `producing` holds stages 1-5 as one span.
 BROKER_STAGES = STAGES[1:5]

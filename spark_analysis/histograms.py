@@ -28,7 +28,15 @@ from results_contract.hlog import (
     read_intervals,
 )
 from results_contract.intervals import INTERVAL_METRICS, INTERVAL_S
-from results_contract.metrics import E2E, METRICS, PUBLISH, PUBLISH_DELAY, stage_metric
+from results_contract.metrics import (
+    BROADCASTING,
+    E2E,
+    METRICS,
+    PRODUCING,
+    PUBLISH,
+    PUBLISH_DELAY,
+    stage_metric,
+)
 from results_contract.summary import STAT_PERCENTILES, Stat
 from spark_analysis.errors import AnalysisError
 from spark_analysis.inputs import second_index
@@ -117,8 +125,8 @@ def broker_clock_shifts(broker_offset_us: int) -> dict[str, int]:
     if not broker_offset_us:
         return {}
     return {
-        stage_metric("producing"): -broker_offset_us,
-        stage_metric("broadcasting"): broker_offset_us,
+        stage_metric(PRODUCING): -broker_offset_us,
+        stage_metric(BROADCASTING): broker_offset_us,
     }
 
 

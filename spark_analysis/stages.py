@@ -29,7 +29,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from results_contract.columns import STAGE_COLUMNS, STAGE_COUNT_COLUMN, stage_column
 from results_contract.hlog import new_histogram
-from results_contract.metrics import BROKER_STAGES, STAGES
+from results_contract.metrics import BROADCASTING, BROKER_STAGES, PRODUCING, STAGES
 from results_contract.summary import Stages, Tail
 from spark_analysis.inputs import optional_integer, parsers, read_csv, row_error
 from spark_analysis.session import one_row
@@ -41,8 +41,8 @@ COLUMNS = parsers(
 # Files written before `count` existed: one row per delivery.
 _UNCOUNTED = {name: parse for name, parse in COLUMNS.items() if name != STAGE_COUNT_COLUMN}
 _MIDDLE_POSITIONS = [list(COLUMNS).index(stage_column(stage)) for stage in BROKER_STAGES]
-_PRODUCING = list(COLUMNS).index(stage_column("producing"))
-_BROADCASTING = list(COLUMNS).index(stage_column("broadcasting"))
+_PRODUCING = list(COLUMNS).index(stage_column(PRODUCING))
+_BROADCASTING = list(COLUMNS).index(stage_column(BROADCASTING))
 _COUNT = list(COLUMNS).index(STAGE_COUNT_COLUMN)
 
 _SCHEMA = StructType(
@@ -100,14 +100,14 @@ def analyze_stages(
         present: dict[str, Column] = {stage: F.col(stage_column(stage)) for stage in STAGES}
     else:
         # Rows from a broker that stamps, mixed with rows that do not, fold the same way.
-        through_broker_out = F.col(stage_column("producing"))
+        through_broker_out = F.col(stage_column(PRODUCING))
         for stage in BROKER_STAGES:
             through_broker_out = through_broker_out + F.coalesce(
                 F.col(stage_column(stage)), F.lit(0)
             )
         present = {
-            "producing": through_broker_out,
-            "broadcasting": F.col(stage_column("broadcasting")),
+            PRODUCING: through_broker_out,
+            BROADCASTING: F.col(stage_column(BROADCASTING)),
         }
     if e2e_p99_us is None:
         in_tail = F.lit(False)
