@@ -22,7 +22,7 @@ import gevent
 import gevent.event
 import pytest
 
-from drivers.base import ConsumerSpec, DriverError
+from drivers.base import ConsumerSpec
 from drivers.pulsar.driver import PulsarDriver
 from drivers.pulsar.settings import PulsarConfig
 from results_contract.hlog import decode, read_intervals
@@ -235,10 +235,3 @@ def test_a_certificate_for_another_name_is_refused_unless_verification_is_off(
     # Delivered once, with the kernel's receive time of the read that completed its record.
     assert len(kernel_times) == 1 and kernel_times[0] > 0, kernel_times
 
-
-def test_a_trust_file_that_does_not_load_is_refused_with_the_key(tmp_path) -> None:
-    junk = tmp_path / "junk.pem"
-    junk.write_text("not a certificate\n")
-    client = {"serviceUrl": "pulsar+ssl://localhost:6651", "tlsTrustCertsFilePath": str(junk)}
-    with pytest.raises((DriverError, ValueError), match="client.tlsTrustCertsFilePath"):
-        PulsarConfig.parse({"client": client}, "driver.yaml: ")
