@@ -15,16 +15,18 @@ bytes without these.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import T, body_of, command
 from pulsar_protocol.errors import LocalProtocolError
 from pulsar_protocol.events import Event
 
+E = TypeVar("E", bound="Event")
 Properties: TypeAlias = tuple[tuple[str, str], ...]
 """Protobuf's repeated KeyValue, in order: (key, value) pairs."""
 
@@ -87,12 +89,13 @@ class MessageId:
         return cls(_signed(m.ledgerId), _signed(m.entryId), m.partition, m.batch_index)
 
     def to_pb(self) -> pb.MessageIdData:
-        return pb.MessageIdData(
-            ledgerId=self.ledger_id % _UINT64,
-            entryId=self.entry_id % _UINT64,
-            partition=self.partition,
-            batch_index=self.batch_index,
-        )
+        """As the wire carries it: uint64 ids, and -1 (the default) left out."""
+        m = pb.MessageIdData(ledgerId=self.ledger_id % _UINT64, entryId=self.entry_id % _UINT64)
+        if self.partition != -1:
+            m.partition = self.partition
+        if self.batch_index != -1:
+            m.batch_index = self.batch_index
+        return m
 
 
 def _signed(value: int) -> int:
@@ -284,6 +287,29 @@ class RedeliverUnacknowledged(Event):
 
 
 # -- decoding: protobuf → events ----------------------------------------------------------------
+def _parsed(cls: type[E]) -> Callable[..., E]:
+    """A positional constructor of the frozen dataclass `cls` for values the decoder checked,
+    as h11's `_parsed=True`: it stores each field through its slot's descriptor, skipping the
+    frozen `__setattr__` per field and `__post_init__`. A connect storm decodes a SUBSCRIBE
+    per consumer, and the frozen `__init__` of its 16 fields was half the decoding (cProfile:
+    2.0 µs of 4.3)."""
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    setters = {f"_set_{name}": getattr(cls, name).__set__ for name in names}
+    source = (
+        f"def parsed_{cls.__name__}({', '.join(names)}):\n"
+        "    event = _new(_cls)\n"
+        + "".join(f"    _set_{name}(event, {name})\n" for name in names)
+        + "    return event\n"
+    )
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, **setters}
+    exec(source, namespace)  # noqa: S102 - the source is built from the dataclass's own fields
+    return namespace[f"parsed_{cls.__name__}"]
+
+
+_parsed_subscribe = _parsed(Subscribe)
+_parsed_producer = _parsed(Producer)
+
+
 def _text(value: str | bytes, what: str, server_error: int = pb.NotAllowedError) -> str:
     """A proto2 `string` field: protobuf hands one that is not valid UTF-8 over as bytes
     instead of refusing the frame, so each is checked."""
@@ -302,19 +328,32 @@ def _optional_text(body: Any, name: str) -> str | None:
     return _text(getattr(body, name), name) if body.HasField(name) else None
 
 
-def _properties(kvs: Iterable[pb.KeyValue]) -> Properties:
-    return tuple((_text(kv.key, "property key"), _text(kv.value, "property value")) for kv in kvs)
+def _properties(kvs: Sequence[pb.KeyValue]) -> Properties:
+    if not kvs:
+        return ()
+    pairs = tuple([(kv.key, kv.value) for kv in kvs])
+    for key, value in pairs:
+        _text(key, "property key")
+        _text(value, "property value")
+    return pairs
 
 
 def _schema(body: Any) -> Schema | None:
     return Schema.of(body.schema) if body.HasField("schema") else None
 
 
+_MEMBERS: dict[type[enum.IntEnum], dict[int, Any]] = {
+    kind: {member.value: member for member in kind}
+    for kind in (SubType, InitialPosition, ProducerAccessMode, KeySharedMode, TopicDomain)
+}
+"""Each enum's members by value: a dict lookup is a tenth of calling the enum."""
+
+
 def _enum(kind: type[enum.IntEnum], value: int, what: str) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        raise LocalProtocolError(f"unknown {what} {value}", pb.NotAllowedError) from None
+    member = _MEMBERS[kind].get(value)
+    if member is None:
+        raise LocalProtocolError(f"unknown {what} {value}", pb.NotAllowedError)
+    return member
 
 
 def _lookup(b: pb.CommandLookupTopic) -> Lookup:
@@ -331,7 +370,7 @@ def _partitioned_metadata(b: pb.CommandPartitionedTopicMetadata) -> PartitionedM
 
 
 def _producer(b: pb.CommandProducer) -> Producer:
-    return Producer(
+    return _parsed_producer(
         b.request_id,
         _topic(b.topic),
         b.producer_id,
@@ -358,7 +397,7 @@ def _key_shared(b: pb.CommandSubscribe) -> KeySharedMeta | None:
 
 
 def _subscribe(b: pb.CommandSubscribe) -> Subscribe:
-    return Subscribe(
+    return _parsed_subscribe(
         b.request_id,
         _topic(b.topic),
         _text(b.subscription, "subscription"),

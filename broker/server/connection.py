@@ -767,14 +767,14 @@ def _drop_if_abandoned(sub: ConsumerSubscription) -> None:
         sub.topic.remove_subscription(sub.name)
 
 
-_NO_ID = pb.MessageIdData(ledgerId=(1 << 64) - 1, entryId=(1 << 64) - 1)
-"""Pulsar's (-1, -1) as uint64 on the wire: no entry."""
+_NO_ID = rq.MessageId(-1, -1).to_pb()
+"""Pulsar's (-1, -1): no entry."""
 
 
 def _message_id(ledger_id: int, entry_id: int) -> pb.MessageIdData:
-    """A position as a MessageIdData (entry id -1, "before the ledger's first", wraps as
-    Pulsar's int64 does on the uint64 wire)."""
-    return pb.MessageIdData(ledgerId=ledger_id % (1 << 64), entryId=entry_id % (1 << 64))
+    """A position as a MessageIdData (entry id -1, "before the ledger's first", is Pulsar's
+    int64 -1; the codec's MessageId wraps it onto the uint64 wire)."""
+    return rq.MessageId(ledger_id, entry_id).to_pb()
 
 
 def _sticky_ranges(req: rq.Subscribe) -> tuple[tuple[int, int], ...] | None:
