@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reports.cli import report_main
+from reports.results import ResultsError, load_summary
 from results_contract.harness_cost import HARNESS_COST_FIELDS
 from results_contract.schemas import SUMMARY_SCHEMA
 from results_contract.summary import (
@@ -26,7 +29,9 @@ from results_contract.summary import (
     lookup,
     number,
 )
-from tests.samples import sample_summary
+from spark_analysis import AnalysisError
+from spark_analysis.sweep import case_row
+from tests.samples import sample_summary, write_run
 
 SOURCE = "runs/r1/summary.json"
 
@@ -134,3 +139,21 @@ def test_lookup_finds_keys_that_hold_dots() -> None:
 
 def test_the_schema_id_is_the_one_the_contract_checks() -> None:
     assert sample_summary()[Top.SCHEMA] == SUMMARY_SCHEMA
+
+
+def test_every_reader_refuses_bad_input_at_the_edge_naming_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # NaN is what Python's json writes for a float('nan') left in a document by hand.
+    summary = sample_summary()
+    summary[Top.HEADLINE][Headline.CONNECTION_TIME_S] = math.nan
+    path = write_run(tmp_path / "run", summary)
+    with pytest.raises(ResultsError, match=f"{path}: headline.connection_time_s is nan"):
+        load_summary(path)
+    assert report_main([str(tmp_path / "run")]) == 2
+    assert f"{path}: headline.connection_time_s is nan, not a finite number" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "run" / "report.html").exists()
+    with pytest.raises(AnalysisError, match="headline.connection_time_s is nan"):
+        case_row(path, json.loads(path.read_text()))
