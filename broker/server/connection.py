@@ -374,7 +374,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _topic_for(self, req: rq.Producer | rq.Subscribe) -> Topic | None:
         """The request's topic, or None after answering InvalidTopicName (a name that passed
-        `_names_valid` may still be one persistent storage cannot hold)."""
+        `topic_refusal` may still be one persistent storage cannot hold)."""
         try:
             return self.service.topic(req.topic)
         except ValueError as exc:
