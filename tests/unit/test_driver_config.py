@@ -304,3 +304,28 @@ def test_the_doubles_own_section_is_accepted_and_reaches_a_workers_double(write)
 
 def test_the_double_falls_back_to_its_own_defaults(write):
     assert _double_file(write, "").config == DelayConfig(delay_ms=50, lag_ms=0)
+
+
+def test_a_worker_gets_the_token_the_coordinator_read_and_reads_no_file(write, tmp_path):
+    """The token is read once, when the coordinator loads the driver file: the plan carries
+    the parsed config to the workers, so a worker (maybe on a host without the file) never
+    opens it, while the manifest keeps the file's name, not the token."""
+    from drivers.pulsar.settings import settings_from
+
+    token_file = tmp_path / "token"
+    token_file.write_text("read.on.the.coordinator\n")
+    driver = load_driver_file(
+        write(
+            "name: t\nclient:\n  authentication:\n    plugin: token\n"
+            f"    data: file://{token_file}\n"
+        )
+    )
+    token_file.unlink()
+    plan = RunPlan.make("r1", Workload(name="t", message_size=1, producer_rate=1), driver)
+    wire = msgpack.dumps(RunConfig(plan, "w0", 0, 1, "/tmp/raw", "h", 0, None).to_dict())
+    received = RunConfig.from_dict(msgpack.loads(wire, raw=False, strict_map_key=False))
+    config = received.plan.driver_config
+    assert isinstance(config, PulsarConfig)
+    settings = settings_from(config, consumers_per_connection=1, service_url="pulsar://h:1")
+    assert (settings.auth_method_name, settings.auth_data) == ("token", b"read.on.the.coordinator")
+    assert "read.on.the.coordinator" not in str(driver.to_dict())
