@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from results_contract.harness_cost import HARNESS_COST
+from results_contract.harness_cost import HARNESS_COST, HARNESS_COST_FIELDS
 from results_contract.policy_events import POLICIES
 from results_contract.schemas import SUMMARY_SCHEMA
 
@@ -313,8 +313,9 @@ def finite(value: Any, path: Sequence[str], source: Path | str) -> float:
 
 def check(data: Any, source: Path | str) -> dict[str, Any]:
     """The parsed document, when it is a summary this version reads: an object with our
-    schema id, whose sections are objects (or null or absent) and whose headline numbers are
-    finite or null. SummaryError names the file and the field otherwise."""
+    schema id, whose sections are objects (or null or absent), whose headline and harness
+    cost numbers are finite or null and whose client-bound flags are booleans. SummaryError
+    names the file and the field otherwise."""
     if not isinstance(data, dict):
         raise SummaryError(f"{source}: expected a JSON object")
     if data.get(Top.SCHEMA) != SUMMARY_SCHEMA:
@@ -325,14 +326,23 @@ def check(data: Any, source: Path | str) -> dict[str, Any]:
         value = data.get(name)
         if value is not None and not isinstance(value, Mapping):
             raise SummaryError(f"{source}: {name} is {value!r}, not an object")
-    headline = data.get(Top.HEADLINE) or {}
-    for key in _HEADLINE_NUMBERS:
-        value = headline.get(key)
-        if value is not None:
-            finite(value, (Top.HEADLINE, key), source)
+    for section, keys in _NUMBERS.items():
+        values = data.get(section) or {}
+        for key in keys:
+            if values.get(key) is not None:
+                finite(values[key], (section, key), source)
+    for section, key in _FLAGS:
+        value = (data.get(section) or {}).get(key)
+        if value is not None and not isinstance(value, bool):
+            raise SummaryError(f"{source}: {field((section, key))} is {value!r}, not true or false")
     return data
 
 
-_HEADLINE_NUMBERS = tuple(
-    key for key in Headline if key not in (Headline.SUBSCRIPTION_TYPE, Headline.CLIENT_BOUND)
-)
+# What check() looks at: the numbers of the complete sections and the client-bound verdict.
+_NUMBERS: Mapping[str, tuple[str, ...]] = {
+    Top.HEADLINE: tuple(
+        key for key in Headline if key not in (Headline.SUBSCRIPTION_TYPE, Headline.CLIENT_BOUND)
+    ),
+    Top.HARNESS_COST: HARNESS_COST_FIELDS,
+}
+_FLAGS = ((Top.HEADLINE, Headline.CLIENT_BOUND), (Top.CLIENT_BOUND, ClientBound.FLAG))

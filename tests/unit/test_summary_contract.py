@@ -11,7 +11,7 @@ import pytest
 
 from reports.cli import report_main
 from reports.results import ResultsError, load_summary
-from results_contract.harness_cost import HARNESS_COST_FIELDS
+from results_contract.harness_cost import CLIENT_CPU_S, HARNESS_COST_FIELDS
 from results_contract.schemas import SUMMARY_SCHEMA
 from results_contract.summary import (
     COMPLETE_SECTIONS,
@@ -93,6 +93,23 @@ def test_a_headline_number_that_is_not_finite_names_the_file_and_field(
     summary[Top.HEADLINE][Headline.E2E_P99_MS] = value
     with pytest.raises(SummaryError, match=f"{SOURCE}: headline.e2e_p99_ms is {said}"):
         check(summary, SOURCE)
+
+
+def test_harness_cost_numbers_and_the_client_bound_flags_are_checked_too() -> None:
+    summary = sample_summary()
+    summary[Top.HARNESS_COST][CLIENT_CPU_S] = "9.6"
+    with pytest.raises(SummaryError, match=f"{SOURCE}: harness_cost.client_cpu_s is '9.6'"):
+        check(summary, SOURCE)
+    for section, key in (
+        (Top.HEADLINE, Headline.CLIENT_BOUND),
+        (Top.CLIENT_BOUND, ClientBound.FLAG),
+    ):
+        summary = sample_summary()
+        summary[section][key] = 1
+        with pytest.raises(
+            SummaryError, match=f"{SOURCE}: {section}.{key} is 1, not true or false"
+        ):
+            check(summary, SOURCE)
 
 
 def test_null_and_missing_sections_are_accepted_as_older_summaries_have_them() -> None:
