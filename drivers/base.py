@@ -123,7 +123,10 @@ class BenchmarkProducer(Protocol):
 
 
 class DriverConfig(Protocol):
-    """A driver's own settings, parsed by the driver from its sections of the driver file."""
+    """A driver's own settings, parsed by the driver from its sections of the driver file,
+    once, on the coordinator: the workers get this value itself (pickled in the run's plan,
+    harness/run_plan.py), so it holds plain picklable values, and whatever the parse read (a
+    token file) travels in it."""
 
     @property
     def service_url(self) -> str | None:
@@ -135,8 +138,8 @@ class DriverConfig(Protocol):
         """That broker's admin API, when the file names one."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved sections under their YAML keys (for the manifest, and for the
-        workers); parsing it again gives an equal config."""
+        """The resolved sections under their YAML keys, for the manifest; parsing it again
+        gives an equal config."""
 
     def partitions_problem(self, partitions: int) -> str | None:
         """Why topics of `partitions` partitions cannot be made with this config, ending with
