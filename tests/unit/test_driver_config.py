@@ -89,6 +89,16 @@ def test_to_dict_loads_back_equal(path, tmp_path):
     assert load_driver_file(copy) == driver
 
 
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_the_parsed_config_reaches_the_workers_equal(path):
+    """Workers get the coordinator's parsed config itself (pickled in the plan)."""
+    if path.stem in PROGRAMS:
+        program(path.stem)
+    driver = load_driver_file(path)
+    plan = RunPlan.make("r1", Workload(name="t", message_size=1, producer_rate=1), driver)
+    assert RunPlan.from_dict(plan.to_dict()).driver_config == driver.config
+
+
 def test_the_manifest_keys_stay_those_of_the_yaml():
     assert list(load_driver_file(None).to_dict()) == [
         "name",
