@@ -1,8 +1,10 @@
 """Synthetic summary.json and sweep-summary.json documents shaped as docs/results.md says.
 
 The report, compare and gate tests (unit and browser) build their inputs here, so that one
-factory follows the contract instead of one copy per test module. The numbers are plausible
-for seed 000's scenario (1 msg/s, 10 KB, thousands of consumers) and deterministic.
+factory follows the contract instead of one copy per test module; summaries are keyed by
+results_contract/summary.py's names, as the analysis writes them (the analysis's own tests
+spell the keys literally, pinning the format on disk). The numbers are plausible for seed
+000's scenario (1 msg/s, 10 KB, thousands of consumers) and deterministic.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from results_contract.harness_cost import (
     CLIENT_CPU_S,
     CLIENT_CPU_US_PER_DELIVERY,
     CLIENT_DELIVERIES,
-    HARNESS_COST,
 )
 from results_contract.metrics import (
     BROKER_STAGES,
@@ -32,6 +33,7 @@ from results_contract.metrics import (
     E2E,
     E2E_ACTUAL,
     E2E_KERNEL,
+    PRODUCING,
     PUBLISH,
     PUBLISH_DELAY,
     STAGES,
@@ -39,6 +41,21 @@ from results_contract.metrics import (
 )
 from results_contract.paths import SUMMARY_FILE, SWEEP_SUMMARY_FILE
 from results_contract.schemas import SUMMARY_SCHEMA, SUMMARY_UNITS, SWEEP_SCHEMA
+from results_contract.summary import (
+    ClientBound,
+    Connection,
+    Copied,
+    Deliveries,
+    Distribution,
+    Environment,
+    Headline,
+    PerConsumer,
+    Series,
+    Stages,
+    Stat,
+    Tail,
+    Top,
+)
 
 _TAIL_SHARE = (0.08, 0.01, 0.16, 0.01, 0.02, 0.72)
 _STAGE_P99_FRACTION = (0.08, 0.01, 0.16, 0.01, 0.02, 0.65)
@@ -53,16 +70,16 @@ def _wave(i: int, amplitude: float) -> float:
 
 def _latency(p99: float) -> dict[str, float]:
     return {
-        "count": 60_000,
-        "min": round(p99 * 0.08, 3),
-        "mean": round(p99 * 0.4, 3),
-        "p50": round(p99 * 0.33, 3),
-        "p75": round(p99 * 0.5, 3),
-        "p95": round(p99 * 0.74, 3),
-        "p99": p99,
-        "p99_9": round(p99 * 1.6, 3),
-        "p99_99": round(p99 * 1.8, 3),
-        "max": round(p99 * 1.9, 3),
+        Stat.COUNT: 60_000,
+        Stat.MIN: round(p99 * 0.08, 3),
+        Stat.MEAN: round(p99 * 0.4, 3),
+        Stat.P50: round(p99 * 0.33, 3),
+        Stat.P75: round(p99 * 0.5, 3),
+        Stat.P95: round(p99 * 0.74, 3),
+        Stat.P99: p99,
+        Stat.P99_9: round(p99 * 1.6, 3),
+        Stat.P99_99: round(p99 * 1.8, 3),
+        Stat.MAX: round(p99 * 1.9, 3),
     }
 
 
@@ -102,12 +119,12 @@ def sample_summary(
     tail_share = dict(zip(STAGES, _TAIL_SHARE, strict=True))
     share: dict[str, float | None] = dict(tail_share)
     if not broker_timestamps:  # as the analysis writes it: the four middle stages are null
-        producing = tail_share["producing"]
+        producing = tail_share[PRODUCING]
         for stage in BROKER_STAGES:
             stage_p99[stage] = None
             producing += tail_share[stage]
             share[stage] = None
-        share["producing"] = producing
+        share[PRODUCING] = producing
     latency = {
         E2E: _latency(e2e_p99_ms),
         E2E_ACTUAL: _latency(round(e2e_p99_ms * 0.95, 3)),
@@ -125,12 +142,12 @@ def sample_summary(
     t = list(range(seconds))
     broker_t = list(range(0, seconds, 5)) if broker_stats else []
     return {
-        "schema": SUMMARY_SCHEMA,
-        "run_id": run_id,
-        "partial": partial,
-        "partial_reasons": ["worker w1 stopped heartbeating at 42 s"] if partial else [],
-        "units": dict(SUMMARY_UNITS),
-        "workload": {
+        Top.SCHEMA: SUMMARY_SCHEMA,
+        Top.RUN_ID: run_id,
+        Top.PARTIAL: partial,
+        Top.PARTIAL_REASONS: ["worker w1 stopped heartbeating at 42 s"] if partial else [],
+        Top.UNITS: dict(SUMMARY_UNITS),
+        Top.WORKLOAD: {
             "name": "sample",
             "topics": 1,
             "partitionsPerTopic": 1,
@@ -141,102 +158,115 @@ def sample_summary(
             "testDurationMinutes": 1,
             "fanout": {"subscriptionType": subscription_type, "consumersPerConnection": 50},
         },
-        "driver": {"name": "bundled", "connectConcurrency": 512, "listenBacklog": 4096},
-        "environment": {
-            "hosts": {"coordinator": "bench-host"},
-            "versions": {"python": "3.11.7", "fanout_bench": "0.1.0"},
-            "git_revision": "abc123def4567890",
-            "workers": ["w0", "w1"],
+        Top.DRIVER: {Copied.NAME: "bundled", "connectConcurrency": 512, "listenBacklog": 4096},
+        Top.ENVIRONMENT: {
+            Environment.HOSTS: {"coordinator": "bench-host"},
+            Environment.VERSIONS: {"python": "3.11.7", "fanout_bench": "0.1.0"},
+            Environment.GIT_REVISION: "abc123def4567890",
+            Environment.WORKERS: ["w0", "w1"],
         },
-        "headline": {
-            "consumers": consumers,
-            "subscription_type": subscription_type,
-            "subscriptions": 1 if subscription_type == "Broadcast" else consumers,
-            "connection_time_s": connection_time_s,
-            "e2e_p99_ms": e2e_p99_ms,
-            "e2e_kernel_p99_ms": kernel_p99 if kernel_times else None,
-            "messages_sent": messages,
-            "deliveries_expected": expected,
-            "deliveries_received": expected - deliveries_lost,
-            "deliveries_lost": deliveries_lost,
-            "client_errors": client_errors,
-            "client_bound": client_bound,
+        Top.HEADLINE: {
+            Headline.CONSUMERS: consumers,
+            Headline.SUBSCRIPTION_TYPE: subscription_type,
+            Headline.SUBSCRIPTIONS: 1 if subscription_type == "Broadcast" else consumers,
+            Headline.CONNECTION_TIME_S: connection_time_s,
+            Headline.E2E_P99_MS: e2e_p99_ms,
+            Headline.E2E_KERNEL_P99_MS: kernel_p99 if kernel_times else None,
+            Headline.MESSAGES_SENT: messages,
+            Headline.DELIVERIES_EXPECTED: expected,
+            Headline.DELIVERIES_RECEIVED: expected - deliveries_lost,
+            Headline.DELIVERIES_LOST: deliveries_lost,
+            Headline.CLIENT_ERRORS: client_errors,
+            Headline.CLIENT_BOUND: client_bound,
         },
-        "latency": latency,
+        Top.LATENCY: latency,
         # As the analysis writes it: every latency metric, up to the 100 % level (the max).
-        "spectrum": {
-            name: [[p, round(stats["p99"] * f, 3)] for p, f in _SPECTRUM] + [[100.0, stats["max"]]]
+        Top.SPECTRUM: {
+            name: [[p, round(stats[Stat.P99] * f, 3)] for p, f in _SPECTRUM]
+            + [[100.0, stats[Stat.MAX]]]
             for name, stats in latency.items()
         },
-        "series": {
-            "t_s": t,
-            "publish_rate": [1 for _ in t],
-            "consume_rate": [consumers - (i % 7 == 3) * consumers // 50 for i in t],
-            "backlog": [max(0, round(_wave(i, 3))) for i in t],
-            "e2e_p99_ms": [round(e2e_p99_ms * (1 + _wave(i, 0.15)), 3) for i in t],
-            "error_rate": [0 for _ in t],
-            "client_cpu": [round((95 if client_bound else 45) + _wave(i, 4), 1) for i in t],
-            "client_rss_mib": [round(120 + i * 0.05, 1) for i in t],
-            "loop_lag_ms": [round((130 if client_bound else 2) + abs(_wave(i, 2)), 2) for i in t],
-            "broker_t_s": broker_t,
-            "broker_cpu": [round(30 + _wave(i, 5), 1) for i in broker_t],
-            "broker_rss_mib": [round(80 + i * 0.1, 1) for i in broker_t],
+        Top.SERIES: {
+            Series.T_S: t,
+            Series.PUBLISH_RATE: [1 for _ in t],
+            Series.CONSUME_RATE: [consumers - (i % 7 == 3) * consumers // 50 for i in t],
+            Series.BACKLOG: [max(0, round(_wave(i, 3))) for i in t],
+            Series.E2E_P99_MS: [round(e2e_p99_ms * (1 + _wave(i, 0.15)), 3) for i in t],
+            Series.ERROR_RATE: [0 for _ in t],
+            Series.CLIENT_CPU: [round((95 if client_bound else 45) + _wave(i, 4), 1) for i in t],
+            Series.CLIENT_RSS_MIB: [round(120 + i * 0.05, 1) for i in t],
+            Series.LOOP_LAG_MS: [
+                round((130 if client_bound else 2) + abs(_wave(i, 2)), 2) for i in t
+            ],
+            Series.BROKER_T_S: broker_t,
+            Series.BROKER_CPU: [round(30 + _wave(i, 5), 1) for i in broker_t],
+            Series.BROKER_RSS_MIB: [round(80 + i * 0.1, 1) for i in broker_t],
         },
-        "deliveries": {
-            "consumers_counted": consumers - failed,
-            "per_consumer_expected": messages,
-            "min_received": messages - (1 if consumers_short else 0),
-            "max_received": messages,
-            "consumers_short": consumers_short,
-            "consumers_over": 0,
-            "out_of_order": out_of_order,
+        Top.DELIVERIES: {
+            Deliveries.CONSUMERS_COUNTED: consumers - failed,
+            Deliveries.PER_CONSUMER_EXPECTED: messages,
+            Deliveries.MIN_RECEIVED: messages - (1 if consumers_short else 0),
+            Deliveries.MAX_RECEIVED: messages,
+            Deliveries.CONSUMERS_SHORT: consumers_short,
+            Deliveries.CONSUMERS_OVER: 0,
+            Deliveries.OUT_OF_ORDER: out_of_order,
         },
-        "connection": {
-            "consumers": consumers,
-            "ok": ok,
-            "failed": failed,
-            "errors": {"ConnectError": failed},
-            "total_s": connection_time_s,
-            "first_start_us": 1_763_800_000_100_000,
-            "last_end_us": 1_763_800_000_100_000 + int(connection_time_s * 1e6),
-            "per_consumer": {
-                "min": round(width / 2, 4),
-                "p50": round(connection_time_s * 0.12, 4),
-                "p90": round(connection_time_s * 0.45, 4),
-                "p99": round(connection_time_s * 0.85, 4),
-                "max": connection_time_s,
-                "mean": round(connection_time_s * 0.2, 4),
+        Top.CONNECTION: {
+            Connection.CONSUMERS: consumers,
+            Connection.OK: ok,
+            Connection.FAILED: failed,
+            Connection.ERRORS: {"ConnectError": failed},
+            Connection.TOTAL_S: connection_time_s,
+            Connection.FIRST_START_US: 1_763_800_000_100_000,
+            Connection.LAST_END_US: 1_763_800_000_100_000 + int(connection_time_s * 1e6),
+            Connection.PER_CONSUMER: {
+                PerConsumer.MIN: round(width / 2, 4),
+                PerConsumer.P50: round(connection_time_s * 0.12, 4),
+                PerConsumer.P90: round(connection_time_s * 0.45, 4),
+                PerConsumer.P99: round(connection_time_s * 0.85, 4),
+                PerConsumer.MAX: connection_time_s,
+                PerConsumer.MEAN: round(connection_time_s * 0.2, 4),
             },
-            "distribution": {
-                "bin_width_s": width,
-                "bins_start_s": [round(i * width, 6) for i in range(bins)],
-                "counts": counts,
+            Connection.DISTRIBUTION: {
+                Distribution.BIN_WIDTH_S: width,
+                Distribution.BINS_START_S: [round(i * width, 6) for i in range(bins)],
+                Distribution.COUNTS: counts,
             },
         },
         # Every delivery's stages (the default), the tail the 1 % at or above the P99; a
         # driver without broker stamps (Redis, NATS, MQTT) records none: `stage_rows=False`.
-        "stages": {
-            "sample_fraction": 1.0,
-            "samples": expected if stage_rows else 0,
-            "broker_timestamps": broker_timestamps and stage_rows,
-            "p99_ms": stage_p99 if stage_rows else dict.fromkeys(STAGES),
-            "tail": {"threshold_ms": e2e_p99_ms, "count": expected // 100, "share": share}
+        Top.STAGES: {
+            Stages.SAMPLE_FRACTION: 1.0,
+            Stages.SAMPLES: expected if stage_rows else 0,
+            Stages.BROKER_TIMESTAMPS: broker_timestamps and stage_rows,
+            Stages.P99_MS: stage_p99 if stage_rows else dict.fromkeys(STAGES),
+            Stages.TAIL: {
+                Tail.THRESHOLD_MS: e2e_p99_ms,
+                Tail.COUNT: expected // 100,
+                Tail.SHARE: share,
+            }
             if stage_rows
             else None,
         },
-        "client_bound": {
-            "flag": client_bound,
-            "reasons": ["w0 CPU above 90 % for 80 % of the measure phase"] if client_bound else [],
-            "max_cpu": 99.0 if client_bound else 49.0,
-            "max_loop_lag_ms": 132.0 if client_bound else 4.0,
-            "kernel_times": kernel_times,
-            "note": None if kernel_times else NO_KERNEL_TIMES,
-            "client_delay_p99_ms": delay_p99 if kernel_times else None,
-            "client_delay_share": round(delay_p99 / e2e_p99_ms, 4) if kernel_times else None,
-            "distortion_ms": delay_p99 if kernel_times else None,
-            "distortion_share": round(delay_p99 / e2e_p99_ms, 4) if kernel_times else None,
+        Top.CLIENT_BOUND: {
+            ClientBound.FLAG: client_bound,
+            ClientBound.REASONS: ["w0 CPU above 90 % for 80 % of the measure phase"]
+            if client_bound
+            else [],
+            ClientBound.MAX_CPU: 99.0 if client_bound else 49.0,
+            ClientBound.MAX_LOOP_LAG_MS: 132.0 if client_bound else 4.0,
+            ClientBound.KERNEL_TIMES: kernel_times,
+            ClientBound.NOTE: None if kernel_times else NO_KERNEL_TIMES,
+            ClientBound.CLIENT_DELAY_P99_MS: delay_p99 if kernel_times else None,
+            ClientBound.CLIENT_DELAY_SHARE: round(delay_p99 / e2e_p99_ms, 4)
+            if kernel_times
+            else None,
+            ClientBound.DISTORTION_MS: delay_p99 if kernel_times else None,
+            ClientBound.DISTORTION_SHARE: round(delay_p99 / e2e_p99_ms, 4)
+            if kernel_times
+            else None,
         },
-        HARNESS_COST: {
+        Top.HARNESS_COST: {
             CLIENT_CPU_US_PER_DELIVERY: 32.0,
             CLIENT_CPU_S: round(expected * 32e-6, 6),
             CLIENT_DELIVERIES: expected,
