@@ -3,7 +3,8 @@ broker URL, topic names, and where each consumer and producer goes.
 
 The driver's config travels as the coordinator parsed it (pickled: its driver's own types),
 so a worker neither parses the driver file's sections again nor reads what they name (a
-token file) a second time."""
+token file) a second time. Unpickling trusts the master no more than a worker already does: it
+imports and runs the driver class the master names."""
 
 from __future__ import annotations
 
