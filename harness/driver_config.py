@@ -25,7 +25,9 @@ from harness.broker_command import BrokerCommand, parse_broker_command
 from harness.yaml_file import load_yaml_mapping
 
 DEFAULT_DRIVER_CLASS = "drivers.pulsar.driver:PulsarDriver"
-HARNESS_KEYS = ("name", "driverClass", "broker", "embeddedBroker")
+NAME, DRIVER_CLASS, BROKER, EMBEDDED_BROKER = "name", "driverClass", "broker", "embeddedBroker"
+HARNESS_KEYS = (NAME, DRIVER_CLASS, BROKER, EMBEDDED_BROKER)
+"""The driver file's keys the harness reads; every other is a section of the driver's."""
 BrokerValue = str | int | float | bool | None
 
 _DRIVER_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
@@ -61,11 +63,11 @@ class DriverFile:
     def to_dict(self) -> dict[str, Any]:
         """The resolved file under its YAML keys, for the manifest; loads back equal."""
         return {
-            "name": self.name,
-            "driverClass": self.driver_class,
+            NAME: self.name,
+            DRIVER_CLASS: self.driver_class,
             **self.config.to_dict(),
-            "broker": dict(self.broker),
-            **({"embeddedBroker": self.embedded.to_dict()} if self.embedded else {}),
+            BROKER: dict(self.broker),
+            **({EMBEDDED_BROKER: self.embedded.to_dict()} if self.embedded else {}),
         }
 
 
@@ -82,31 +84,32 @@ def load_driver_file(path: str | os.PathLike[str] | None) -> DriverFile:
     """Read and check a driver file; None gives the bundled default (drivers/bundled.yaml
     spells it out). Raises ConfigError (one line) on any problem, the driver's included."""
     if path is None:
-        return _resolve({"name": "bundled"}, "drivers/bundled.yaml (the default): ")
+        return _resolve({NAME: "bundled"}, "drivers/bundled.yaml (the default): ")
     where = f"{path}: "
     data = load_yaml_mapping(Path(path), str(path))
-    if "name" not in data:
-        raise ConfigError(f"{where}missing key 'name' (every driver file needs a name)")
+    if NAME not in data:
+        raise ConfigError(f"{where}missing key {NAME!r} (every driver file needs a name)")
     return _resolve(data, where)
 
 
 def _resolve(data: Mapping[object, object], where: str) -> DriverFile:
-    name = parse_value(string, data["name"], where, "name")
+    name = parse_value(string, data[NAME], where, NAME)
     dotted = parse_value(
-        _driver_class, data.get("driverClass", DEFAULT_DRIVER_CLASS), where, "driverClass"
+        _driver_class, data.get(DRIVER_CLASS, DEFAULT_DRIVER_CLASS), where, DRIVER_CLASS
     )
     try:
         driver = load_driver(dotted)
     except DriverError as exc:
-        raise ConfigError(f"{where}key 'driverClass': {exc}") from None
+        raise ConfigError(f"{where}key {DRIVER_CLASS!r}: {exc}") from None
     sections = {key: value for key, value in data.items() if key not in HARNESS_KEYS}
-    embedded = parse_broker_command(data.get("embeddedBroker"), where)
+    embedded = parse_broker_command(data.get(EMBEDDED_BROKER), where)
     broker = _broker(data, where)
     if embedded is not None:
         if broker:
             raise ConfigError(
-                f"{where}key 'broker': settings of the bundled broker, but 'embeddedBroker' "
-                f"starts {embedded.name!r} instead (give its settings in embeddedBroker.args)"
+                f"{where}key {BROKER!r}: settings of the bundled broker, but "
+                f"{EMBEDDED_BROKER!r} starts {embedded.name!r} instead (give its settings in "
+                f"{EMBEDDED_BROKER}.args)"
             )
         embedded.resolve_executable()  # a missing program fails before anything starts
     return DriverFile(
@@ -120,13 +123,13 @@ def _resolve(data: Mapping[object, object], where: str) -> DriverFile:
 
 
 def _broker(data: Mapping[object, object], where: str) -> Mapping[str, BrokerValue]:
-    settings = section(data, "broker", where)
+    settings = section(data, BROKER, where)
     for key, value in settings.items():
         if not isinstance(key, str):
-            raise ConfigError(f"{where}key 'broker': setting {key!r} is not a string (quote it)")
+            raise ConfigError(f"{where}key {BROKER!r}: setting {key!r} is not a string (quote it)")
         if isinstance(value, list | dict):
             raise ConfigError(
-                f"{where}key 'broker.{key}': expected a string, number, boolean or null, got "
+                f"{where}key '{BROKER}.{key}': expected a string, number, boolean or null, got "
                 f"{describe(value)} (broker settings are flat)"
             )
     return MappingProxyType({str(k): v for k, v in settings.items()})  # type: ignore[misc]
