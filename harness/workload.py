@@ -154,13 +154,13 @@ _KEY = "workload_key"
 def _key(
     name: str,
     parser: Parser,
-    default: Any = MISSING,
     *,
     to_yaml: Callable[[Any], object] | None = None,
     missing: str = "",
-) -> Any:
-    """A Workload field read from YAML key `name` (the field's row of the key table)."""
-    return field(default=default, metadata={_KEY: Key(name, parser, to_yaml, missing)})
+) -> dict[str, Key]:
+    """A Workload field's metadata: it is read from YAML key `name` (its row of the key
+    table; the field holds the default)."""
+    return {_KEY: Key(name, parser, to_yaml, missing)}
 
 
 def _policies_yaml(pairs: tuple[tuple[str, str], ...]) -> dict[str, Any] | None:
@@ -181,71 +181,113 @@ class Workload:
     where its parser is nullable, and is an error elsewhere."""
 
     # OMB
-    name: str = _key("name", string, missing="every workload needs a name")
-    topics: int = _key("topics", integer(minimum=1), 1)
-    partitions_per_topic: int = _key("partitionsPerTopic", integer(minimum=1), 1)
-    key_distributor: str = _key("keyDistributor", choice(*KEY_DISTRIBUTORS), "NO_KEY")
-    message_size: int = _key(
-        "messageSize",
-        integer(minimum=1),
-        missing="give the message size in bytes, or a payloadFile",
+    name: str = field(metadata=_key("name", string, missing="every workload needs a name"))
+    topics: int = field(default=1, metadata=_key("topics", integer(minimum=1)))
+    partitions_per_topic: int = field(
+        default=1, metadata=_key("partitionsPerTopic", integer(minimum=1))
     )
-    use_randomized_payloads: bool = _key("useRandomizedPayloads", boolean, False)
-    random_bytes_ratio: float = _key("randomBytesRatio", number(0, 1), 0.0)
-    randomized_payload_pool_size: int = _key("randomizedPayloadPoolSize", integer(minimum=0), 0)
-    payload_file: Path | None = _key(
-        "payloadFile", nullable(string), None, to_yaml=lambda p: None if p is None else str(p)
+    key_distributor: str = field(
+        default="NO_KEY", metadata=_key("keyDistributor", choice(*KEY_DISTRIBUTORS))
+    )
+    message_size: int = field(
+        metadata=_key(
+            "messageSize",
+            integer(minimum=1),
+            missing="give the message size in bytes, or a payloadFile",
+        )
+    )
+    use_randomized_payloads: bool = field(
+        default=False, metadata=_key("useRandomizedPayloads", boolean)
+    )
+    random_bytes_ratio: float = field(default=0.0, metadata=_key("randomBytesRatio", number(0, 1)))
+    randomized_payload_pool_size: int = field(
+        default=0, metadata=_key("randomizedPayloadPoolSize", integer(minimum=0))
+    )
+    payload_file: Path | None = field(
+        default=None,
+        metadata=_key(
+            "payloadFile", nullable(string), to_yaml=lambda p: None if p is None else str(p)
+        ),
     )
     """Absolute path, resolved against the workload file's folder. When the file does not
     exist, the payload builder makes message_size bytes instead."""
-    subscriptions_per_topic: int = _key("subscriptionsPerTopic", integer(minimum=1), 1)
-    producers_per_topic: int = _key("producersPerTopic", integer(minimum=1), 1)
-    consumer_per_subscription: int = _key("consumerPerSubscription", integer(minimum=1), 1)
-    producer_rate: float = _key(
-        "producerRate",
-        number(),
-        missing="give the total rate in msg/s, or 0 to find the maximum sustainable rate",
+    subscriptions_per_topic: int = field(
+        default=1, metadata=_key("subscriptionsPerTopic", integer(minimum=1))
+    )
+    producers_per_topic: int = field(
+        default=1, metadata=_key("producersPerTopic", integer(minimum=1))
+    )
+    consumer_per_subscription: int = field(
+        default=1, metadata=_key("consumerPerSubscription", integer(minimum=1))
+    )
+    producer_rate: float = field(
+        metadata=_key(
+            "producerRate",
+            number(),
+            missing="give the total rate in msg/s, or 0 to find the maximum sustainable rate",
+        )
     )
     """Total msg/s over all producers, as in OMB; 0 = find the maximum sustainable rate
     (OMB's rate controller, harness/omb_control.py), starting at rate_search_start."""
-    consumer_backlog_size_gb: float = _key("consumerBacklogSizeGB", number(), 0)
+    consumer_backlog_size_gb: float = field(
+        default=0, metadata=_key("consumerBacklogSizeGB", number())
+    )
     """OMB's backlog test when > 0: consumers pause until the backlog owed to them holds this
     many GiB (of messageSize messages), then resume; the drain is timed."""
-    backlog_drain_ratio: float = _key("backlogDrainRatio", number(0, 1), 1.0)
+    backlog_drain_ratio: float = field(
+        default=1.0, metadata=_key("backlogDrainRatio", number(0, 1))
+    )
     """The share of that backlog that must be drained for the drain to count as done."""
     # fan-out extensions
-    subscription_type: str = _key("subscriptionType", choice(*SUBSCRIPTION_TYPES), "Shared")
-    consumers_per_connection: int = _key("consumersPerConnection", integer(minimum=1), 100)
-    connect_concurrency: int = _key("connectConcurrency", integer(minimum=1), 500)
-    spawn_rate: float = _key("spawnRate", number(), 0)
+    subscription_type: str = field(
+        default="Shared", metadata=_key("subscriptionType", choice(*SUBSCRIPTION_TYPES))
+    )
+    consumers_per_connection: int = field(
+        default=100, metadata=_key("consumersPerConnection", integer(minimum=1))
+    )
+    connect_concurrency: int = field(
+        default=500, metadata=_key("connectConcurrency", integer(minimum=1))
+    )
+    spawn_rate: float = field(default=0, metadata=_key("spawnRate", number()))
     """Consumers per second over the whole run; 0 = as fast as connect_concurrency allows."""
-    warmup_seconds: int = _key("warmupDurationSeconds", nullable(integer(minimum=0)), 60)
-    """Also given in minutes (_MINUTES)."""
-    test_seconds: int = _key("testDurationSeconds", nullable(integer(minimum=1)), 300)
-    drain_seconds: int = _key("drainSeconds", integer(minimum=0), 5)
-    connect_timeout_seconds: int = _key("connectTimeoutSeconds", integer(minimum=1), 300)
-    topic_persistence: str = _key("topicPersistence", choice(*TOPIC_PERSISTENCES), "persistent")
-    stage_sample_fraction: float = _key("stageSampleFraction", number(0, 1), 1.0)
+    warmup_seconds: int = field(
+        default=60, metadata=_key("warmupDurationSeconds", nullable(integer(minimum=0)))
+    )
+    """Also given in minutes (MINUTES)."""
+    test_seconds: int = field(
+        default=300, metadata=_key("testDurationSeconds", nullable(integer(minimum=1)))
+    )
+    drain_seconds: int = field(default=5, metadata=_key("drainSeconds", integer(minimum=0)))
+    connect_timeout_seconds: int = field(
+        default=300, metadata=_key("connectTimeoutSeconds", integer(minimum=1))
+    )
+    topic_persistence: str = field(
+        default="persistent", metadata=_key("topicPersistence", choice(*TOPIC_PERSISTENCES))
+    )
+    stage_sample_fraction: float = field(
+        default=1.0, metadata=_key("stageSampleFraction", number(0, 1))
+    )
     """Share of deliveries whose stages go to stages.csv: all by default (issue 26), so the
     tail share sees every delivery at or above the P99 (rows carry counts: a broadcast read
     is one row)."""
-    workers: int = _key("workers", integer(minimum=0), 0)
+    workers: int = field(default=0, metadata=_key("workers", integer(minimum=0)))
     """Worker processes; 0 = decided by the harness."""
-    rate_search_start: float = _key(
-        "producerRateSearchStart", number(minimum=1), OMB_SEARCH_START_RATE
+    rate_search_start: float = field(
+        default=OMB_SEARCH_START_RATE, metadata=_key("producerRateSearchStart", number(minimum=1))
     )
-    topic_policies: tuple[tuple[str, str], ...] = _key(
-        "topicPolicies", nullable(_topic_policies), (), to_yaml=_policies_yaml
+    topic_policies: tuple[tuple[str, str], ...] = field(
+        default=(),
+        metadata=_key("topicPolicies", nullable(_topic_policies), to_yaml=_policies_yaml),
     )
     """`topicPolicies`: (policy, its value as JSON), set on every topic before the run through
     the broker's admin API, as `pulsar-admin topics set-…` would (docs/policies.md)."""
-    slow_consumers: tuple[float, float] | None = _key(
-        "slowConsumers", nullable(_SLOW), None, to_yaml=_SLOW.to_yaml
+    slow_consumers: tuple[float, float] | None = field(
+        default=None, metadata=_key("slowConsumers", nullable(_SLOW), to_yaml=_SLOW.to_yaml)
     )
     """`slowConsumers` (fraction, rate): that share of the consumers takes `rate` msg/s once
     its receiver queue is full (0: stalled)."""
-    ack_holes: tuple[float, float] | None = _key(
-        "ackHoles", nullable(_HOLES), None, to_yaml=_HOLES.to_yaml
+    ack_holes: tuple[float, float] | None = field(
+        default=None, metadata=_key("ackHoles", nullable(_HOLES), to_yaml=_HOLES.to_yaml)
     )
     """`ackHoles` (fraction, holeRate): that share of the consumers leaves one message in
     1/holeRate unacknowledged (1: acknowledges none), acknowledging the others one by one."""
