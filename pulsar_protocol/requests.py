@@ -347,6 +347,8 @@ _MEMBERS: dict[type[enum.IntEnum], dict[int, Any]] = {
     for kind in (SubType, InitialPosition, ProducerAccessMode, KeySharedMode, TopicDomain)
 }
 """Each enum's members by value: a dict lookup is a tenth of calling the enum."""
+_SUB_TYPES: dict[int, SubType] = _MEMBERS[SubType]
+_POSITIONS: dict[int, InitialPosition] = _MEMBERS[InitialPosition]
 
 
 def _enum(kind: type[enum.IntEnum], value: int, what: str) -> Any:
@@ -385,9 +387,7 @@ def _producer(b: pb.CommandProducer) -> Producer:
     )
 
 
-def _key_shared(b: pb.CommandSubscribe) -> KeySharedMeta | None:
-    if not b.HasField("keySharedMeta"):
-        return None
+def _key_shared(b: pb.CommandSubscribe) -> KeySharedMeta:
     meta = b.keySharedMeta
     return KeySharedMeta(
         _enum(KeySharedMode, meta.keySharedMode, "Key_Shared mode"),
@@ -397,23 +397,40 @@ def _key_shared(b: pb.CommandSubscribe) -> KeySharedMeta | None:
 
 
 def _subscribe(b: pb.CommandSubscribe) -> Subscribe:
+    # Written out, not through the helpers: a connect storm decodes one per consumer.
+    has = b.HasField
+    topic, subscription = b.topic, b.subscription
+    if type(topic) is not str:
+        _topic(topic)
+    if type(subscription) is not str:
+        _text(subscription, "subscription")
+    name = b.consumer_name if has("consumer_name") else None
+    if name is not None and type(name) is not str:
+        _text(name, "consumer_name")
+    sub_type = _SUB_TYPES.get(b.subType)
+    if sub_type is None:
+        _enum(SubType, b.subType, "subscription type")
+    position = _POSITIONS.get(b.initialPosition)
+    if position is None:
+        _enum(InitialPosition, b.initialPosition, "initial position")
+    metadata, properties = b.metadata, b.subscription_properties
     return _parsed_subscribe(
         b.request_id,
-        _topic(b.topic),
-        _text(b.subscription, "subscription"),
-        _enum(SubType, b.subType, "subscription type"),
+        topic,
+        subscription,
+        sub_type,
         b.consumer_id,
-        _optional_text(b, "consumer_name"),
+        name,
         b.priority_level,
         b.durable,
-        MessageId.of(b.start_message_id) if b.HasField("start_message_id") else None,
-        _properties(b.metadata),
+        MessageId.of(b.start_message_id) if has("start_message_id") else None,
+        _properties(metadata) if metadata else (),
         b.read_compacted,
-        _schema(b),
-        _enum(InitialPosition, b.initialPosition, "initial position"),
-        _key_shared(b),
-        _properties(b.subscription_properties),
-        b.consumer_epoch if b.HasField("consumer_epoch") else None,
+        Schema.of(b.schema) if has("schema") else None,
+        position,
+        _key_shared(b) if has("keySharedMeta") else None,
+        _properties(properties) if properties else (),
+        b.consumer_epoch if has("consumer_epoch") else None,
     )
 
 
