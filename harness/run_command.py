@@ -28,9 +28,10 @@ import locust  # noqa: F401, I001 - gevent monkey-patching must come before sock
 
 from drivers.base import MessageSizeLimit
 from drivers.config import ConfigError
-from harness.coordinator import Coordinator, RunError, is_loopback_url
+from harness.coordinator import Coordinator, RunError, is_loopback_url, worker_count_for
 from harness.driver_config import DriverFile, load_driver_file
 from harness.manifest import PROJECT_ROOT
+from harness.memory_estimate import memory_warnings
 from harness.progress import Progress
 from harness.run_plan import RunPlan
 from harness.sockets import connections_for, connections_problem, open_files_free, socket_limit
@@ -145,6 +146,14 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"bench run: {exc}", file=sys.stderr)
         return 2
+
+    def local_workers(case: Workload, driver: DriverFile) -> int:
+        if args.remote_workers:
+            return 0  # their share here is not known; the bundled broker is still counted
+        return worker_count_for(RunPlan.make("-", case, driver), args.workers)
+
+    for warning in memory_warnings(spec.cases, drivers, local_workers):
+        print(f"bench run: warning: {args.workload}: {warning}", file=sys.stderr)
     side_by_side = len(drivers) > 1
     is_sweep = spec.is_sweep or side_by_side or repeat > 1
     runs = [(driver, case, r) for r in range(repeat) for driver in drivers for case in spec.cases]

@@ -1,0 +1,136 @@
+"""The memory a run will take on this machine, estimated before it starts (issue 27).
+
+Over what the machine has available it is a warning, never a refusal: the estimate is a
+model, and a run that would swap is still worth its numbers to someone who knows (19,000
+one-connection consumers must run wherever their sockets fit, harness/sockets.py).
+
+The model's constants are resident memory measured on this project's runs (native driver,
+bundled broker, loopback; docs/workloads.md says how):
+- 500 and 2,500 one-connection Broadcast consumers of 1 KB messages, one worker: the worker
+  at 117 and 327 MiB, the broker at 54 and 71 MiB;
+- 500 to 2,000 Broadcast and Shared consumers 100 to a connection, 10 KB, two workers: each
+  worker at 69, 76 and 87 MiB, the broker at 54 MiB.
+A connection's read buffer starts at 64 KiB and doubles, up to 1 MiB, while its reads fill
+it (drivers/pulsar/connection.py, RECV_START and RECV_SIZE): one read takes an entry's
+frames to every consumer of the connection, so the model sizes it by consumers per
+connection times the message size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+from harness.driver_config import DriverFile
+from harness.workload import Workload
+
+__all__ = ["MemoryEstimate", "available_memory", "estimate", "memory_warning", "memory_warnings"]
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+WORKER_BASE = 65 * MIB
+"""A worker process with nothing open: Python, gevent, Locust, the recorder."""
+WORKER_PER_CONSUMER = 14 * KIB
+WORKER_PER_CONNECTION = 25 * KIB
+"""Besides its read buffer: the socket's wrapper, the codec, the connection's state."""
+READ_BUFFER_MIN, READ_BUFFER_MAX = 64 * KIB, 1 * MIB
+BROKER_BASE = 50 * MIB
+BROKER_PER_CONNECTION = 7 * KIB
+BROKER_PER_CONSUMER = 2 * KIB
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    workers: int
+    """Bytes, all local workers together (0 when every worker is on another host)."""
+    broker: int
+    """Bytes, the bundled broker (0 when the broker is not started here)."""
+
+    @property
+    def total(self) -> int:
+        return self.workers + self.broker
+
+
+def estimate(
+    *,
+    consumers: int,
+    per_connection: int,
+    producers: int,
+    message_size: int,
+    workers: int,
+    bundled_broker: bool,
+) -> MemoryEstimate:
+    """The run's resident memory on this machine: `workers` local worker processes (0: none
+    here) holding all the connections, and the bundled broker when it runs here."""
+    per_connection = max(1, per_connection)
+    consumer_connections = -(-consumers // per_connection)
+    connections = consumer_connections + producers
+    read_buffer = min(READ_BUFFER_MAX, max(READ_BUFFER_MIN, per_connection * message_size))
+    worker_bytes = 0
+    if workers > 0:
+        worker_bytes = (
+            workers * WORKER_BASE
+            + consumers * WORKER_PER_CONSUMER
+            + connections * WORKER_PER_CONNECTION
+            + consumer_connections * read_buffer
+        )
+    broker_bytes = 0
+    if bundled_broker:
+        broker_bytes = (
+            BROKER_BASE + connections * BROKER_PER_CONNECTION + consumers * BROKER_PER_CONSUMER
+        )
+    return MemoryEstimate(worker_bytes, broker_bytes)
+
+
+def available_memory() -> int:
+    """What this machine can still give without swapping (the kernel's MemAvailable)."""
+    return int(psutil.virtual_memory().available)
+
+
+def memory_warning(found: MemoryEstimate, available: int) -> str | None:
+    """The warning when `found` is over `available`, with what to change; None otherwise."""
+    if found.total <= available:
+        return None
+    parts = []
+    if found.workers:
+        parts.append(f"workers {found.workers / GIB:.1f} GiB")
+    if found.broker:
+        parts.append(f"bundled broker {found.broker / GIB:.1f} GiB")
+    return (
+        f"the run may need about {found.total / GIB:.1f} GiB of memory ({', '.join(parts)}; an "
+        f"estimate) and this machine has {available / GIB:.1f} GiB available: it may swap or "
+        "be killed; lower consumersPerTopic, put more consumers on each connection "
+        "(consumersPerConnection), run "
+        "workers on other hosts (--remote-workers), or measure a broker elsewhere "
+        "(client.serviceUrl). Running it anyway"
+    )
+
+
+def memory_warnings(
+    cases: tuple[Workload, ...],
+    drivers: list[DriverFile],
+    local_workers: Callable[[Workload, DriverFile], int],
+    available: int | None = None,
+) -> list[str]:
+    """A warning for each case whose memory here is over what this machine has available
+    (MemAvailable by default); never a refusal. `local_workers`: the worker processes the
+    run starts here (0: all on other hosts, when only the bundled broker counts)."""
+    available = available_memory() if available is None else available
+    warnings = []
+    for driver in drivers:
+        for case in cases:
+            found = estimate(
+                consumers=case.total_consumers,
+                per_connection=case.consumers_per_connection,
+                producers=case.total_producers,
+                message_size=case.message_size,
+                workers=local_workers(case, driver),
+                bundled_broker=driver.uses_bundled_broker and driver.embedded is None,
+            )
+            warning = memory_warning(found, available)
+            if warning is not None:
+                label = f"case {case.label}: " if len(cases) > 1 else ""
+                warnings.append(f"{label}{warning}")
+    return warnings
