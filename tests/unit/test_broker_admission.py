@@ -1,5 +1,6 @@
-"""Who may join a topic (broker.core.admission), decided without a connection: limits, a
-backlog quota refusing producers, schemas, and a subscription's mode and durability."""
+"""Who may join a topic and act there (broker.core.admission), decided without a connection:
+topic names, limits, a backlog quota refusing producers, schemas, a subscription's mode and
+durability and where a new one starts, unsubscribing, and a delayed message's delay."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ import asyncio
 from typing import Any
 
 from broker.config import BrokerConfig
-from broker.core.admission import consumer_admission, producer_admission
+from broker.core.admission import (
+    consumer_admission,
+    delivery_delay_refusal,
+    producer_admission,
+    subscription_start,
+    topic_refusal,
+    unsubscribe_refusal,
+)
 from broker.core.consumer import Consumer
 from broker.core.limits import Refusal
 from broker.core.schemas import JSON, STRING
 from broker.server.service import BrokerService
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol import requests as rq
+from pulsar_protocol.payload import encode_payload
 from pulsar_protocol.requests import Schema
 
 TOPIC = "persistent://public/default/admitted"
@@ -107,5 +117,70 @@ def test_a_consumer_must_match_the_subscriptions_mode_and_durability_and_its_lim
         assert refused is not None and refused.server_error == pb.ConsumerBusy
         for topic_ in service.topics.values():
             topic_.close()
+
+    asyncio.run(go())
+
+
+def test_a_name_that_is_no_topic_is_refused_before_anything_is_looked_up() -> None:
+    assert topic_refusal("persistent://public/default/t") is None
+    assert topic_refusal("t") is None  # a short name, expanded as the clients expand it
+    for bad in ("persistent://public/default/", "ftp://public/default/t", "x" * 300):
+        refused = topic_refusal(bad)
+        assert refused is not None and refused.server_error == pb.InvalidTopicName
+
+
+def test_a_new_subscription_starts_at_a_readers_id_or_its_initial_position() -> None:
+    async def go() -> None:
+        service = _service()
+        topic = service.topic(TOPIC)
+        meta = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+        for _ in range(3):
+            await topic.publish(encode_payload(meta, b"x"), b"", 0, 1)
+
+        def start(**fields: Any) -> int:
+            return subscription_start(
+                topic, rq.Subscribe(1, TOPIC, "s", rq.SubType.EXCLUSIVE, 1, **fields)
+            )
+
+        assert start() == 3  # latest: after what is there
+        assert start(initial_position=rq.InitialPosition.EARLIEST) == 0
+        second = rq.MessageId(*topic.log.position_of(1))
+        # A start id is honoured for a non-durable subscription (a Reader's) only.
+        assert start(durable=False, start_message_id=second) == 1
+        assert start(durable=True, start_message_id=second) == 3
+        for topic_ in service.topics.values():
+            topic_.close()
+
+    asyncio.run(go())
+
+
+def test_unsubscribing_is_refused_while_others_are_connected_unless_forced() -> None:
+    async def go() -> None:
+        service = _service()
+        topic = service.topic(TOPIC)
+        sub = topic.subscription("s", "Shared", False, durable=True)
+        sub.add_consumer(_consumer(1))
+        assert unsubscribe_refusal(sub, force=False) is None
+        sub.add_consumer(_consumer(2))
+        refused = unsubscribe_refusal(sub, force=False)
+        assert refused is not None and refused.server_error == pb.ConsumerBusy
+        assert unsubscribe_refusal(sub, force=True) is None
+        for topic_ in service.topics.values():
+            topic_.close()
+
+    asyncio.run(go())
+
+
+def test_a_delayed_message_past_the_topics_maximum_delay_is_refused() -> None:
+    async def go() -> None:
+        topic = _service().topic(TOPIC)
+        assert delivery_delay_refusal(topic, 10_000_000, 0) is None  # no maximum: anything goes
+        topic.max_delivery_delay_ms = 1000
+        assert delivery_delay_refusal(topic, 1_500, 500) is None  # exactly the maximum
+        refused = delivery_delay_refusal(topic, 1_501, 500)
+        assert refused == Refusal(
+            pb.NotAllowedError, "Exceeds max allowed delivery delay of 1000 milliseconds"
+        )
+        topic.close()
 
     asyncio.run(go())
