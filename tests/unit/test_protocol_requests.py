@@ -7,12 +7,14 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol import requests as rq
 from pulsar_protocol.commands import T, command
-from pulsar_protocol.errors import LocalProtocolError, ProtocolError
+from pulsar_protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from pulsar_protocol.frames import encode_raw_frame
 from pulsar_protocol.state import ConnectionState
 from tests.unit.test_protocol_connection import FEEDS, ConnectionPair, feed
@@ -285,3 +287,93 @@ def test_a_lookup_is_refused_in_its_own_shape() -> None:
             assert answer.error == pb.TopicNotFound
     with pytest.raises(LocalProtocolError, match="no request 1"):
         p.server.refuse(rq.Lookup(1, "t"), pb.TopicNotFound, "twice")
+
+
+# -- properties (Hypothesis) ----------------------------------------------------------------------
+_uint64 = st.integers(0, 2**64 - 1)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+_text_st = st.text(max_size=8)
+_props = st.lists(st.tuples(_text_st, _text_st), max_size=3).map(tuple)
+_message_ids = st.builds(
+    rq.MessageId, _int64, _int64, st.integers(-1, 2**31 - 1), st.integers(-1, 2**31 - 1)
+)
+_schemas = st.builds(rq.Schema, _text_st, st.integers(-(2**31), 2**31 - 1), st.binary(), _props)
+_key_shared = st.builds(
+    rq.KeySharedMeta,
+    st.sampled_from(rq.KeySharedMode),
+    st.lists(st.tuples(st.integers(0, 65535), st.integers(0, 65535)), max_size=3).map(tuple),
+    st.booleans(),
+)
+_REQUESTS = st.one_of(
+    st.builds(
+        rq.Subscribe,
+        _uint64,
+        _text_st,
+        _text_st,
+        st.sampled_from(rq.SubType),
+        _uint64,
+        st.none() | _text_st,
+        st.integers(-(2**31), 2**31 - 1),
+        st.booleans(),
+        st.none() | _message_ids,
+        _props,
+        st.booleans(),
+        st.none() | _schemas,
+        st.sampled_from(rq.InitialPosition),
+        st.none() | _key_shared,
+        _props,
+        st.none() | _uint64,
+    ),
+    st.builds(
+        rq.Producer,
+        _uint64,
+        _text_st,
+        _uint64,
+        st.none() | _text_st,
+        st.none() | _schemas,
+        st.sampled_from(rq.ProducerAccessMode),
+        _uint64,
+        st.none() | _uint64,
+        _props,
+        st.booleans(),
+        st.booleans(),
+    ),
+    st.builds(rq.Seek, _uint64, _uint64, message_id=_message_ids),
+    st.builds(rq.Seek, _uint64, _uint64, publish_time_ms=_uint64),
+    st.builds(rq.GetSchema, _uint64, _text_st, st.none() | st.binary(max_size=8)),
+    st.builds(
+        rq.GetTopicsOfNamespace,
+        _uint64,
+        _text_st,
+        st.sampled_from(rq.TopicDomain),
+        st.none() | _text_st,
+        st.none() | _text_st,
+    ),
+    st.builds(rq.RedeliverUnacknowledged, _uint64, st.lists(_message_ids, max_size=3).map(tuple)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_REQUESTS)
+def test_any_request_decodes_to_what_was_encoded(event: ev.Event) -> None:
+    assert rq.decode(rq.encode(event)) == event
+
+
+@settings(max_examples=200, deadline=None)
+@given(_REQUESTS, st.lists(st.tuples(st.integers(0), st.integers(0, 255)), min_size=1, max_size=6))
+def test_a_mangled_request_ends_in_an_event_a_refusal_or_a_remote_protocol_error(
+    event: ev.Event, changes: list[tuple[int, int]]
+) -> None:
+    """h11's fuzz rule for the request decoders: whatever bytes arrive, the server's codec
+    hands out typed events (never a protobuf `Request`) or raises RemoteProtocolError."""
+    p = ConnectionPair()
+    p.handshake()
+    data = bytearray(encode_raw_frame(rq.encode(event).SerializeToString()))
+    for where, value in changes:
+        data[where % len(data)] = value
+    try:
+        got = feed(p.server, bytes(data))
+    except RemoteProtocolError:
+        assert p.server.state is ConnectionState.ERROR
+        return
+    assert not any(isinstance(e, ev.Request | ev.Notice) for e in got)
