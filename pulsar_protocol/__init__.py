@@ -2,8 +2,8 @@
 
 `Connection(CLIENT | SERVER)` with `receive_data`, `next_event`, `send`, `data_to_send` is
 the whole surface a shell needs (pulsar_protocol.connection); events live in
-pulsar_protocol.events, states in pulsar_protocol.state; frames, commands, payloads and
-stamps are the layers below it.
+pulsar_protocol.events, a client's requests as typed events in pulsar_protocol.requests,
+states in pulsar_protocol.state; frames, commands, payloads and stamps are the layers below it.
 """
 
 from pulsar_protocol.connection import MAX_PROTOCOL_VERSION, Connection
