@@ -36,6 +36,9 @@ WORKER_PER_CONSUMER = 14 * KIB
 WORKER_PER_CONNECTION = 25 * KIB
 """Besides its read buffer: the socket's wrapper, the codec, the connection's state."""
 READ_BUFFER_MIN, READ_BUFFER_MAX = 64 * KIB, 1 * MIB
+WORKER_PER_TLS_CONNECTION = 45 * KIB
+"""A pulsar+ssl:// connection's TlsChannel (OpenSSL's state and record buffers): 500
+handshaken in one process, each after a 10 KB record, took 44.9 KiB each."""
 BROKER_BASE = 50 * MIB
 BROKER_PER_CONNECTION = 7 * KIB
 BROKER_PER_CONSUMER = 2 * KIB
@@ -61,9 +64,11 @@ def estimate(
     message_size: int,
     workers: int,
     bundled_broker: bool,
+    tls: bool = False,
 ) -> MemoryEstimate:
     """The run's resident memory on this machine: `workers` local worker processes (0: none
-    here) holding all the connections, and the bundled broker when it runs here."""
+    here) holding all the connections (`tls`: over pulsar+ssl://), and the bundled broker
+    when it runs here."""
     per_connection = max(1, per_connection)
     consumer_connections = -(-consumers // per_connection)
     connections = consumer_connections + producers
@@ -73,7 +78,7 @@ def estimate(
         worker_bytes = (
             workers * WORKER_BASE
             + consumers * WORKER_PER_CONSUMER
-            + connections * WORKER_PER_CONNECTION
+            + connections * (WORKER_PER_CONNECTION + (WORKER_PER_TLS_CONNECTION if tls else 0))
             + consumer_connections * read_buffer
         )
     broker_bytes = 0
@@ -128,6 +133,7 @@ def memory_warnings(
                 message_size=case.message_size,
                 workers=local_workers(case, driver),
                 bundled_broker=driver.uses_bundled_broker and driver.embedded is None,
+                tls=(driver.config.service_url or "").startswith("pulsar+ssl://"),
             )
             warning = memory_warning(found, available)
             if warning is not None:

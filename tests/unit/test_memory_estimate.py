@@ -12,6 +12,7 @@ from harness.memory_estimate import (
     MIB,
     READ_BUFFER_MAX,
     READ_BUFFER_MIN,
+    WORKER_PER_TLS_CONNECTION,
     MemoryEstimate,
     estimate,
     memory_warning,
@@ -45,6 +46,20 @@ def test_only_what_runs_here_is_counted() -> None:
     assert _one_connection(1000, bundled=False).broker == 0  # a broker of one's own
     two = _one_connection(1000, workers=2)
     assert two.workers - _one_connection(1000).workers > 0  # a second process's own base
+
+
+def test_tls_connections_cost_their_channels() -> None:
+    plain = _one_connection(1000, bundled=False)
+    tls = estimate(
+        consumers=1000,
+        per_connection=1,
+        producers=1,
+        message_size=1024,
+        workers=1,
+        bundled_broker=False,
+        tls=True,
+    )
+    assert tls.workers - plain.workers == 1001 * WORKER_PER_TLS_CONNECTION
 
 
 def test_a_connections_read_buffer_grows_with_what_one_read_brings() -> None:
