@@ -159,9 +159,12 @@ def test_a_run_over_pulsar_ssl_keeps_kernel_receive_times(tmp_path, tls_broker) 
     counts = _recorded(run_dir)
     assert counts["e2e"] > 0, counts
     assert counts[E2E_KERNEL] == counts["e2e"], counts
-    # The partitioned topic was made, and its stats read, over HTTPS with the trust file.
+    # The partitioned topic was made, and its stats read, over HTTPS with the trust file; so
+    # were the broker's version, its clock and its process metrics.
     stats = json.loads((run_dir / "broker" / "topic-stats.json").read_text())
     assert len(stats) == 2 and all(s is not None and s["msgInCounter"] > 0 for s in stats.values())
+    assert manifest["broker"]["version"] and manifest["broker_clock"]["how"] == "measured"
+    assert len((run_dir / "broker" / "process.csv").read_text().splitlines()) > 1
 
 
 def test_a_trust_file_of_another_ca_stops_the_run_naming_the_key(tmp_path, tls_broker) -> None:
