@@ -820,8 +820,14 @@ class Connection:
 
 
 def tls_refusal(address: str, reason: str, trust: str | None) -> str:
-    """A failed handshake, with the keys of the driver file that decide it (`trust`: its
-    client.tlsTrustCertsFilePath)."""
+    """A failed handshake, with what decides it: for a certificate refused, the driver file's
+    keys (`trust`: its client.tlsTrustCertsFilePath); else, most often, a port that does not
+    speak TLS."""
+    if not reason.startswith("certificate verify failed"):
+        return (
+            f"TLS handshake with {address} failed: {reason} (is it the broker's TLS port, "
+            "brokerServicePortTls? pulsar+ssl:// needs one)"
+        )
     against = (
         f"client.tlsTrustCertsFilePath ({trust})"
         if trust

@@ -22,7 +22,7 @@ import gevent
 import gevent.event
 import pytest
 
-from drivers.base import ConsumerSpec
+from drivers.base import ConsumerSpec, DriverError
 from drivers.pulsar.driver import PulsarDriver
 from drivers.pulsar.settings import PulsarConfig
 from results_contract.hlog import decode, read_intervals
@@ -196,13 +196,13 @@ class _Kernel:
         self.times += [kernel_us] * len(indexes)
 
 
-def _round_trip(config: PulsarConfig, port: int) -> tuple[str, list[int]]:
+def _round_trip(config: PulsarConfig, port: int, host: str = "localhost") -> tuple[str, list[int]]:
     """One consumer and one message through the native driver: (the subscribe's error, ""
     when it subscribed; the deliveries' kernel receive times)."""
     got = _Kernel()
     driver = PulsarDriver()
     driver.initialize(
-        config, got, consumers_per_connection=1, service_url=f"pulsar+ssl://localhost:{port}"
+        config, got, consumers_per_connection=1, service_url=f"pulsar+ssl://{host}:{port}"
     )
     topic = "persistent://public/default/named"
     try:
@@ -238,3 +238,15 @@ def test_a_certificate_for_another_name_is_refused_unless_verification_is_off(
     # Delivered once, with the kernel's receive time of the read that completed its record.
     assert len(kernel_times) == 1 and kernel_times[0] > 0, kernel_times
 
+
+def test_pulsar_ssl_to_a_plain_port_says_so(broker) -> None:
+    """The bundled broker's plain port, dialled as pulsar+ssl://: the coordinator's check and
+    a worker's connection both say the port may not be a TLS one."""
+    url = f"pulsar+ssl://127.0.0.1:{broker.port}"
+    config = PulsarConfig.parse({"client": {"serviceUrl": url}}, "")
+    driver = PulsarDriver()
+    driver.parse_config({"client": {"serviceUrl": url}}, "")
+    with pytest.raises(DriverError, match=r"failed: .*brokerServicePortTls"):
+        driver.check_reachable(url, 5)
+    error, _ = _round_trip(config, broker.port, host="127.0.0.1")
+    assert "TLS handshake with 127.0.0.1" in error and "brokerServicePortTls" in error, error
