@@ -1,12 +1,13 @@
 """`bench run` over `pulsar+ssl://` (issue 27): the native driver against the bundled broker
 serving TLS only (its plain ports empty, as Pulsar's `brokerServicePort`), the admin API over
-HTTPS, both trusted through the driver file's `client.tlsTrustCertsFilePath`. Every delivery
+HTTPS, a token required, both trusted through `client.tlsTrustCertsFilePath`. Every delivery
 keeps its kernel receive time (the raw stamped reads go through a MemoryBIO); a trust file of
 another CA stops the run before any worker starts, naming the key; a certificate for another
 name is refused unless hostname verification is off."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import gevent
 import gevent.event
+import jwt
 import pytest
 
 from drivers.base import ConsumerSpec, DriverError
@@ -32,6 +34,8 @@ from tests.conftest import ROOT, free_port
 from tests.tls_certificates import certificate_authority, server_certificate
 
 pytestmark = pytest.mark.integration
+
+SECRET = b"a secret of the bench, 32 bytes!"
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,9 @@ def _listening(port: int) -> bool:
         return False
 
 
-def _start(tmp_path: Path, names: str) -> Iterator[TlsBroker]:
+def _start(tmp_path: Path, names: str, secret: bytes | None = None) -> Iterator[TlsBroker]:
+    """The broker serving TLS only, with a certificate for `names` signed by a CA of the
+    test's; with `secret`, tokens signed with it are required."""
     ca = certificate_authority(tmp_path)
     cert, key = server_certificate(tmp_path, ca, names)
     port, admin_port = free_port(), free_port() + 1
@@ -64,6 +70,9 @@ def _start(tmp_path: Path, names: str) -> Iterator[TlsBroker]:
         "tlsKeyFilePath": key,
         "journalSyncData": "false",
     }
+    if secret is not None:
+        settings["authenticationEnabled"] = "true"
+        settings["tokenSecretKey"] = "data:;base64," + base64.b64encode(secret).decode()
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "broker", "--data-dir", str(tmp_path / "data")]
@@ -86,7 +95,8 @@ def _start(tmp_path: Path, names: str) -> Iterator[TlsBroker]:
 
 @pytest.fixture
 def tls_broker(tmp_path: Path) -> Iterator[TlsBroker]:
-    yield from _start(tmp_path, "DNS:localhost,IP:127.0.0.1")
+    """Deployed as Pulsar commonly is: TLS, and a token required."""
+    yield from _start(tmp_path, "DNS:localhost,IP:127.0.0.1", SECRET)
 
 
 def _driver_file(path: Path, broker: TlsBroker, trust: Path, extra: str = "") -> Path:
@@ -146,7 +156,16 @@ def _recorded(run_dir: Path) -> Counter[str]:
 
 
 def test_a_run_over_pulsar_ssl_keeps_kernel_receive_times(tmp_path, tls_broker) -> None:
-    driver = _driver_file(tmp_path / "driver.yaml", tls_broker, tls_broker.ca)
+    """With the token in the driver file: it travels in CONNECT and the admin calls' header,
+    both inside TLS."""
+    token = tmp_path / "token"
+    token.write_text(jwt.encode({"sub": "bench"}, SECRET, algorithm="HS256"))
+    authentication = (
+        "  authentication:\n"
+        "    plugin: org.apache.pulsar.client.impl.auth.AuthenticationToken\n"
+        f"    data: file://{token}\n"
+    )
+    driver = _driver_file(tmp_path / "driver.yaml", tls_broker, tls_broker.ca, authentication)
     result = _bench_run(tmp_path, driver)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = Path(result.stdout.strip().splitlines()[-1])
