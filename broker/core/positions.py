@@ -33,9 +33,7 @@ def index_of_message(log: EntryLog, message_id: MessageId) -> int:
     return _within(log, log.index_of(ledger_id, entry_id))
 
 
-def start_of_subscription(
-    log: EntryLog, start_message_id: MessageId | None, earliest: bool
-) -> int:
+def start_of_subscription(log: EntryLog, start_message_id: MessageId | None, earliest: bool) -> int:
     """The first index a new subscription reads: its start id if it gave one (Readers do),
     else its initial position (Earliest or Latest)."""
     if start_message_id is not None:
