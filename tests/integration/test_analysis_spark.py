@@ -40,7 +40,7 @@ from results_contract.summary import (
     check,
 )
 from spark_analysis import AnalysisError, analyze_path, analyze_run
-from spark_analysis.session import build_session
+from spark_analysis.session import QUICK_START_JVM, build_session
 
 pytestmark = pytest.mark.integration
 
@@ -681,3 +681,12 @@ def test_a_run_that_recorded_nothing_still_gets_a_summary(spark, tmp_path) -> No
     assert summary["series"]["e2e_p99_ms"] == [None] * SECONDS
     omb = json.loads((run_dir / "omb-result.json").read_text())
     assert omb["endToEndLatency99pct"] == [0.0, 0.0, 0.0]  # what OMB writes for no data
+
+
+def test_the_local_driver_jvm_starts_with_the_quick_start_flags(spark: SparkSession) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    arguments = list(
+        jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    )
+    assert set(QUICK_START_JVM.split()) <= set(arguments)
