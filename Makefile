@@ -6,9 +6,10 @@ STAMP := $(VENV)/.installed
 WORKLOAD ?= workloads/laptop-sweep.yaml
 DRIVER ?=
 BENCH_ARGS ?=
-# The suite mostly waits (brokers, official clients, Spark): four processes, each test file
-# kept in one of them (its module fixtures are started once).
-PYTEST_ARGS ?= -n 4 --dist loadfile
+# Six processes, each test file kept in one of them (its module fixtures are started once):
+# on 2 cores, 7.5 min for the parallel part where four took 9-11 (docs/benchmarks.md, "make
+# test"); the tests that compare latencies run after it, one at a time (marker `alone`).
+PYTEST_ARGS ?= -n 6 --dist loadfile
 
 .PHONY: bench test test-fast lint proto clean java-check tools
 

@@ -36,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "alone: compares latencies of runs made one after the other, which the other tests' "
+        "alone: compares latencies of runs, or bounds one tightly, which the other tests' "
         "load would move: `make test` runs these after the parallel part, one at a time",
     )
 

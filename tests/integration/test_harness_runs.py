@@ -79,6 +79,7 @@ def _workload(tmp_path: Path, consumers: int, rate: int, test_s: int, name="doub
     )
 
 
+@pytest.mark.alone  # its 40 ms is checked to ±25 ms: a starved producer's late sends add to it
 def test_latency_is_taken_at_the_wire_not_when_the_callback_runs(tmp_path):
     delay_ms, lag_ms = 40, 150
     driver = _double_driver(tmp_path, delay_ms, lag_ms)
