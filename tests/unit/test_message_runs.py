@@ -353,3 +353,48 @@ def test_acknowledging_a_run_is_acknowledging_each_delivery(individual):
         )
         for cid in consumers[:4]
     )
+
+
+def test_one_frame_per_connection_is_compared_with_another_connections_run():
+    """One consumer per connection: each socket brings one frame of the entry, the same bytes
+    on every one. A connection after the first reads it as that connection's run (the same
+    payload object, so the deliveries group by identity), and still as protobuf reads it:
+    frames of another entry, with other stamps, or mangled after the consumer id are not
+    taken for it."""
+    payload = section(b"x" * 1000)
+    stamps = encode_stamps(4, EntryStamps(1, 2, 3, 4, 5))
+    same = MessageTemplate(9, 4, len(payload), stamps).head(encode_varint(1)) + payload
+    other_stamps = encode_stamps(4, EntryStamps(1, 2, 3, 4, 6))
+    restamped = MessageTemplate(9, 4, len(payload), other_stamps).head(encode_varint(1)) + payload
+    next_entry = MessageTemplate(9, 5, len(payload), stamps).head(encode_varint(1)) + payload
+    mangled = bytearray(same)
+    mangled[-1] ^= 0xFF  # the payload's last byte: another message
+    reads = [same, same, restamped, same, next_entry, bytes(mangled), same]
+    runs = []
+    for data in reads:
+        fast, _ = _deliveries(_connected(True), [data])
+        slow, _ = _deliveries(_connected(False), [data])
+        assert fast == slow
+        client = _connected(True)
+        client.receive_data(data)
+        run = client.next_event()
+        assert isinstance(run, ev.MessageRun)
+        runs.append(run)
+    # The same payload object, also under other stamps (another dispatch slice's).
+    assert all(runs[n].payload is runs[0].payload for n in (1, 2, 3))
+    assert [run.entry_id for run in runs] == [4, 4, 4, 4, 5, 4, 4]
+    assert runs[2].broker_entry_metadata == other_stamps
+    assert runs[5].payload == bytes(mangled)[-len(payload) :]
+
+
+def test_another_connections_run_is_not_taken_for_a_frame_over_this_ones_limit():
+    payload = section(b"x" * 1000)
+    frame = MessageTemplate(9, 4, len(payload), None).head(encode_varint(1)) + payload
+    first = FrameDecoder()
+    first.receive_data(frame)
+    assert first.next_message_run() is not None
+    small = FrameDecoder(max_frame_size=500)
+    small.receive_data(frame)
+    assert small.next_message_run() is None  # left to next_parts, which refuses it
+    with pytest.raises(RemoteProtocolError):
+        small.next_parts()
