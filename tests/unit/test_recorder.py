@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
 from hdrh.histogram import HdrHistogram
 
 from drivers.base import BrokerStamps, SubscribeResult
@@ -279,17 +280,24 @@ def test_by_default_every_stamped_delivery_is_one_count_of_a_stage_row(tmp_path:
     assert counts == [100, 1, 4, 6]
 
 
-def test_counted_record_is_record_of_every_value() -> None:
+@pytest.mark.parametrize("size", [3, 23, 24, 50, 600])  # the loop, and numpy from 24 on
+def test_counted_record_is_record_of_every_value(
+    size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same counts, totals and encoding as `_record` of each pair, whatever the spread of
-    the values (rounding to the smallest value's bucket step never crosses a bucket)."""
+    the values (rounding to the smallest value's bucket step never crosses a bucket); numpy's
+    path leaves the same extremes as the loop's."""
     import random
+
+    import harness.recorder
 
     rng = random.Random(11)
     for _ in range(200):
         ours, each = new_histogram(), new_histogram()
         low = rng.choice([-3, 0, 1, 900, 5_000, 70_000, 3_000_000])
-        values = [low + rng.randrange(0, 1 << rng.randrange(1, 30)) for _ in range(50)]
+        values = [low + rng.randrange(0, 1 << rng.randrange(1, 30)) for _ in range(size)]
         values += [2 * HIGHEST_US] if rng.random() < 0.1 else []
+        values += [1 << 62] if rng.random() < 0.05 else []
         counts = [rng.randrange(1, 9) for _ in values]
         lost = _record_counted(ours, values, counts)
         refused = sum(c for v, c in zip(values, counts, strict=True) if not _record(each, v, c))
@@ -297,6 +305,11 @@ def test_counted_record_is_record_of_every_value() -> None:
         assert ours.total_count == each.total_count
         assert list(ours.counts) == list(each.counts)
         assert ours.encode() == each.encode()
+        with monkeypatch.context() as patch:
+            patch.setattr(harness.recorder, "_VECTOR_MIN", 1 << 30)
+            loop = new_histogram()
+            assert _record_counted(loop, values, counts) == lost
+        assert (ours.min_value, ours.max_value) == (loop.min_value, loop.max_value)
 
 
 def test_the_inlined_record_is_hdrhs_record_value() -> None:
