@@ -687,16 +687,22 @@ class Connection:
             self._on_stamped_run(event, receive_us)
             return
         consumers = self.consumers
-        indexes = []
-        for consumer_id in event.consumer_ids:
-            consumer = consumers.get(consumer_id)
-            if consumer is not None:
-                indexes.append(consumer.index)
-        if not indexes:
-            return
         consumer_ids = event.consumer_ids
-        if len(indexes) != len(consumer_ids):
-            consumer_ids = tuple(cid for cid in consumer_ids if cid in consumers)
+        if len(consumer_ids) == 1:  # one consumer per connection: each read, one delivery
+            consumer = consumers.get(consumer_ids[0])
+            if consumer is None:
+                return
+            indexes = [consumer.index]
+        else:
+            indexes = []
+            for consumer_id in consumer_ids:
+                consumer = consumers.get(consumer_id)
+                if consumer is not None:
+                    indexes.append(consumer.index)
+            if not indexes:
+                return
+            if len(indexes) != len(consumer_ids):
+                consumer_ids = tuple(cid for cid in consumer_ids if cid in consumers)
         n = self._deliver(
             indexes,
             event.payload,
