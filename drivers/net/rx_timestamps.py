@@ -32,6 +32,7 @@ ANCILLARY_SIZE = 1024
 """recvmsg's room for control messages (SCM_TIMESTAMPING is three timespecs, 48 bytes)."""
 
 _TIMESPEC = struct.Struct("=qq")  # the first of the three: the software stamp
+_SOL_SOCKET = socket.SOL_SOCKET
 
 
 def enable(sock: Any) -> bool:
@@ -66,6 +67,11 @@ def read_into(raw: Any, room: Any, stamping: bool) -> tuple[int, int, int]:
     Raises BlockingIOError when nothing waits (another reader drained it)."""
     if stamping:
         nbytes, ancillary, _, _ = raw.recvmsg_into([room], ANCILLARY_SIZE)
+        if len(ancillary) == 1:  # the one control message asked for: no loop, no call
+            level, kind, data = ancillary[0]
+            if level == _SOL_SOCKET and kind == SCM_TIMESTAMPING and len(data) >= 16:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+                return nbytes, now_us(), seconds * 1_000_000 + nanoseconds // 1000
         return nbytes, now_us(), kernel_time_us(ancillary)
     nbytes = raw.recv_into(room)
     return nbytes, now_us(), 0
