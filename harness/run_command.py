@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ import locust  # noqa: F401, I001 - gevent monkey-patching must come before sock
 
 from drivers.base import MessageSizeLimit
 from drivers.config import ConfigError
+from harness.analysis import Analysis, AnalysisFailed
 from harness.coordinator import Coordinator, RunError, is_loopback_url, worker_count_for
 from harness.driver_config import DriverFile, load_driver_file
 from harness.manifest import PROJECT_ROOT
@@ -45,26 +45,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "run"
 
 
-def _analyze(path: Path, spark_master: str) -> None:
-    """Spark runs in its own process: py4j and gevent's monkey-patched sockets do not mix."""
-    cmd = [sys.executable, "-m", "spark_analysis", str(path), "--spark-master", spark_master]
-    # Its stdout is the path it wrote, which `bench run` does not repeat: its answer is the
-    # result lines and the report path. Spark's own log goes to <path>/logs/analysis-spark.log.
-    result = subprocess.run(cmd, stdout=subprocess.DEVNULL)
-    if result.returncode != 0:
-        raise RunError(
-            f"analysis of {path} failed (exit {result.returncode}); raw results are kept; "
-            f"Spark's log: {path / 'logs' / 'analysis-spark.log'}"
-        )
-
-
-def _case_result(run_dir: Path, shown: str, spark_master: str, progress: Progress) -> None:
+def _case_result(run_dir: Path, shown: str, analysis: Analysis, progress: Progress) -> None:
     """A sweep's case is analysed as soon as it is done, so its result line comes now, not
     after the last case (the sweep's analysis then only gathers the summaries). A failed
     analysis is said and left to the sweep's, which retries it and stops the run if it fails."""
     try:
-        _analyze(run_dir, spark_master)
-    except RunError as exc:
+        analysis.analyze(run_dir)
+    except AnalysisFailed as exc:
         progress.note(f"bench run: {exc}; retried after the last case")
         return
     summary = json.loads((run_dir / paths.SUMMARY_FILE).read_text())
@@ -163,6 +150,7 @@ def main(argv: list[str]) -> int:
         / f"{stamp}-{_slug(spec.cases[0].name if not is_sweep else args.workload.stem)}"
     )
     progress = Progress()
+    analysis = Analysis(args.spark_master, base)
     run_dirs: list[Path] = []
     case_keys: list[str] = []
     testbed = collect(PROJECT_ROOT)
@@ -196,7 +184,7 @@ def main(argv: list[str]) -> int:
             write_testbed(run_dir, testbed)
             run_dirs.append(run_dir)
             if is_sweep and not args.no_analysis:
-                _case_result(run_dir, shown, args.spark_master, progress)
+                _case_result(run_dir, shown, analysis, progress)
         if is_sweep:
             (base / paths.SWEEP_FILE).write_text(
                 json.dumps(
@@ -217,7 +205,8 @@ def main(argv: list[str]) -> int:
         if args.no_analysis:
             print(base)
             return PARTIAL if partial else 0
-        _analyze(base, args.spark_master)
+        analysis.analyze(base)
+        analysis.close()
         from reports.render import render_run, render_sweep
 
         if is_sweep:
@@ -230,12 +219,14 @@ def main(argv: list[str]) -> int:
             report = render_run(base / paths.SUMMARY_FILE)
             summary = json.loads((base / paths.SUMMARY_FILE).read_text())
             progress.note(result_line(runs[0][1].label, summary))
-    except RunError as exc:
+    except (RunError, AnalysisFailed) as exc:
         progress.note(f"bench run: {exc}")
         return 1
     except KeyboardInterrupt:
         progress.note(f"bench run: interrupted; partial results in {base}")
         return 130
+    finally:
+        analysis.close()
     print(os.path.abspath(report))
     return PARTIAL if partial else 0
 

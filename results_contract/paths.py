@@ -15,6 +15,7 @@ OMB_RESULT_FILE = "omb-result.json"
 REPORT_FILE = "report.html"
 GATE_JUNIT_FILE = "gate-junit.xml"
 GATE_MARKDOWN_FILE = "gate.md"
+ANALYSIS_LOG = Path("logs") / "analysis-spark.log"  # Spark's own lines (a sweep: one for all)
 
 # results/<run-id>/raw/<worker-id>/
 RAW_DIR = "raw"

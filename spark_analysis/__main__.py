@@ -1,4 +1,5 @@
 """`python -m spark_analysis RESULTS_DIR [--spark-master URL]`; spark-submit runs this file too.
+`--serve LOG` keeps one session for many folders (spark_analysis/service.py).
 
 Exit codes as `bench gate`, `compare` and `report`: 0 done, 2 bad input (one line naming the
 file and what is wrong). Spark's own start-up and log lines go to
@@ -14,11 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from results_contract.paths import ANALYSIS_LOG
 from spark_analysis.errors import AnalysisError
 from spark_analysis.job import analyze_path
+from spark_analysis.service import serve
 
 BAD_INPUT = 2
-SPARK_LOG = Path("logs") / "analysis-spark.log"
 
 
 @contextmanager
@@ -55,16 +57,29 @@ def main(argv: list[str] | None = None, prog: str = "python -m spark_analysis") 
         description="Merge raw benchmark results into summary.json and omb-result.json "
         "(or, for a sweep folder, sweep-summary.json).",
     )
-    parser.add_argument("results_dir", type=Path, help="results/<run-id> or results/<sweep-id>")
+    parser.add_argument(
+        "results_dir", type=Path, nargs="?", help="results/<run-id> or results/<sweep-id>"
+    )
     parser.add_argument(
         "--spark-master",
         default=None,
         metavar="URL",
         help="Spark master (default: the one spark-submit was given, else local[*])",
     )
+    parser.add_argument(
+        "--serve",
+        type=Path,
+        metavar="LOG",
+        help="keep one Spark session and analyse each folder named on stdin, a JSON answer per "
+        "line on stdout, Spark's log to LOG (how `bench run` analyses a sweep's cases)",
+    )
     args = parser.parse_args(argv)
+    if (args.serve is None) == (args.results_dir is None):
+        parser.error("give a results folder, or --serve LOG (not both)")
+    if args.serve is not None:
+        return serve(args.serve, args.spark_master)
     results_dir: Path = args.results_dir
-    log = results_dir / SPARK_LOG if results_dir.is_dir() else None
+    log = results_dir / ANALYSIS_LOG if results_dir.is_dir() else None
     try:
         with spark_output_in(log):
             written = analyze_path(results_dir, master=args.spark_master)
