@@ -158,6 +158,13 @@ def _record_vector(hist: HdrHistogram, values: list[int], counts: list[int]) -> 
     return lost
 
 
+_STAGE_ROW = "%d,%d,%d,%d,%d,%d,%d,%d,%d\r\n"
+"""A stages.csv row of whole numbers as csv.writer writes it (excel dialect), formatted at
+once: with one connection per consumer every delivery is a row of its own, and csv's
+writerow was 2.0 µs of them against 0.9 (a unit test checks the bytes against csv's)."""
+_SPAN_ROW = "%d,%d,%d,,,,,%d,%d\r\n"
+"""The same for a broker with only a dispatch stamp: stages 1-5 as one span."""
+
 Read = tuple[int, int, int, "BrokerStamps | None"]
 """(deliveries, receive_us, kernel_us, stamps): consecutive deliveries of one message that share
 a read and its times (drivers.base.BatchConsumerCallback)."""
@@ -427,7 +434,8 @@ class Recorder:
         stamped_counts: list[int] = []
         mod = self._sample_mod
         base = seq * 2654435761
-        writerow = self._stages.writerow
+        lines: list[str] = []
+        row: tuple[int, ...]
         at = 0
         # The reads of a pass mostly share one stamps object (a dispatch slice's frames are
         # alike on every socket): its stages are worked out once per run of it.
@@ -450,7 +458,6 @@ class Recorder:
                         stamps.notified_us - stamps.durable_us,
                     )
                     out = dispatch_us - stamps.notified_us
-            row: tuple[int | str, ...]
             if complete:
                 entry_stages[stages] = entry_stages.get(stages, 0) + count
                 broker_out.append(out)
@@ -459,11 +466,13 @@ class Recorder:
                 if not mod:
                     continue
                 row = (receive_us, latency, *stages, out, broadcasting[-1])
+                line = _STAGE_ROW
             elif dispatch_us:
                 if not mod:
                     continue
                 span = dispatch_us - intended_us
-                row = (receive_us, latency, span, "", "", "", "", receive_us - dispatch_us)
+                row = (receive_us, latency, span, receive_us - dispatch_us)
+                line = _SPAN_ROW
             else:
                 continue
             # Sample 1 in `mod` (message, consumer) pairs, as each delivery would pick itself;
@@ -475,7 +484,9 @@ class Recorder:
             else:
                 picked = sum(1 for i in consumer_indexes[first:at] if (base + i * 40503) % mod == 0)
             if picked:
-                writerow((*row, picked))
+                lines.append(line % (*row, picked))
+        if lines:
+            self._stage_file.write("".join(lines))
         *hists, broker_out_hist = self._entry_stage_hists
         for stages, count in entry_stages.items():
             for stage_hist, value in zip(hists, stages, strict=True):

@@ -359,3 +359,34 @@ def test_deliveries_call_the_activity_hook_at_most_every_50_ms(tmp_path: Path) -
     assert calls == [10_000, 60_000, 200_000]
     assert recorder.received == 12
     recorder.close()
+
+
+def test_stage_rows_of_a_pass_are_the_bytes_csv_writes_for_each_delivery(tmp_path: Path) -> None:
+    """A pass over one-consumer sockets (one read per delivery) writes stages.csv byte for
+    byte as one `message_received` per delivery does through csv (rows formatted at once)."""
+    names = {i: f"w0-c{i}" for i in range(30)}
+    reads = []
+    for i in range(30):
+        if i % 10 == 9:
+            stamps: BrokerStamps | None = BrokerStamps(dispatch_us=1_002_000 + i)  # span only
+        elif i % 10 == 8:
+            stamps = None
+        else:
+            stamps = BrokerStamps(1_000_700, 1_000_800, 1_000_900, 1_001_000, 1_001_100 + i // 4)
+        reads.append((i, 1_030_000 + 113 * i, 1_020_000 + 101 * i, stamps))
+    files = []
+    for name in ("each", "pass"):
+        recorder = Recorder(tmp_path / name, 1.0, names, clock_offset_us=1_000)
+        recorder.phases = Phases(warmup_start=0.0, measure_start=0.0, measure_end=10.0)
+        payload = body(20)
+        if name == "each":
+            for index, read_us, kernel_us, stamps in reads:
+                recorder.message_received(index, payload, read_us, stamps, kernel_us)
+        else:
+            recorder.deliveries_received(
+                payload, [r[0] for r in reads], [(1, *r[1:]) for r in reads]
+            )
+        recorder.close()
+        files.append((tmp_path / name / "stages.csv").read_bytes())
+    assert files[0] == files[1]
+    assert files[0].count(b"\r\n") == 1 + 27 and b",,,,," in files[0]
