@@ -148,7 +148,12 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
     assert stages["broker_timestamps"] is True
     p99 = stages["p99_ms"]
     assert all(0 <= value < HALF_SKEW_MS for value in p99.values()), p99
-    assert all(0 <= share <= 1 for share in stages["tail"]["share"].values()), stages["tail"]
+    # A tail share is a stage's mean over the tail's deliveries divided by the tail's threshold:
+    # the corrected clock is right within its uncertainty, so a short stage (producing, on
+    # loopback) may come out that far below 0, never further.
+    tail = stages["tail"]
+    slack = clock["uncertainty_ms"] / tail["threshold_ms"]
+    assert all(-slack <= share <= 1 + slack for share in tail["share"].values()), (tail, clock)
     # The stage histograms are moved back too: producing loses its 3 s. Broadcasting came out
     # negative, which the worker's histogram clamped to its floor: those values are unknown
     # (left out), not made up as 3 s.
