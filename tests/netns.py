@@ -137,13 +137,24 @@ class NamespaceLan:
         return proc
 
     def run(self, host: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-        """Run argv to completion inside `host`'s namespace."""
-        return subprocess.run(
+        """Run argv to completion inside `host`'s namespace. On timeout its whole process group
+        is killed: an ansible-playbook left running after its test would go on logging into
+        the hosts' shells (whose pyenv rehash, killed halfway, left a stale lock that made every
+        later login wait 60 s)."""
+        proc = subprocess.Popen(
             ["ip", "netns", "exec", self.hosts[host].netns, *argv],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
+            start_new_session=True,
         )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def wait_tcp(self, host: str, address: str, port: int, timeout: float) -> None:
         """Wait until `host` can open a TCP connection to address:port."""
