@@ -632,13 +632,18 @@ class Connection:
             if nbytes == size and size < RECV_SIZE:
                 self._recv_size = size * 2
             self._handle_read(receive_us)
-        except RequestFailed:
-            return  # the broker closed, refused, or a write failed: _fail has run
-        except OSError as exc:
-            self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
-        except RemoteProtocolError as exc:
-            self._fail(f"protocol error from {self.address}: {exc}")
         except Exception as exc:
+            self._read_failed(exc)
+
+    def _read_failed(self, exc: Exception) -> None:
+        """Why a read ended the connection, as the plain and the TLS reader both say it."""
+        if isinstance(exc, RequestFailed):
+            return  # the broker closed, refused, or a write failed: _fail has run
+        if isinstance(exc, OSError):
+            self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
+        elif isinstance(exc, RemoteProtocolError):
+            self._fail(f"protocol error from {self.address}: {exc}")
+        else:
             log.exception("connection %d: reader failed", self.id)
             self._fail(f"reader failed: {exc!r}")
 
@@ -902,12 +907,5 @@ class TlsConnection(Connection):
                 self._flush_now()  # TLS's own answers (a key update)
         except TlsFailure as exc:
             self._fail(tls_refusal(self.address, str(exc), self._settings.tls_trust_file))
-        except RequestFailed:
-            return
-        except OSError as exc:
-            self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
-        except RemoteProtocolError as exc:
-            self._fail(f"protocol error from {self.address}: {exc}")
         except Exception as exc:
-            log.exception("connection %d: reader failed", self.id)
-            self._fail(f"reader failed: {exc!r}")
+            self._read_failed(exc)
