@@ -71,24 +71,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=moved)
     # Longest first: pytest-xdist hands out files in this order, and a minutes-long file
     # started last is the whole run's tail.
-    items.sort(key=lambda item: item.path.name not in LONGEST_FILES)
+    longest = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: longest.get(item.path.name, len(longest)))
 
 
-LONGEST_FILES = frozenset(
-    {
-        "test_deploy_ansible.py",
-        "test_ci_workflow.py",
-        "test_driver_sweep.py",
-        "test_end_to_end.py",
-        "test_remote_broker_cost.py",
-        "test_omb_loops.py",
-        "test_repeat_run.py",
-        "test_policy_events_run.py",
-        "test_run_terminal.py",
-    }
+LONGEST_FILES = (
+    "test_deploy_ansible.py",
+    "test_omb_loops.py",
+    "test_ci_workflow.py",
+    "test_end_to_end.py",
+    "test_analysis_cli.py",
+    "test_driver_sweep.py",
+    "test_policy_events_run.py",
+    "test_remote_broker_cost.py",
+    "test_broker_clock.py",
+    "test_harness_runs.py",
+    "test_analysis_spark_cluster.py",
+    "test_repeat_run.py",
+    "test_run_terminal.py",
 )
-"""The files that took longest in a full run (`pytest --durations`, 2026-11-26, over 80 s
-each): a scheduling hint, nothing else depends on it."""
+"""The files that took longest in a full run, longest first (`make test PYTEST_ARGS='-n 6
+--dist loadfile --durations=30'`, 2026-11-26 11:20, over 30 s each): a scheduling hint,
+nothing else depends on it."""
 
 
 PORTS = range(21000, 31000)
