@@ -8,7 +8,7 @@ DRIVER ?=
 BENCH_ARGS ?=
 # Six processes, each test file kept in one of them (its module fixtures are started once):
 # on 2 cores, 7.5 min for the parallel part where four took 9-11 (docs/benchmarks.md, "make
-# test"); the tests that compare latencies run after it, one at a time (marker `alone`).
+# test"); the tests that compare latencies run after it, in two processes (marker `alone`).
 PYTEST_ARGS ?= -n 6 --dist loadfile
 
 .PHONY: bench test test-fast lint proto clean java-check tools
@@ -42,7 +42,7 @@ test: $(STAMP) java-check tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone'
-	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider -m alone
+	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist load -m alone
 
 # AWS (docs/aws.md): shared by aws-up, aws-bench and aws-down. Empty means the script's
 # default, or what the last `make aws-up` saved in deploy/aws/.state (gitignored), so a retry
