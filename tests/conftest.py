@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "alone: compares latencies of runs, or bounds one tightly, which the other tests' "
-        "load would move: `make test` runs these after the parallel part, one at a time",
+        "load would move: `make test` runs these after the parallel part, in two processes",
     )
 
 
