@@ -3,8 +3,16 @@ server certificates it signs (the trust file is the CA's, as a deployed cluster'
 
 from __future__ import annotations
 
+import base64
+import socket
 import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from tests.conftest import ROOT
 
 
 def _openssl(*args: str) -> None:
@@ -32,3 +40,49 @@ def server_certificate(
         "-addext", f"subjectAltName={names}", "-CA", str(ca[0]), "-CAkey", str(ca[1]),
     )  # fmt: skip
     return cert, key
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def tls_only_broker(
+    data: Path, log: Path, cert: Path, key: Path, port: int, admin_port: int, secret: bytes | None
+) -> Iterator[None]:
+    """The bundled broker serving TLS only (the plain ports empty, as Pulsar's), the binary
+    protocol on `port` and the admin API on `admin_port`; tokens required when `secret`."""
+    settings: dict[str, object] = {
+        "brokerServicePort": "",
+        "brokerServicePortTls": port,
+        "webServicePort": "",
+        "webServicePortTls": admin_port,
+        "tlsCertificateFilePath": cert,
+        "tlsKeyFilePath": key,
+        "journalSyncData": "false",
+    }
+    if secret is not None:
+        settings["authenticationEnabled"] = "true"
+        settings["tokenSecretKey"] = "data:;base64," + base64.b64encode(secret).decode()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "broker", "--data-dir", str(data)]
+            + [arg for k, v in settings.items() for arg in ("--set", f"{k}={v}")],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while not (_listening(port) and _listening(admin_port)):
+            assert proc.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the broker did not listen"
+            time.sleep(0.05)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(10)

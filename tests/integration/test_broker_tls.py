@@ -4,13 +4,10 @@ with the plain port empty (as Pulsar's `brokerServicePort`), only TLS is served.
 
 from __future__ import annotations
 
-import base64
 import json
 import socket
 import ssl
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,7 +16,8 @@ import jwt
 import pulsar
 import pytest
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import free_port
+from tests.tls_certificates import tls_only_broker
 
 pytestmark = pytest.mark.integration
 
@@ -39,49 +37,14 @@ def _certificate(directory: Path, name: str) -> tuple[Path, Path]:
     return cert, key
 
 
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def tls_broker(tmp_path: Path):
     """The broker with TLS only: the binary protocol and the admin API, token required."""
     cert, key = _certificate(tmp_path, "broker")
     tls_port, admin_tls_port = free_port(), free_port() + 1
     log_path = tmp_path / "broker.log"
-    settings = {
-        "brokerServicePort": "",
-        "brokerServicePortTls": tls_port,
-        "webServicePort": "",
-        "webServicePortTls": admin_tls_port,
-        "tlsCertificateFilePath": cert,
-        "tlsKeyFilePath": key,
-        "authenticationEnabled": "true",
-        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
-        "journalSyncData": "false",
-    }
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "--data-dir", str(tmp_path / "data")]
-            + [arg for k, v in settings.items() for arg in ("--set", f"{k}={v}")],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 20
-        while not (_listening(tls_port) and _listening(admin_tls_port)):
-            assert proc.poll() is None, log_path.read_text()[-2000:]
-            assert time.monotonic() < deadline, "the broker did not listen"
-            time.sleep(0.05)
+    with tls_only_broker(tmp_path / "data", log_path, cert, key, tls_port, admin_tls_port, SECRET):
         yield tls_port, admin_tls_port, cert, log_path
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_the_official_client_connects_over_tls_with_a_token(tls_broker, tmp_path: Path) -> None:

@@ -7,9 +7,7 @@ name is refused unless hostname verification is off."""
 
 from __future__ import annotations
 
-import base64
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -31,7 +29,7 @@ from results_contract.hlog import decode, read_intervals
 from results_contract.metrics import E2E_KERNEL
 from results_contract.paths import HISTOGRAMS_FILE
 from tests.conftest import ROOT, free_port
-from tests.tls_certificates import certificate_authority, server_certificate
+from tests.tls_certificates import certificate_authority, server_certificate, tls_only_broker
 
 pytestmark = pytest.mark.integration
 
@@ -46,14 +44,6 @@ class TlsBroker:
     log: Path
 
 
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 def _start(tmp_path: Path, names: str, secret: bytes | None = None) -> Iterator[TlsBroker]:
     """The broker serving TLS only, with a certificate for `names` signed by a CA of the
     test's; with `secret`, tokens signed with it are required."""
@@ -61,36 +51,8 @@ def _start(tmp_path: Path, names: str, secret: bytes | None = None) -> Iterator[
     cert, key = server_certificate(tmp_path, ca, names)
     port, admin_port = free_port(), free_port() + 1
     log = tmp_path / "broker.log"
-    settings = {
-        "brokerServicePort": "",
-        "brokerServicePortTls": port,
-        "webServicePort": "",
-        "webServicePortTls": admin_port,
-        "tlsCertificateFilePath": cert,
-        "tlsKeyFilePath": key,
-        "journalSyncData": "false",
-    }
-    if secret is not None:
-        settings["authenticationEnabled"] = "true"
-        settings["tokenSecretKey"] = "data:;base64," + base64.b64encode(secret).decode()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "--data-dir", str(tmp_path / "data")]
-            + [arg for k, v in settings.items() for arg in ("--set", f"{k}={v}")],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 20
-        while not (_listening(port) and _listening(admin_port)):
-            assert proc.poll() is None, log.read_text()[-2000:]
-            assert time.monotonic() < deadline, "the broker did not listen"
-            time.sleep(0.05)
+    with tls_only_broker(tmp_path / "data", log, cert, key, port, admin_port, secret):
         yield TlsBroker(port, admin_port, ca[0], log)
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture
