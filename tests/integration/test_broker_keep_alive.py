@@ -57,9 +57,12 @@ def test_a_client_that_answers_nothing_is_pinged_then_closed(broker) -> None:
     types = [t for _, t in seen]
     assert types == [T.CONNECTED, T.PING]
     ping_at = seen[1][0]
-    # Pinged one to two intervals after its last frame, closed one interval after the PING.
+    # Pinged one to two intervals after its last frame, closed at the sweep after the PING's
+    # (one interval later). The client sees each event late by its own scheduling delay, so
+    # the gap it measures is an interval give or take that: half an interval apart still
+    # tells "the next sweep" from "the same sweep".
     assert INTERVAL * 0.9 <= ping_at <= INTERVAL * 2 + 1
-    assert INTERVAL * 0.9 <= closed_after - ping_at <= INTERVAL + 1
+    assert INTERVAL * 0.5 <= closed_after - ping_at <= INTERVAL + 1
     log = broker.log_path.read_text()
     assert "no answer to a PING" in log and "keepAliveIntervalSeconds" in log
 

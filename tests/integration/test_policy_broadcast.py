@@ -49,7 +49,7 @@ def _consumers(broker, topic: str) -> dict[str, dict[str, Any]]:
     return {c["consumerName"]: c for c in sub["consumers"]}
 
 
-def _setup(client, topic: str, n: int) -> tuple[list[Acking], Any, list[bytes]]:
+def _setup(broker, client, topic: str, n: int) -> tuple[list[Acking], Any, list[bytes]]:
     """Two consumers that keep up and one stalled one (a receiver that never receives, so never
     acknowledges) on one Broadcast subscription; `n` messages of about 1 KB published and
     taken by the two."""
@@ -66,6 +66,15 @@ def _setup(client, topic: str, n: int) -> tuple[list[Acking], Any, list[bytes]]:
     for payload in sent:
         producer.send(payload)
     _wait_for(lambda: all(len(f.got) == n for f in fast))
+    # The client groups ACKs (100 ms): wait until the broker has them, so that a policy set
+    # next finds only the stalled consumer behind.
+    _wait_for(
+        lambda: all(
+            c["unackedMessages"] == 0
+            for name, c in _consumers(broker, topic).items()
+            if name.startswith("fast")
+        )
+    )
     return fast, stalled, sent
 
 
@@ -73,7 +82,7 @@ def test_backlog_eviction_moves_only_the_stalled_consumers_cursor(tmp_path):
     broker = start_broker(tmp_path / "data", extra=BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
-        fast, stalled, sent = _setup(client, "bc-evict", 50)
+        fast, stalled, sent = _setup(broker, client, "bc-evict", 50)
         assert _stats(broker, "bc-evict")["subscriptions"]["all"]["msgBacklog"] == 50
 
         quota = {"limitSize": 10 * 1100, "limitTime": -1, "policy": "consumer_backlog_eviction"}
@@ -108,7 +117,7 @@ def test_ttl_expires_only_for_the_stalled_broadcast_consumer(tmp_path):
     broker = start_broker(tmp_path / "data", extra=BROKER)
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
-        fast, stalled, sent = _setup(client, "bc-ttl", 20)
+        fast, stalled, sent = _setup(broker, client, "bc-ttl", 20)
         assert _call(broker, "POST", f"{TOPIC_PATH}/bc-ttl/messageTTL?messageTTL=1")[0] == 204
 
         def sub() -> dict[str, Any]:
