@@ -12,6 +12,7 @@ renames the complete file into place. Exit 0 with the archive in place (or alrea
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -100,7 +101,12 @@ def run_representative_job(partial: Path) -> int:
     # writes the archive on that exit.
     proc = gateway.proc
     proc.stdin.close()
-    status: int = proc.wait(timeout=EXIT_TIMEOUT_S)
+    try:
+        status: int = proc.wait(timeout=EXIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # else it might still write the partial file after `create` removed it
+        proc.wait()
+        raise
     gateway.shutdown()
     return status
 
