@@ -18,6 +18,7 @@ venv finds it without a setting. About 160 MB.
 from __future__ import annotations
 
 import hashlib
+import shlex
 import sys
 from pathlib import Path
 
@@ -55,13 +56,16 @@ def archive_path(java_home: Path) -> Path:
 
 
 def use_options(java_home: Path) -> str:
-    """The driver JVM flags that map the archive, or "" when there is none (yet)."""
+    """The driver JVM flags that map the archive, or "" when there is none (yet). The path is
+    quoted when it needs to be (a venv path with spaces): Spark splits the options as a shell
+    would."""
     path = archive_path(java_home)
     if not path.is_file():
         return ""
-    return f"-XX:SharedArchiveFile={path} {QUIET}"
+    return f"{shlex.quote(f'-XX:SharedArchiveFile={path}')} {QUIET}"
 
 
 def write_options(partial: Path) -> str:
-    """The flags that make a JVM write its loaded classes to `partial` when it exits."""
-    return f"-XX:ArchiveClassesAtExit={partial}"
+    """The flag that makes a JVM write its loaded classes to `partial` when it exits (quoted
+    as above)."""
+    return shlex.quote(f"-XX:ArchiveClassesAtExit={partial}")

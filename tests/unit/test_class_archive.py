@@ -4,6 +4,7 @@ half-written under its final name (a truncated archive crashes the JVM)."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def test_the_driver_maps_the_archive_only_once_it_exists(tmp_path: Path, archive
     archive = class_archive.archive_path(home)
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"archive")
-    options = local_driver_options(home).split()
+    options = shlex.split(local_driver_options(home))  # as Spark splits them
     assert options[:2] == QUICK_START_JVM.split()
     assert f"-XX:SharedArchiveFile={archive}" in options
     # The JVM's warnings go to stdout, where `spark_analysis --serve` answers.
@@ -79,7 +80,7 @@ def test_the_writing_jvm_writes_and_does_not_map(tmp_path: Path, archive_dir: Pa
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"an older one")
     partial = tmp_path / "partial"
-    options = local_driver_options(home, write_archive_to=partial).split()
+    options = shlex.split(local_driver_options(home, write_archive_to=partial))
     assert f"-XX:ArchiveClassesAtExit={partial}" in options
     assert not any(option.startswith("-XX:SharedArchiveFile") for option in options)
 
@@ -132,3 +133,19 @@ def test_a_crash_while_dumping_leaves_nothing_either(tmp_path: Path) -> None:
     with pytest.raises(TimeoutError):
         create(final, crash)
     assert list(final.parent.iterdir()) == []
+
+
+def test_a_path_with_spaces_stays_one_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark splits spark.driver.extraJavaOptions as a shell would."""
+    monkeypatch.setattr(class_archive, "ARCHIVE_DIR", tmp_path / "my venv" / "share")
+    home = fake_java_home(tmp_path / "jdk", "17.0.15+6")
+    archive = class_archive.archive_path(home)
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"archive")
+    assert f"-XX:SharedArchiveFile={archive}" in shlex.split(local_driver_options(home))
+    partial = archive.with_name("partial one")
+    assert shlex.split(local_driver_options(home, partial))[-1] == (
+        f"-XX:ArchiveClassesAtExit={partial}"
+    )
