@@ -58,6 +58,7 @@ from results_contract.paths import (
     broker_dir,
     raw_dir,
 )
+from results_contract.summary import Copied
 
 __all__ = ["Coordinator", "RunError", "worker_count_for"]
 
@@ -480,7 +481,7 @@ class Coordinator:
         w = self.plan.workload
         assert self.current is not None
         search = RateSearch(w.initial_rate)
-        self.omb["rate_search"] = search.to_dict(w.initial_rate)
+        self.omb[Copied.RATE_SEARCH] = search.to_dict(w.initial_rate)
         gevent.sleep(max(0.0, self.current.warmup_start - time.time()))
         last = time.time()
         while True:
@@ -494,7 +495,7 @@ class Coordinator:
             search.rate = rate = max(MIN_SEARCH_RATE, rate)
             last = now
             group.tell(PublishRate(rate, now))
-            self.omb["rate_search"] = search.to_dict(w.initial_rate)
+            self.omb[Copied.RATE_SEARCH] = search.to_dict(w.initial_rate)
 
     def _backlog_test(self, group: WorkerGroup) -> None:
         """OMB's buildAndDrainBacklog, from the start of the measure phase."""
@@ -510,7 +511,7 @@ class Coordinator:
             "built": False,
             "drained": False,
         }
-        self.omb["backlog"] = record
+        self.omb[Copied.BACKLOG] = record
         gevent.sleep(max(0.0, self.current.measure_start - time.time()))
 
         def backlog() -> int:
@@ -543,7 +544,7 @@ class Coordinator:
                 f"the backlog test did not build and drain within {BACKLOG_CAP_S:.0f} s"
             )
             return
-        record.update(drained=True, drain_s=round(drained - resumed, 3))
+        record.update({"drained": True, Copied.DRAIN_S: round(drained - resumed, 3)})
         # As OMB: the test goes on for its duration after the drain.
         end = drained + w.test_seconds
         self.current = PhaseTimes(

@@ -32,6 +32,7 @@ from drivers.config import (
     string,
 )
 from harness.yaml_file import load_yaml_mapping
+from results_contract.summary import Copied
 
 SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared", "Broadcast")
 KEY_DISTRIBUTORS = ("NO_KEY", "KEY_ROUND_ROBIN", "RANDOM_NANO")
@@ -222,7 +223,7 @@ class Workload:
     )
     producer_rate: float = field(
         metadata=_key(
-            "producerRate",
+            Copied.PRODUCER_RATE.value,  # the key summary.json's readers take it by
             number(),
             missing="give the total rate in msg/s, or 0 to find the maximum sustainable rate",
         )
