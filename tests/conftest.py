@@ -191,20 +191,28 @@ def start_broker(
     )
     # Ready when both listen: the broker's port opens before its admin API does, and a test
     # that sets a policy or reads stats at once would be refused.
-    waiting = [port, admin_port]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    wait_listening(proc, (port, admin_port), log_path)
+    return BrokerProcess(port, admin_port, data_dir, proc, log_path, extra)
+
+
+def wait_listening(
+    proc: subprocess.Popen[bytes], ports: tuple[int, ...], log_path: Path, timeout: float = 20
+) -> None:
+    """Until a broker process listens on every port of 127.0.0.1; its log's tail if it exits
+    first, killed if it does not listen in `timeout` s."""
+    waiting = list(ports)
+    deadline = time.monotonic() + timeout
+    while waiting:
         if proc.poll() is not None:
             raise RuntimeError(f"broker exited: {log_path.read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("broker did not start")
         try:
             with socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.2):
                 waiting.pop(0)
-            if not waiting:
-                return BrokerProcess(port, admin_port, data_dir, proc, log_path, extra)
         except OSError:
             time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("broker did not start")
 
 
 def eventually(check: Callable[[], bool], timeout_s: float = 15) -> None:

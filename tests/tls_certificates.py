@@ -4,15 +4,13 @@ server certificates it signs (the trust file is the CA's, as a deployed cluster'
 from __future__ import annotations
 
 import base64
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_listening
 
 
 def _openssl(*args: str) -> None:
@@ -42,14 +40,6 @@ def server_certificate(
     return cert, key
 
 
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 @contextmanager
 def tls_only_broker(
     data: Path, log: Path, cert: Path, key: Path, port: int, admin_port: int, secret: bytes | None
@@ -77,11 +67,7 @@ def tls_only_broker(
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 20
-        while not (_listening(port) and _listening(admin_port)):
-            assert proc.poll() is None, log.read_text()[-2000:]
-            assert time.monotonic() < deadline, "the broker did not listen"
-            time.sleep(0.05)
+        wait_listening(proc, (port, admin_port), log)
         yield
     finally:
         proc.terminate()
