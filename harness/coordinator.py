@@ -34,6 +34,7 @@ from drivers.config import ConfigError
 from harness.broker_clock import broker_clock_record
 from harness.driver_config import DriverFile
 from harness.embedded_broker import BrokerStartError, EmbeddedBroker, free_port
+from harness.machine_speed import MachineSpeedProbe
 from harness.manifest import RunRecord, write_json, write_manifest
 from harness.messages import PauseConsumers, PhaseTimes, PublishRate, RunConfig
 from harness.omb_control import CONTROL_PERIOD_S, BacklogTarget, RateSearch, owed
@@ -54,6 +55,7 @@ from results_contract.paths import (
     BROKER_DATA_DIR,
     BROKER_LOG_FILE,
     BROKER_PROCESS_FILE,
+    MACHINE_SPEED_FILE,
     TOPIC_STATS_FILE,
     broker_dir,
     raw_dir,
@@ -73,6 +75,8 @@ waits for ever; a broker that never drains would hold the run)."""
 MIN_SEARCH_RATE = 1.0
 """The rate search never asks for less (OMB's controller can return 0 after a stall)."""
 REACHABLE_TIMEOUT_S = 5.0
+PROBE_MAX_S = 24 * 3600.0
+"""The machine-speed probe's own deadline; it stops with the run, or with this process."""
 
 
 def run_connections(plan: RunPlan) -> int:
@@ -183,6 +187,8 @@ class Coordinator:
     def run(self) -> Path:
         raw_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
         started = time.time()
+        probe = MachineSpeedProbe(self.run_dir / MACHINE_SPEED_FILE, PROBE_MAX_S)
+        probe.start()
         try:
             if self.driver.uses_bundled_broker:
                 self.broker = self._start_broker()
@@ -204,6 +210,7 @@ class Coordinator:
             self._apply_topic_policies()
             self._run_master()
         finally:
+            probe.stop()
             if self.group is not None:
                 self.group.stop()
             if self.sampler is not None:

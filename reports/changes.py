@@ -21,10 +21,13 @@ from reports.stats import (
     compare_against_target,
     compare_interval_histograms,
     compare_runs,
+    compare_runs_adjusted,
 )
 from results_contract.harness_cost import (
     BROKER_CPU_US_PER_DELIVERY,
     CLIENT_CPU_US_PER_DELIVERY,
+    MACHINE_PROBE_VERSION,
+    MACHINE_UNIT_US,
 )
 from results_contract.hlog import HlogFormatError, decode, read_intervals
 from results_contract.intervals import INTERVALS_FILE
@@ -120,6 +123,23 @@ def sample(run: RunSummary, metric: str) -> Sample:
     return Sample(_number(run, known.path if known else tuple(metric.split("."))))
 
 
+def machine_speeds(
+    base: Sequence[RunSummary], run: Sequence[RunSummary]
+) -> tuple[list[float], list[float]] | None:
+    """Each run's machine speed (the probe's unit time, harness/machine_speed.py) when a change
+    can be adjusted for it: three or more runs per side, every one probed, all with one version
+    of the probe (a changed probe is a different ruler). None otherwise: the change is then
+    estimated unadjusted."""
+    if len(base) < 3 or len(run) < 3:
+        return None
+    units = [_number(x, (Top.HARNESS_COST, MACHINE_UNIT_US)) for x in (*base, *run)]
+    versions = {_number(x, (Top.HARNESS_COST, MACHINE_PROBE_VERSION)) for x in (*base, *run)}
+    if any(u is None or u <= 0 for u in units) or len(versions) != 1 or None in versions:
+        return None
+    speeds = [float(u) for u in units if u is not None]
+    return speeds[: len(base)], speeds[len(base) :]
+
+
 def no_kernel_times(run: RunSummary) -> bool:
     """The run's driver gave no kernel receive times, so its kernel metrics cannot exist."""
     return run.section(Top.CLIENT_BOUND).get(ClientBound.KERNEL_TIMES) is False or (
@@ -143,6 +163,12 @@ def estimate(
         target = rs[0].target or 1.0
         values: Sequence[float] = r if len(r) >= 2 else rs[0].per_second
         return compare_against_target(values, target, alpha)
+    speeds = machine_speeds(
+        [x for x, s in zip(base, bs, strict=True) if s.value is not None],
+        [x for x, s in zip(run, rs, strict=True) if s.value is not None],
+    )
+    if speeds is not None:
+        return compare_runs_adjusted(b, r, *speeds, alpha)
     if (len(b) >= 2 and len(r) >= 2) or (len(r) == 1 and len(b) >= 3 and min(b + r) > 0):
         return compare_runs(b, r, alpha)
     point = (r[0] / b[0] - 1) if b and r and b[0] else 0.0

@@ -37,7 +37,16 @@ from reports.changes import (
 from reports.formatting import sig
 from reports.metrics import METRICS, Direction
 from reports.results import RunSummary, case_keys, load_any, load_summary
-from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide, holm
+from reports.stats import (
+    ALPHA,
+    SPEED_ADJUSTED,
+    Change,
+    Decision,
+    Verdict,
+    at_level,
+    decide,
+    holm,
+)
 from reports.testbeds import provenance
 from results_contract.summary import Top
 
@@ -471,6 +480,7 @@ def markdown(
     n_base = len(base.runs) // max(1, len(base.cases))
     n_run = len(run.runs) // max(1, len(run.cases))
     bound = [r for r in run.runs + base.runs if r.client_bound]
+    adjusted = sum(o.change is not None and SPEED_ADJUSTED in o.change.method for o in outcomes)
     lines = [
         f"### fan-out bench gate: {verdict}",
         "",
@@ -484,6 +494,14 @@ def markdown(
                 "and say nothing about run-to-run variation."
             ]
             if n_base == 1 and n_run == 1
+            else []
+        ),
+        *(
+            [
+                f"- {adjusted} metric(s) {SPEED_ADJUSTED} (the probe's unit time, "
+                "harness/machine_speed.py): a run on a slower machine is set against its speed."
+            ]
+            if adjusted
             else []
         ),
         *(

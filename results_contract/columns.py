@@ -110,3 +110,12 @@ BROKER_PROCESS_COLUMNS = _columns(
     ("cpu_seconds", Kind.NUMBER),
     ("rss", Kind.NATURAL),
 )
+
+# machine-speed.csv: how fast this machine ran (harness/machine_speed.py), twenty rows a
+# second from a process of the coordinator's: the CPU microseconds one fixed unit of Python
+# work took, and the version of that unit (a changed unit is a different ruler).
+MACHINE_SPEED_COLUMNS = _columns(
+    ("ts", Kind.NUMBER),
+    ("unit_us", Kind.NUMBER),
+    ("version", Kind.NATURAL),
+)

@@ -28,6 +28,10 @@ BROKER_DELIVERIES_DISPATCHED = "broker_deliveries"  # deliveries it dispatched i
 BROKER_WINDOW_S = "broker_window_s"  # that window: first to last broker stats in the phase
 BROKER_LOOP_LAG_P99_MS = "broker_loop_lag_p99_ms"  # the largest per-snapshot P99 in that window
 BROKER_LOOP_LAG_MAX_MS = "broker_loop_lag_max_ms"  # the longest stall in that window
+# How fast the machine ran in the measure phase (harness/machine_speed.py): the median CPU µs of
+# the probe's fixed unit of work, and the unit's version. The gate adjusts CPU and latency for it.
+MACHINE_UNIT_US = "machine_unit_us"
+MACHINE_PROBE_VERSION = "machine_probe_version"
 
 HARNESS_COST_FIELDS = (
     CLIENT_CPU_US_PER_DELIVERY,
@@ -39,4 +43,6 @@ HARNESS_COST_FIELDS = (
     BROKER_WINDOW_S,
     BROKER_LOOP_LAG_P99_MS,
     BROKER_LOOP_LAG_MAX_MS,
+    MACHINE_UNIT_US,
+    MACHINE_PROBE_VERSION,
 )

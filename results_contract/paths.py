@@ -34,6 +34,9 @@ BROKER_STATS_PATTERN = "stats-*.json"
 TOPIC_STATS_FILE = "topic-stats.json"
 BROKER_PROCESS_FILE = "process.csv"  # the broker process's CPU, sampled by the harness
 
+# results/<run-id>/: the coordinator's timing of a fixed unit of work (harness/machine_speed.py).
+MACHINE_SPEED_FILE = "machine-speed.csv"
+
 # results/<sweep-id>/: sweep.json, one folder per case, and the analysis's sweep summary.
 SWEEP_FILE = "sweep.json"
 SWEEP_SUMMARY_FILE = "sweep-summary.json"

@@ -14,10 +14,11 @@ cost").
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
-from results_contract.columns import BROKER_PROCESS_COLUMNS
+from results_contract.columns import BROKER_PROCESS_COLUMNS, MACHINE_SPEED_COLUMNS
 from results_contract.harness_cost import (
     BROKER_CPU_S,
     BROKER_CPU_SECONDS,
@@ -31,8 +32,15 @@ from results_contract.harness_cost import (
     CLIENT_CPU_S,
     CLIENT_CPU_US_PER_DELIVERY,
     CLIENT_DELIVERIES,
+    MACHINE_PROBE_VERSION,
+    MACHINE_UNIT_US,
 )
-from results_contract.paths import BROKER_PROCESS_FILE, BROKER_STATS_PATTERN, broker_dir
+from results_contract.paths import (
+    BROKER_PROCESS_FILE,
+    BROKER_STATS_PATTERN,
+    MACHINE_SPEED_FILE,
+    broker_dir,
+)
 from spark_analysis.inputs import load_json, parsers, read_csv, require
 
 BrokerCounters = tuple[float, float, int]  # (ts, cumulative CPU seconds, deliveries)
@@ -149,11 +157,39 @@ def process_cost(
     }
 
 
+MIN_PROBE_SAMPLES = 20
+"""One second of the probe; fewer in the measure phase says nothing steady about the machine."""
+
+
+def machine_speed(run_dir: Path, measure_start: float, measure_end: float) -> dict[str, Any]:
+    """The probe's median unit time inside the measure phase and its version; null for a run
+    without the probe's file (made before it existed), with too few samples, or with samples of
+    two versions."""
+    path = run_dir / MACHINE_SPEED_FILE
+    none: dict[str, Any] = {MACHINE_UNIT_US: None, MACHINE_PROBE_VERSION: None}
+    if not path.is_file():
+        return none
+    columns = parsers(MACHINE_SPEED_COLUMNS, "ts", "unit_us", "version")
+    inside = [
+        (float(us), int(version))
+        for _, (ts, us, version) in read_csv(path, columns)
+        if measure_start <= float(ts) <= measure_end
+    ]
+    versions = {v for _, v in inside}
+    if len(inside) < MIN_PROBE_SAMPLES or len(versions) != 1:
+        return none
+    return {
+        MACHINE_UNIT_US: round(statistics.median(us for us, _ in inside), 2),
+        MACHINE_PROBE_VERSION: versions.pop(),
+    }
+
+
 def harness_cost(
     client_cpu_s: float | None,
     client_deliveries: int,
     broker: dict[str, Any],
     loop_lag: dict[str, Any] | None = None,
+    machine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """summary.json's `harness_cost` object."""
     return {
@@ -162,4 +198,5 @@ def harness_cost(
         CLIENT_DELIVERIES: client_deliveries,
         **broker,
         **(loop_lag or broker_loop_lag([], 0.0, 0.0)),
+        **(machine or {MACHINE_UNIT_US: None, MACHINE_PROBE_VERSION: None}),
     }

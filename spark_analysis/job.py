@@ -38,6 +38,7 @@ from spark_analysis.harness_cost import (
     broker_cost,
     broker_loop_lag,
     harness_cost,
+    machine_speed,
     process_cost,
     read_broker_counters,
     read_broker_loop_lag,
@@ -145,6 +146,7 @@ def analyze_run(
             timeline.measure_received,
             _broker_cost(manifest, broker_counters, broker_process, timeline.measure_received),
             broker_loop_lag(broker_lag, manifest.measure_start, manifest.measure_end),
+            machine_speed(run_dir, manifest.measure_start, manifest.measure_end),
         ),
         policy_events(policy_counters, manifest.measure_start, manifest.measure_end),
     )

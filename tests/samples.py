@@ -25,6 +25,8 @@ from results_contract.harness_cost import (
     CLIENT_CPU_S,
     CLIENT_CPU_US_PER_DELIVERY,
     CLIENT_DELIVERIES,
+    MACHINE_PROBE_VERSION,
+    MACHINE_UNIT_US,
 )
 from results_contract.metrics import (
     BROKER_STAGES,
@@ -103,6 +105,7 @@ def sample_summary(
     seconds: int = 60,
     kernel_times: bool = True,
     stage_rows: bool = True,
+    machine_unit_us: float | None = None,
 ) -> dict[str, Any]:
     """A complete summary.json document; keyword arguments set the numbers tests care about."""
     messages = seconds
@@ -276,6 +279,8 @@ def sample_summary(
             BROKER_WINDOW_S: float(seconds - 5) if broker_stats else None,
             BROKER_LOOP_LAG_P99_MS: 9.5 if broker_stats else None,
             BROKER_LOOP_LAG_MAX_MS: 41.0 if broker_stats else None,
+            MACHINE_UNIT_US: machine_unit_us,
+            MACHINE_PROBE_VERSION: None if machine_unit_us is None else 1,
         },
     }
 

@@ -239,6 +239,10 @@ def build_run(
             # The loop lag since the previous snapshot: worst in the one at -5 s (warm-up).
             stats[BROKER_LOOP_LAG] = {"p50_ms": 1.0, "p99_ms": 40.0 - 5 * n, "max_ms": 90.0 - n}
         (run_dir / "broker" / f"stats-{n}.json").write_text(json.dumps(stats))
+    # The machine-speed probe: slow in the warm-up (not counted), 300-304 µs in the measure phase.
+    probe = [f"{MEASURE_START - 1 + k * 0.05:.3f},900.0,1" for k in range(10)]
+    probe += [f"{MEASURE_START + 1 + k * 0.05:.3f},{300 + k % 5:.1f},1" for k in range(30)]
+    write_csv(run_dir / "machine-speed.csv", "ts,unit_us,version", probe)
     (run_dir / "manifest.json").write_text(json.dumps(manifest(run_id, partial=partial)))
     return run_dir, truth
 
@@ -433,6 +437,9 @@ def test_harness_cost_over_the_measure_phase(complete) -> None:
         # The snapshots at +5 and +10 s: the one at +0 s covers the warm-up's last seconds.
         "broker_loop_lag_p99_ms": 30.0,
         "broker_loop_lag_max_ms": 88.0,
+        # The probe's median inside the measure phase (the warm-up's 900 µs left out).
+        "machine_unit_us": 302.0,
+        "machine_probe_version": 1,
     }
     assert complete[0]["units"]["cpu_per_delivery"] == "us"
 
@@ -556,6 +563,7 @@ def test_outputs_leave_no_temporary_files(complete) -> None:
     assert sorted(p.name for p in run_dir.iterdir()) == [
         "broker",
         "intervals.hlog",
+        "machine-speed.csv",
         "manifest.json",
         "omb-result.json",
         "raw",

@@ -20,12 +20,15 @@ from results_contract.harness_cost import (
     CLIENT_CPU_US_PER_DELIVERY,
     CLIENT_DELIVERIES,
     HARNESS_COST_FIELDS,
+    MACHINE_PROBE_VERSION,
+    MACHINE_UNIT_US,
 )
 from spark_analysis import AnalysisError
 from spark_analysis.harness_cost import (
     broker_cost,
     broker_loop_lag,
     harness_cost,
+    machine_speed,
     per_delivery_us,
     read_broker_counters,
     read_broker_loop_lag,
@@ -137,3 +140,26 @@ def test_broker_loop_lag_is_the_worst_snapshot_of_the_window(tmp_path) -> None:
         BROKER_LOOP_LAG_P99_MS: None,
         BROKER_LOOP_LAG_MAX_MS: None,
     }
+
+
+def _probe(run_dir: Path, rows: list[tuple[float, float, int]]) -> None:
+    lines = ["ts,unit_us,version", *(f"{ts:.3f},{us:.1f},{v}" for ts, us, v in rows)]
+    (run_dir / "machine-speed.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_machine_speed_is_the_probes_median_inside_the_measure_phase(tmp_path) -> None:
+    inside = [(START + 1 + k * 0.05, 250.0 + k, 1) for k in range(21)]
+    _probe(tmp_path, [(START - 2, 5000.0, 1), *inside, (END + 1, 5000.0, 1)])
+    assert machine_speed(tmp_path, START, END) == {
+        MACHINE_UNIT_US: 260.0,
+        MACHINE_PROBE_VERSION: 1,
+    }
+
+
+def test_machine_speed_is_null_when_it_says_nothing_steady(tmp_path) -> None:
+    none = {MACHINE_UNIT_US: None, MACHINE_PROBE_VERSION: None}
+    assert machine_speed(tmp_path, START, END) == none  # no probe file: an older run
+    _probe(tmp_path, [(START + k, 250.0, 1) for k in range(10)])
+    assert machine_speed(tmp_path, START, END) == none  # too few samples
+    _probe(tmp_path, [(START + k * 0.5, 250.0, 1 + k % 2) for k in range(40)])
+    assert machine_speed(tmp_path, START, END) == none  # two versions of the unit

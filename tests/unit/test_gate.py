@@ -83,6 +83,41 @@ def test_a_slowdown_beyond_the_noise_fails_the_latency_rules(tmp_path: Path) -> 
     assert "**REGRESSION**" in md
 
 
+def _probed(folder: Path, p99_ms: float, speeds: list[float], seed: int) -> list[Path]:
+    """Runs whose P99 follows the machine's speed in each (the probe's unit time)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, speed in enumerate(speeds):
+        summary = sample_summary(
+            run_id=f"{folder.name}{i}",
+            e2e_p99_ms=round(p99_ms * speed / 300 * float(np.exp(rng.normal(0, 0.02))), 4),
+            machine_unit_us=speed,
+        )
+        out.append(write_run(folder / f"r{i}", summary).parent)
+    return out
+
+
+def test_runs_on_a_slower_machine_are_adjusted_for_and_hide_no_regression(
+    tmp_path: Path,
+) -> None:
+    # Two baseline runs and one of the run's came while the machine was 25 % slower: the P99
+    # spread between runs hides a 12 % regression unless each run is set against its speed.
+    base = _probed(tmp_path / "base", 10.0, [300, 375, 300, 300, 375], 1)
+    run = _probed(tmp_path / "run", 11.2, [300, 300, 375, 300, 300], 2)
+    code, suite, md = gate(tmp_path, run, base)
+    assert code == 1 and "e2e_p99_ms" in failed(suite)
+    assert "adjusted for the machine's speed" in md
+    # The same values without the probe's numbers: the spread alone decides, and cannot.
+    for folder in (*base, *run):
+        path = folder / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["harness_cost"]["machine_unit_us"] = None
+        path.write_text(json.dumps(summary))
+    code, suite, md = gate(tmp_path, run, base)
+    assert "e2e_p99_ms" not in failed(suite)
+    assert "adjusted for the machine's speed" not in md
+
+
 def test_inconclusive_passes_unless_asked_to_fail(tmp_path: Path) -> None:
     run, base = runs(tmp_path / "run", 2, 1), runs(tmp_path / "base", 2, 2)
     code, _, md = gate(tmp_path, run, base)

@@ -18,6 +18,7 @@ from reports.stats import (
     compare_interval_histograms,
     compare_interval_means,
     compare_runs,
+    compare_runs_adjusted,
     decide,
     holm,
 )
@@ -56,6 +57,67 @@ def test_a_change_of_the_stated_minimum_detectable_effect_is_caught_four_times_i
     run = np.exp(rng.normal(effect, CV, (SIMULATIONS, N)))
     caught = sum(_called(b, r) is Verdict.REGRESSION for b, r in zip(base, run, strict=True))
     assert caught / SIMULATIONS >= 0.8, (caught, math.expm1(effect))
+
+
+# A fixed design for the adjusted estimator: each side's five runs at the machine speeds seen on
+# the 2-core VM (docs/reports.md, "Validation benchmark"): most runs at one speed, one or two a
+# tenth slower. Values follow the speed with slope 1 plus the metric's own spread.
+SPEED_BASE = np.log([1.0, 1.02, 0.99, 1.12, 1.0])
+SPEED_RUN = np.log([1.01, 1.1, 1.0, 0.98, 1.13])
+OWN = 0.03
+
+
+def _adjusted(noise_base: np.ndarray, noise_run: np.ndarray, effect: float = 0.0) -> Change:
+    return compare_runs_adjusted(
+        np.exp(SPEED_BASE + noise_base),
+        np.exp(SPEED_RUN + effect + noise_run),
+        np.exp(SPEED_BASE),
+        np.exp(SPEED_RUN),
+    )
+
+
+def test_adjusting_for_the_machines_speed_keeps_the_false_alarm_rate() -> None:
+    rng = np.random.default_rng(13)
+    noise = rng.normal(0, OWN, (SIMULATIONS, 2, N))
+    alarms = sum(
+        decide(_adjusted(a, b), 0.0, Direction.LOWER_IS_BETTER).verdict
+        in (Verdict.REGRESSION, Verdict.IMPROVEMENT)
+        for a, b in noise
+    )
+    sd = math.sqrt(ALPHA * (1 - ALPHA) / SIMULATIONS)
+    assert abs(alarms / SIMULATIONS - ALPHA) <= 3 * sd, alarms
+
+
+def test_adjusting_for_the_machines_speed_detects_its_stated_effect() -> None:
+    # A probe whose residuals have exactly the true spread: its stated minimum detectable
+    # effect is the one the simulations below must reach four times in five.
+    design = np.column_stack(
+        [np.ones(2 * N), np.repeat([0.0, 1.0], N), np.concatenate([SPEED_BASE, SPEED_RUN])]
+    )
+    e = np.random.default_rng(1).normal(size=2 * N)
+    e -= design @ np.linalg.lstsq(design, e, rcond=None)[0]
+    e *= OWN * math.sqrt(2 * N - 3) / math.sqrt(float(e @ e))
+    probe = _adjusted(e[:N], e[N:])
+    assert probe.mde is not None
+    effect = math.log1p(probe.mde)
+    rng = np.random.default_rng(17)
+    noise = rng.normal(0, OWN, (SIMULATIONS, 2, N))
+    adjusted = [_adjusted(a, b, effect) for a, b in noise]
+    caught = sum(
+        decide(c, 0.0, Direction.LOWER_IS_BETTER).verdict is Verdict.REGRESSION for c in adjusted
+    )
+    assert caught / SIMULATIONS >= 0.8, (caught, math.expm1(effect))
+    # Unadjusted, the slow runs' spread hides the same change more often than not.
+    plain = sum(
+        decide(
+            compare_runs(np.exp(SPEED_BASE + a), np.exp(SPEED_RUN + effect + b)),
+            0.0,
+            Direction.LOWER_IS_BETTER,
+        ).verdict
+        is Verdict.REGRESSION
+        for a, b in noise
+    )
+    assert plain < caught, (plain, caught)
 
 
 def test_a_regression_needs_the_whole_interval_beyond_the_threshold() -> None:
