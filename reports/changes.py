@@ -127,10 +127,10 @@ def machine_speeds(
     base: Sequence[RunSummary], run: Sequence[RunSummary]
 ) -> tuple[list[float], list[float]] | None:
     """Each run's machine speed (the probe's unit time, harness/machine_speed.py) when a change
-    can be adjusted for it: three or more runs per side, every one probed, all with one version
-    of the probe (a changed probe is a different ruler). None otherwise: the change is then
-    estimated unadjusted."""
-    if len(base) < 3 or len(run) < 3:
+    can be adjusted for it: three or more runs per side (or one run against five or more, a
+    history's last K), every one probed, all with one version of the probe (a changed probe is
+    a different ruler). None otherwise: the change is then estimated unadjusted."""
+    if not (min(len(base), len(run)) >= 3 or (len(run) == 1 and len(base) >= 5)):
         return None
     units = [_number(x, (Top.HARNESS_COST, MACHINE_UNIT_US)) for x in (*base, *run)]
     versions = {_number(x, (Top.HARNESS_COST, MACHINE_PROBE_VERSION)) for x in (*base, *run)}

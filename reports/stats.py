@@ -8,6 +8,9 @@ Gate, compare, sweep compare and history all call `decide`; nothing else in the 
   logarithms of the per-run values (`scipy.stats.ttest_ind`), so the change and its interval
   are ratios (−5 % … +12 %). Calibrated for few runs: unit-tested by simulation
   (tests/unit/test_stats.py). A bootstrap over 5 runs per side would be narrower than the truth.
+- **Three or more runs per side, each with the machine's speed** (harness/machine_speed.py):
+  the same change adjusted for how fast the machine ran in each run, by analysis of covariance
+  on the logarithms (`compare_runs_adjusted`; reports/changes.py decides when it applies).
 - **One run per side**: the only replicates are the run's own measurement intervals (one merged
   histogram per second, results_contract/intervals.py). A percentile's change is bootstrapped
   (`scipy.stats.bootstrap`) over those intervals, merging the resampled histograms and reading
@@ -210,14 +213,16 @@ def compare_runs_adjusted(
     metric's own (harness/machine_speed.py, docs/reports.md "Validation benchmark"). The slope
     is estimated, not assumed: a metric the machine's speed does not move costs one degree of
     freedom. Valid because the speed probe is fixed work that the revision under test does not
-    run (changes.py adjusts only runs whose probe versions match).
+    run (changes.py adjusts only runs whose probe versions match). With one run against a
+    history's last K, the change's interval is the prediction interval of that run from the
+    line through the K (Conbench's lookback, at the run's own speed).
     """
     a = np.asarray(base, dtype=float)
     b = np.asarray(run, dtype=float)
     sa = np.asarray(base_speed, dtype=float)
     sb = np.asarray(run_speed, dtype=float)
-    if min(len(a), len(b)) < 3 or len(sa) != len(a) or len(sb) != len(b):
-        raise ValueError("compare_runs_adjusted needs three or more runs per side, with speeds")
+    if len(a) < 2 or len(b) < 1 or len(a) + len(b) < 6 or len(sa) != len(a) or len(sb) != len(b):
+        raise ValueError("compare_runs_adjusted needs six or more runs, each with its speed")
     if (a <= 0).any() or (b <= 0).any() or (sa <= 0).any() or (sb <= 0).any():
         return compare_runs(a, b, alpha)
     y = np.log(np.concatenate([a, b]))

@@ -120,6 +120,22 @@ def test_adjusting_for_the_machines_speed_detects_its_stated_effect() -> None:
     assert plain < caught, (plain, caught)
 
 
+def test_one_run_against_a_history_is_set_against_its_own_speed() -> None:
+    speeds = np.array([1.0, 1.0, 1.15, 1.0, 1.0, 1.15, 1.0, 1.0])
+    noise = np.exp(np.random.default_rng(23).normal(0, 0.01, len(speeds)))
+    history = 10.0 * speeds * noise
+    lower = Direction.LOWER_IS_BETTER
+    # A run on the slow machine, as slow as the slow runs before it: no change.
+    slow = compare_runs_adjusted(history, [11.5], speeds, [1.15])
+    assert decide(slow, 0.05, lower).verdict is Verdict.NOISE, slow
+    # 12 % slower on a machine at full speed: adjusted, a regression; unadjusted, the history's
+    # slow runs make the prediction interval too wide to tell.
+    worse = compare_runs_adjusted(history, [11.2], speeds, [1.0])
+    assert decide(worse, 0.05, lower).verdict is Verdict.REGRESSION, worse
+    plain = compare_runs(history, [11.2])
+    assert decide(plain, 0.05, lower).verdict is not Verdict.REGRESSION, plain
+
+
 def test_a_regression_needs_the_whole_interval_beyond_the_threshold() -> None:
     lower = Direction.LOWER_IS_BETTER
     change = Change(0.15, 0.12, 0.18, 0.001, 0.05, "test")
