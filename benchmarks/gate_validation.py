@@ -3,7 +3,7 @@ test): comparisons of N runs against N other runs drawn from pools of real runs,
 the default rules; how many call any regression.
 
     python -m benchmarks.gate_validation SAME_RUN... [--slowed SLOW_RUN...] \\
-        [--per-side 5] [--comparisons 20] [--seed 1]
+        [--per-side 5] [--comparisons 20] [--seed 1] [--unadjusted]
 
 Same-revision comparisons draw both sides, disjoint, from the same pool: at most 1 in 20 should
 call a regression. With --slowed, each comparison draws the baseline from the same pool and
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +23,25 @@ import numpy as np
 from reports.gate import DEFAULT_RULES, Side, gate
 from reports.results import RunSummary, load_summary
 from reports.stats import Verdict
+from results_contract.harness_cost import MACHINE_UNIT_US
+from results_contract.summary import Top
 
 
-def _pool(paths: list[Path]) -> list[RunSummary]:
-    return [load_summary(p) for p in paths]
+def _pool(paths: list[Path], unadjusted: bool = False) -> list[RunSummary]:
+    runs = [load_summary(p) for p in paths]
+    if not unadjusted:
+        return runs
+    # The same runs without the machine's speed: what the gate decides without the probe.
+    return [
+        replace(
+            r,
+            data={
+                **r.data,
+                Top.HARNESS_COST: {**r.section(Top.HARNESS_COST), MACHINE_UNIT_US: None},
+            },
+        )
+        for r in runs
+    ]
 
 
 def _side(runs: list[RunSummary]) -> Side:
@@ -47,9 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-side", type=int, default=5)
     parser.add_argument("--comparisons", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--unadjusted",
+        action="store_true",
+        help="leave out each run's machine speed (harness_cost.machine_unit_us): the gate as "
+        "it decides without the probe",
+    )
     args = parser.parse_args(argv)
-    same = _pool(args.same)
-    slowed = _pool(args.slowed)
+    same = _pool(args.same, args.unadjusted)
+    slowed = _pool(args.slowed, args.unadjusted)
     n = args.per_side
     if len(same) < 2 * n or (slowed and len(slowed) < n):
         print(f"need {2 * n} same-revision runs (and {n} slowed): got {len(same)}, {len(slowed)}")
