@@ -2,13 +2,14 @@
 microseconds twenty times a second by a process of its own, into machine-speed.csv.
 
 Why: on a shared VM whole runs come slower. Of 15 identical gate runs on the 2-core test
-machine, a quarter had client and broker CPU per delivery and the P99s up together by 10-30 %,
-which no statistic over five runs can tell from a regression. The gate adjusts for this
-(reports/stats.py, `compare_runs_adjusted`). The unit is interpreter work (dict inserts and
-iteration, calls), because that is what the broker and the workers spend their CPU on.
-Measured against 10 runs of workloads/ci-gate.yaml: a pure-Python unit's median followed the
-read-time P99 with r = 0.94, while a 1 MB memcpy (r = -0.16) and a loopback send/recv
-(r = 0.35) did not (docs/reports.md, "Validation benchmark").
+machine, a quarter had client and broker CPU per delivery and the P99s up together by 20-40 %,
+which no statistic over five runs can tell from a regression. The gate adjusts for the
+machine's speed (reports/stats.py, `compare_runs_adjusted`). The unit is interpreter work (dict
+inserts and iteration), what the broker and the workers spend their CPU on: of the units tried
+beside ci-gate runs, it followed the runs' figures (r 0.7 with client CPU per delivery), while
+1 MB copies and loopback send/recv did not. It sees a whole run on a slower machine (+15 % with
+the client's CPU +17 %), not the smaller spread of a quiet hour (docs/reports.md, "Validation
+benchmark").
 
 The probe costs about 1 % of one core. It stops when its deadline passes or when the process
 that started it is gone, whichever comes first.

@@ -208,12 +208,13 @@ def compare_runs_adjusted(
 
     Analysis of covariance on logarithms: log value = a + change · (run side) + slope ·
     log(machine speed), least squares, the change's interval from Student's t with n − 3
-    degrees of freedom. On the 2-core VM a quarter of the runs came while the whole machine was
-    slower (client and broker CPU per delivery up together); the spread that left was the
-    metric's own (harness/machine_speed.py, docs/reports.md "Validation benchmark"). The slope
-    is estimated, not assumed: a metric the machine's speed does not move costs one degree of
-    freedom. Valid because the speed probe is fixed work that the revision under test does not
-    run (changes.py adjusts only runs whose probe versions match). With one run against a
+    degrees of freedom. In one validation on the 2-core VM a quarter of the runs came while the
+    whole machine was slower (client and broker CPU per delivery up together by 20-40 %); the
+    probe sees a run like that, not the smaller spread of a quiet hour (docs/reports.md,
+    "Validation benchmark"). The slope is estimated, not assumed: a metric the machine's speed
+    does not move costs one degree of freedom. Valid because the speed probe is fixed work that
+    the revision under test does not run (changes.py adjusts only runs whose probe versions
+    match). With one run against a
     history's last K, the change's interval is the prediction interval of that run from the
     line through the K (Conbench's lookback, at the run's own speed).
     """

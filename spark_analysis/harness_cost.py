@@ -159,6 +159,7 @@ def process_cost(
 
 MIN_PROBE_SAMPLES = 20
 """One second of the probe; fewer in the measure phase says nothing steady about the machine."""
+NO_MACHINE_SPEED: dict[str, Any] = {MACHINE_UNIT_US: None, MACHINE_PROBE_VERSION: None}
 
 
 def machine_speed(run_dir: Path, measure_start: float, measure_end: float) -> dict[str, Any]:
@@ -166,9 +167,8 @@ def machine_speed(run_dir: Path, measure_start: float, measure_end: float) -> di
     without the probe's file (made before it existed), with too few samples, or with samples of
     two versions."""
     path = run_dir / MACHINE_SPEED_FILE
-    none: dict[str, Any] = {MACHINE_UNIT_US: None, MACHINE_PROBE_VERSION: None}
     if not path.is_file():
-        return none
+        return dict(NO_MACHINE_SPEED)
     columns = parsers(MACHINE_SPEED_COLUMNS, "ts", "unit_us", "version")
     inside = [
         (float(us), int(version))
@@ -177,7 +177,7 @@ def machine_speed(run_dir: Path, measure_start: float, measure_end: float) -> di
     ]
     versions = {v for _, v in inside}
     if len(inside) < MIN_PROBE_SAMPLES or len(versions) != 1:
-        return none
+        return dict(NO_MACHINE_SPEED)
     return {
         MACHINE_UNIT_US: round(statistics.median(us for us, _ in inside), 2),
         MACHINE_PROBE_VERSION: versions.pop(),
@@ -198,5 +198,5 @@ def harness_cost(
         CLIENT_DELIVERIES: client_deliveries,
         **broker,
         **(loop_lag or broker_loop_lag([], 0.0, 0.0)),
-        **(machine or {MACHINE_UNIT_US: None, MACHINE_PROBE_VERSION: None}),
+        **(machine or NO_MACHINE_SPEED),
     }
