@@ -139,8 +139,11 @@ def test_a_worker_killed_mid_run_leaves_a_partial_run_with_its_data(tmp_path):
     deadline = time.monotonic() + 60
     while victim is None and time.monotonic() < deadline:
         time.sleep(0.5)
+        # `python -m harness worker ...`; the machine-speed probe, another child, is not one.
         workers = [
-            p for p in psutil.Process(proc.pid).children() if "worker" in " ".join(p.cmdline())
+            p
+            for p in psutil.Process(proc.pid).children()
+            if p.cmdline()[1:4] == ["-m", "harness", "worker"]
         ]
         timelines = list((tmp_path / "results").glob("*/raw/*/timeline.csv"))
         if len(workers) == 2 and timelines and any("measure" in t.read_text() for t in timelines):
