@@ -111,7 +111,7 @@ BROKER_PROCESS_COLUMNS = _columns(
     ("rss", Kind.NATURAL),
 )
 
-# machine-speed.csv: how fast this machine ran (harness/machine_speed.py), twenty rows a
+# machine-speed.csv: how fast this machine ran (harness/machine_speed.py), fifty rows a
 # second from a process of the coordinator's: the CPU microseconds one fixed unit of Python
 # work took, and the version of that unit (a changed unit is a different ruler).
 MACHINE_SPEED_COLUMNS = _columns(

@@ -158,7 +158,7 @@ def process_cost(
 
 
 MIN_PROBE_SAMPLES = 20
-"""One second of the probe; fewer in the measure phase says nothing steady about the machine."""
+"""Under half a second of the probe in the measure phase says nothing steady about the machine."""
 NO_MACHINE_SPEED: dict[str, Any] = {MACHINE_UNIT_US: None, MACHINE_PROBE_VERSION: None}
 
 

@@ -75,7 +75,7 @@ def test_broadcast_run_end_to_end_with_spark_and_report(tmp_path):
     assert summary["latency"]["e2e"]["count"] > 0
     # The machine-speed probe ran through the run and stopped with it.
     cost = summary["harness_cost"]
-    assert cost["machine_unit_us"] > 0 and cost["machine_probe_version"] == 1
+    assert cost["machine_unit_us"] > 0 and cost["machine_probe_version"] == 2
     probe_rows = (report.parent / "machine-speed.csv").read_text().splitlines()
     assert probe_rows[0] == "ts,unit_us,version" and len(probe_rows) > 20
     omb = json.loads((report.parent / "omb-result.json").read_text())

@@ -23,7 +23,7 @@ def test_the_probe_stops_at_its_deadline(tmp_path) -> None:
     )
     assert done.returncode == 0
     rows = _rows(path)
-    assert 3 <= len(rows) <= 20  # twenty a second at most, for half a second
+    assert 3 <= len(rows) <= 30  # fifty a second at most, for half a second
     assert all(float(r["unit_us"]) > 0 and int(r["version"]) == VERSION for r in rows)
 
 
