@@ -5,7 +5,6 @@ workers on other hosts reach the coordinator at), stopped by PID."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from harness.broker_command import BrokerCommand
+from harness.child_process import end
 
 BUNDLED_NAME = "bundled"
 
@@ -29,9 +29,15 @@ _handed_out: set[int] = set()
 def free_port(host: str = "127.0.0.1", low: int = 20000, high: int = 32000) -> int:
     """A free TCP port below the ephemeral range (32768+), so no outgoing connection takes it.
 
-    Never the same port twice in one process: a port handed out may not be bound yet.
+    Never the same port twice in one process: a port handed out may not be bound yet. Each
+    process starts its search at a place scattered over the range by its pid (Knuth's
+    multiplicative hash): processes started together have near pids, and searches starting a
+    few ports apart handed out the same ports, the first to bind taking one the other had
+    handed out but not yet bound (a Locust master's port, seen under `pytest -n 2`).
     """
-    for port in range(low + os.getpid() % 5000, high):
+    span = high - low
+    start = (os.getpid() * 2654435761) % span
+    for port in (low + (start + k) % span for k in range(span)):
         if port in _handed_out:
             continue
         with socket.socket() as s:
@@ -154,11 +160,5 @@ class EmbeddedBroker:
         )
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process is not None:
+            end(self.process, timeout)

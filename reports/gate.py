@@ -480,7 +480,7 @@ def markdown(
     n_base = len(base.runs) // max(1, len(base.cases))
     n_run = len(run.runs) // max(1, len(run.cases))
     bound = [r for r in run.runs + base.runs if r.client_bound]
-    adjusted = sum(o.change is not None and SPEED_ADJUSTED in o.change.method for o in outcomes)
+    adjusted = sum(o.change is not None and o.change.speed_adjusted for o in outcomes)
     lines = [
         f"### fan-out bench gate: {verdict}",
         "",

@@ -46,7 +46,7 @@ SEED = 20261126
 """Every bootstrap is seeded, so the same inputs give the same verdict."""
 RESAMPLES = 2000
 SPEED_ADJUSTED = "adjusted for the machine's speed in each run"
-"""In a change's method when `compare_runs_adjusted` made it; the gate's summary says so."""
+"""How a method and the gate's summary say that a change was set against the machine's speed."""
 
 
 class Verdict(StrEnum):
@@ -72,6 +72,8 @@ class Change:
     alpha: float = ALPHA
     resampled: tuple[float, ...] = field(default=(), compare=False, repr=False)
     """A bootstrap's log changes, so Holm's level can redraw the interval without resampling."""
+    speed_adjusted: bool = False
+    """Made by `compare_runs_adjusted`: set against the machine's speed in each run."""
 
     @property
     def has_interval(self) -> bool:
@@ -240,7 +242,7 @@ def compare_runs_adjusted(
     se = math.sqrt(s2 * float(np.linalg.inv(design.T @ design)[1, 1]))
     d = float(coef[1])
     if se <= 1e-12:
-        return _exact(float(np.expm1(d)), method, alpha)
+        return replace(_exact(float(np.expm1(d)), method, alpha), speed_adjusted=True)
     half = float(stats.t.ppf(1 - alpha / 2, df)) * se
     return Change(
         float(np.expm1(d)),
@@ -252,6 +254,7 @@ def compare_runs_adjusted(
         float(np.expm1(_mde_t(se, df - 1, alpha))),
         method,
         alpha,
+        speed_adjusted=True,
     )
 
 
