@@ -9,6 +9,7 @@ a metric with no measurement intervals) nothing is coloured.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from reports.results import (
     load_summary,
     repeat_keys,
 )
-from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide, holm
+from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide_family
 from reports.sweeps import number, pool_repeats, scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
 from reports.testbeds import provenance
@@ -87,6 +88,14 @@ def _change(metric: str, a: RunSummary, b: RunSummary, alpha: float) -> Change |
         raise ResultsError(str(exc)) from None
 
 
+def _redraw(
+    present: Sequence[tuple[Metric, Change]], a: RunSummary, b: RunSummary, j: int, level: float
+) -> Change:
+    """Change j at another level: its kept resamples, else estimated again (counts are exact)."""
+    m, c = present[j]
+    return at_level(c, level) or (c if m.name in COUNTS else estimate(m.name, [a], [b], level))
+
+
 def run_rows(runs: Sequence[RunSummary]) -> list[MetricRow]:
     """Every known metric that at least one run has, with ratios to the first run and the
     gate's decision on each change (Holm over each column's metrics)."""
@@ -96,17 +105,23 @@ def run_rows(runs: Sequence[RunSummary]) -> list[MetricRow]:
     columns: list[list[Decision | None]] = []
     for run in runs[1:]:
         changes = [_change(m.name, runs[0], run, ALPHA) for m in metrics]
-        levels = holm([c.p_value if c and c.has_interval else None for c in changes])
+        present = [(m, c) for m, c in zip(metrics, changes, strict=True) if c is not None]
+
+        judged = iter(
+            decide_family(
+                [c for _, c in present],
+                [0.0] * len(present),
+                [m.direction for m, _ in present],
+                functools.partial(_redraw, present, runs[0], run),
+            )
+        )
         column: list[Decision | None] = []
-        for m, c, (level, significant) in zip(metrics, changes, levels, strict=True):
+        for c in changes:
             if c is None:
                 column.append(None)
                 continue
-            if c.has_interval and level != c.alpha:
-                c = at_level(c, level) or (
-                    c if m.name in COUNTS else estimate(m.name, [runs[0]], [run], level)
-                )
-            column.append(decide(c, 0.0, m.direction, significant) if c.has_interval else None)
+            c, decision = next(judged)
+            column.append(decision if c.has_interval else None)
         columns.append(column)
     rows = []
     for i, metric in enumerate(metrics):

@@ -44,8 +44,7 @@ from reports.stats import (
     Decision,
     Verdict,
     at_level,
-    decide,
-    holm,
+    decide_family,
 )
 from reports.testbeds import provenance
 from results_contract.summary import Top
@@ -102,17 +101,19 @@ class Rule:
 
 
 # Thresholds small enough to matter, the statistics keep the noise out: each verdict prints the
-# minimum detectable effect, and a threshold below it is reported as such.
+# minimum detectable effect, and a threshold below it is reported as such. Latency and CPU at
+# 2 % (criterion.rs's noise threshold is 1 %): on the validation pools 5 % cost a fifth of the
+# power on a 20 % broker CPU rise and no false alarm was saved (docs/reports.md).
 DEFAULT_RULES: tuple[Rule, ...] = (
-    Rule("e2e_kernel_p99_ms", relative=0.05),
-    Rule("e2e_p99_ms", relative=0.05),
-    Rule("e2e_p50_ms", relative=0.05),
+    Rule("e2e_kernel_p99_ms", relative=0.02),
+    Rule("e2e_p99_ms", relative=0.02),
+    Rule("e2e_p50_ms", relative=0.02),
     Rule("publish_p99_ms", relative=0.10),
     Rule(CONNECT_PER_CONSUMER, relative=0.10),
     Rule(PUBLISH_RATE, relative=0.05),
     Rule(DELIVERY_RATE, relative=0.05),
-    Rule(CLIENT_CPU, relative=0.05),
-    Rule(BROKER_CPU, relative=0.05),
+    Rule(CLIENT_CPU, relative=0.02),
+    Rule(BROKER_CPU, relative=0.02),
     Rule("connections_failed", absolute=0.0),
     Rule("deliveries_lost", absolute=0.0),
     Rule("client_errors", absolute=0.0),
@@ -288,14 +289,19 @@ def gate(run: Side, base: Side, rules: tuple[Rule, ...], alpha: float = ALPHA) -
                 )
             )
             outcomes.append(None)
-    levels = holm([c.p_value for _, _, _, c, _, _, _ in pending], alpha)
-    for (i, rule, case, change, b_c, r_c, n), (level, significant) in zip(
-        pending, levels, strict=True
+    thresholds = [_threshold(rule, b_c) for _, rule, _, _, b_c, _, _ in pending]
+    judged = decide_family(
+        [c for _, _, _, c, _, _, _ in pending],
+        thresholds,
+        [rule.resolved_direction for _, rule, _, _, _, _, _ in pending],
+        lambda j, level: _at_level(
+            pending[j][1].metric, pending[j][2], run, base, level, pending[j][3]
+        ),
+        alpha,
+    )
+    for (i, rule, case, _, b_c, r_c, n), threshold, (change, decision) in zip(
+        pending, thresholds, judged, strict=True
     ):
-        if level != change.alpha and change.has_interval:
-            change = _at_level(rule.metric, case, run, base, level, change)
-        threshold = _threshold(rule, b_c)
-        decision = decide(change, threshold, rule.resolved_direction, significant)
         outcomes[i] = Outcome(
             rule,
             case,

@@ -40,7 +40,8 @@ from reports.metrics import Direction
 
 ALPHA = 0.05
 """Family-wise false-alarm rate of one comparison: the chance that a comparison of identical
-revisions calls any change (regression or improvement) on any metric."""
+revisions calls a regression on any metric (`decide_family`; improvements are a family of their
+own, at the same rate)."""
 POWER = 0.8
 SEED = 20261126
 """Every bootstrap is seeded, so the same inputs give the same verdict."""
@@ -132,6 +133,54 @@ def decide(
         f"{describe(change)}: the interval reaches past the {limit}; more repeats would tell",
         below_mde,
     )
+
+
+def one_sided_p(change: Change, direction: Direction, worse: bool) -> float | None:
+    """The p-value for "not worse" (worse=True) or "not better" from the two-sided one: half of
+    it on the side the estimate points to (exact for t and for the bootstrap's tail share)."""
+    if change.p_value is None:
+        return None
+    points_worse = (change.estimate > 0) == (direction is Direction.LOWER_IS_BETTER)
+    if change.estimate == 0:
+        return 0.5
+    half = change.p_value / 2
+    return half if points_worse == worse else 1 - half
+
+
+def decide_family(
+    changes: Sequence[Change],
+    thresholds: Sequence[float],
+    directions: Sequence[Direction],
+    redraw: Callable[[int, float], Change],
+    alpha: float = ALPHA,
+) -> list[tuple[Change, Decision]]:
+    """The verdicts on the metrics of one comparison (gate and compare both call this).
+
+    A gate asks one question per metric, "worse?", so regressions are one family of one-sided
+    tests under Holm at `alpha`, and improvements another: identical revisions call a
+    regression on any metric at most `alpha` of the time. Each interval is drawn two-sided at
+    twice its metric's Holm level, so each of its bounds holds one-sided at that level (the
+    level of the family the estimate points to). `redraw(i, level)` re-estimates change i at
+    another two-sided level. Compared with one two-sided family, a 5-against-5 comparison of
+    nine metrics needs t 3.3 instead of 3.8 for its first call.
+    """
+    worse = holm([one_sided_p(c, d, True) for c, d in zip(changes, directions, strict=True)], alpha)
+    better = holm(
+        [one_sided_p(c, d, False) for c, d in zip(changes, directions, strict=True)], alpha
+    )
+    out = []
+    for i, (change, threshold, direction) in enumerate(
+        zip(changes, thresholds, directions, strict=True)
+    ):
+        if not change.has_interval or change.p_value is None:
+            out.append((change, decide(change, threshold, direction, False)))
+            continue
+        points_worse = one_sided_p(change, direction, True) <= 0.5  # type: ignore[operator]
+        level, significant = (worse if points_worse else better)[i]
+        if not math.isclose(2 * level, change.alpha):
+            change = redraw(i, 2 * level)
+        out.append((change, decide(change, threshold, direction, significant)))
+    return out
 
 
 def holm(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[tuple[float, bool]]:

@@ -20,7 +20,9 @@ from reports.stats import (
     compare_runs,
     compare_runs_adjusted,
     decide,
+    decide_family,
     holm,
+    one_sided_p,
 )
 
 SIMULATIONS = 1000
@@ -150,6 +152,68 @@ def test_a_regression_needs_the_whole_interval_beyond_the_threshold() -> None:
     # No interval (one run, no intervals): never a pass by default, never a regression.
     assert decide(Change(3.0, None, None, None, None, "t"), 0.1, lower).verdict is (
         Verdict.INCONCLUSIVE
+    )
+
+
+FAMILY = 9  # the default rules' statistical metrics on one case
+
+
+def _family(base: np.ndarray, run: np.ndarray, thresholds: float = 0.0) -> list[Verdict]:
+    """One comparison of FAMILY independent metrics, decided together as the gate does."""
+    changes = [compare_runs(b, r) for b, r in zip(base, run, strict=True)]
+    judged = decide_family(
+        changes,
+        [thresholds] * len(changes),
+        [Direction.LOWER_IS_BETTER] * len(changes),
+        lambda i, level: compare_runs(base[i], run[i], level),
+    )
+    return [d.verdict for _, d in judged]
+
+
+def test_a_family_of_metrics_calls_a_regression_at_the_stated_rate_and_improvements_apart() -> None:
+    rng = np.random.default_rng(29)
+    noise = rng.normal(0, CV, (SIMULATIONS, 2, FAMILY, N))
+    verdicts = [_family(np.exp(a), np.exp(b)) for a, b in noise]
+    regressions = sum(Verdict.REGRESSION in v for v in verdicts)
+    improvements = sum(Verdict.IMPROVEMENT in v for v in verdicts)
+    sd = math.sqrt(ALPHA * (1 - ALPHA) / SIMULATIONS)
+    # Holm over independent metrics is exact to 1 − (1 − α/9)^9 = 0.0489.
+    assert abs(regressions / SIMULATIONS - ALPHA) <= 3 * sd, regressions
+    assert abs(improvements / SIMULATIONS - ALPHA) <= 3 * sd, improvements
+
+
+def test_one_sided_families_catch_more_than_one_two_sided_family() -> None:
+    rng = np.random.default_rng(31)
+    noise = rng.normal(0, CV, (SIMULATIONS, 2, FAMILY, N))
+    effect = np.zeros((FAMILY, 1))
+    effect[0] = 0.12  # one metric 12.7 % worse, the other eight unchanged
+    caught = 0
+    two_sided = 0
+    for a, b in noise:
+        base, run = np.exp(a), np.exp(b + effect)
+        caught += _family(base, run)[0] is Verdict.REGRESSION
+        # One two-sided family: Holm over the two-sided p, the interval at the Holm level.
+        changes = [compare_runs(x, y) for x, y in zip(base, run, strict=True)]
+        level, significant = holm([c.p_value for c in changes])[0]
+        first = compare_runs(base[0], run[0], level)
+        two_sided += (
+            decide(first, 0.0, Direction.LOWER_IS_BETTER, significant).verdict is Verdict.REGRESSION
+        )
+    assert caught > two_sided * 1.1, (caught, two_sided)
+
+
+def test_the_one_sided_p_is_half_the_two_sided_on_the_side_the_change_points_to() -> None:
+    worse = Change(0.1, 0.02, 0.2, 0.04, 0.1, "t")
+    assert one_sided_p(worse, Direction.LOWER_IS_BETTER, True) == pytest.approx(0.02)
+    assert one_sided_p(worse, Direction.LOWER_IS_BETTER, False) == pytest.approx(0.98)
+    # Higher is better: a rise is the better side.
+    assert one_sided_p(worse, Direction.HIGHER_IS_BETTER, False) == pytest.approx(0.02)
+    assert (
+        one_sided_p(Change(0.0, -0.1, 0.1, 1.0, 0.1, "t"), Direction.LOWER_IS_BETTER, True) == 0.5
+    )
+    assert (
+        one_sided_p(Change(0.1, None, None, None, None, "t"), Direction.LOWER_IS_BETTER, True)
+        is None
     )
 
 
