@@ -2,7 +2,7 @@
 
 The canonical use is Shared against Broadcast: put the baseline first, and ×0.17 reads as
 "the second takes 17 % of the first's time". A ratio is coloured only when the gate's own
-decision (reports/stats.py `decide`, threshold 0, Holm over the column's metrics) calls it a
+decision (reports/stats.py `decide_family`, threshold 0, over the column's metrics) calls it a
 change: its interval excludes "no change". Without an interval (a run without intervals.hlog,
 a metric with no measurement intervals) nothing is coloured.
 """
@@ -98,7 +98,7 @@ def _redraw(
 
 def run_rows(runs: Sequence[RunSummary]) -> list[MetricRow]:
     """Every known metric that at least one run has, with ratios to the first run and the
-    gate's decision on each change (Holm over each column's metrics)."""
+    gate's decision on each change (one family per column's metrics)."""
     metrics = [
         m for m in METRICS.values() if any(metric_value(r.data, m.name) is not None for r in runs)
     ]

@@ -1,9 +1,10 @@
 """The regression gate: runs against a baseline's runs, metric by metric and case by case,
 answered with an exit code, a JUnit XML file and a Markdown table for CI systems.
 
-Every statistical rule is decided by reports/stats.py's `decide` from an estimate of the change
-and its interval (several runs per side: Welch's t; one run per side: a bootstrap over the runs'
-measurement intervals), with Holm's correction over every metric of every case. A rule's
+Every statistical rule is decided by reports/stats.py's `decide_family` from an estimate of the
+change and its interval (several runs per side: Welch's t; one run per side: a bootstrap over
+the runs' measurement intervals): regressions are one family of one-sided tests with Holm's
+correction over every metric of every case. A rule's
 `relative` is its threshold: a regression only when the whole interval is worse than it.
 Counts that must not grow (losses, reordering, errors) are exact rules, as before.
 """
@@ -230,7 +231,7 @@ def _exact(rule: Rule, case: str, base: list[RunSummary], run: list[RunSummary])
 
 
 def gate(run: Side, base: Side, rules: tuple[Rule, ...], alpha: float = ALPHA) -> list[Outcome]:
-    """Every rule on every case; statistical rules share one Holm correction."""
+    """Every rule on every case; statistical rules are decided as one family."""
     pending: list[tuple[int, Rule, str, Change, float | None, float | None, tuple[int, int]]] = []
     outcomes: list[Outcome | None] = []
     for case, bases, runs in match_cases(run, base):
@@ -493,7 +494,7 @@ def markdown(
         f"- Run: {', '.join(f'`{p}`' for p in run.sources)} ({provenance(run.runs)})",
         f"- Baseline: {', '.join(f'`{p}`' for p in base.sources)} ({provenance(base.runs)})",
         f"- {n_run} run(s) per case against {n_base}; {len(run.cases)} case(s); "
-        f"α {ALPHA} over all metrics (Holm).",
+        f"α {ALPHA} for any regression over all metrics (one-sided, Holm).",
         *(
             [
                 "- One run per side: intervals come from the runs' own measurement intervals "
