@@ -19,8 +19,8 @@ Gate, compare, sweep compare and history all call `decide`; nothing else in the 
 
 Criterion.rs's rule: a change is called only when it is significant (the one-sided p below its
 level, after Holm's correction over the metrics of one comparison: `decide_family`) **and** its
-whole interval lies beyond the rule's threshold. The minimum detectable effect (80 % power at the level used) is reported
-beside each verdict, and a threshold below it is said to be so.
+whole interval lies beyond the rule's threshold. The minimum detectable effect (80 % power at
+the level used) is reported beside each verdict, and a threshold below it is said to be so.
 """
 
 from __future__ import annotations
