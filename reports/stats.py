@@ -1,8 +1,8 @@
 """How a change between a baseline and a run is estimated, and the one function that decides
 what the change means (regression, improvement, within noise, inconclusive).
 
-Gate, compare, sweep compare and history all call `decide`; nothing else in the project says
-"worse". The estimates come from scipy:
+Gate, compare, sweep compare and history all call `decide_family`; nothing else in the project
+says "worse". The estimates come from scipy:
 
 - **Several runs per side** (the runs are the independent units): Welch's t-test on the
   logarithms of the per-run values (`scipy.stats.ttest_ind`), so the change and its interval
@@ -140,11 +140,14 @@ def one_sided_p(change: Change, direction: Direction, worse: bool) -> float | No
     it on the side the estimate points to (exact for t and for the bootstrap's tail share)."""
     if change.p_value is None:
         return None
-    points_worse = (change.estimate > 0) == (direction is Direction.LOWER_IS_BETTER)
     if change.estimate == 0:
         return 0.5
     half = change.p_value / 2
-    return half if points_worse == worse else 1 - half
+    return half if _points_worse(change, direction) == worse else 1 - half
+
+
+def _points_worse(change: Change, direction: Direction) -> bool:
+    return (change.estimate > 0) == (direction is Direction.LOWER_IS_BETTER)
 
 
 def decide_family(
@@ -175,7 +178,7 @@ def decide_family(
         if not change.has_interval or change.p_value is None:
             out.append((change, decide(change, threshold, direction, False)))
             continue
-        points_worse = one_sided_p(change, direction, True) <= 0.5  # type: ignore[operator]
+        points_worse = change.estimate == 0 or _points_worse(change, direction)
         level, significant = (worse if points_worse else better)[i]
         if not math.isclose(2 * level, change.alpha):
             change = redraw(i, 2 * level)
