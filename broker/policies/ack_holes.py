@@ -6,7 +6,8 @@ acknowledged individually: it alone keeps the mark-delete position (and so the b
 retention) where it is. The compensation task looks only at holes a consumer holds (sent,
 never acknowledged): those are what a lost ACK or a consumer that forgot leaves behind. Each
 pass sends back at most MAX_PER_PASS of them per subscription, through the subscription's own
-redelivery (so they carry a redelivery count), to whichever consumer has permits.
+redelivery (so they carry a redelivery count), to whichever consumer has permits. A hole's
+age counts from its last resend too (Cursor.hole_due): it is sent again at most once per age.
 
 A Broadcast subscription keeps a cursor per consumer: each consumer's own holes are written to
 it again (BroadcastDispatcher.resend_holes), without rewinding its cursor, so what it did
@@ -34,10 +35,11 @@ def hole_ranges(sub: Subscription) -> int:
 
 
 def compensate(topic: Topic, sub: Subscription, min_age_ms: int, now_ms: int) -> int:
-    """Send back the held holes published before `now_ms - min_age_ms`; how many."""
+    """Send back the held holes published, and last sent back, over `min_age_ms` before
+    `now_ms`; how many."""
     dispatcher = sub.dispatcher
     if isinstance(dispatcher, BroadcastDispatcher):
-        messages = dispatcher.resend_holes(now_ms - min_age_ms, MAX_PER_PASS)
+        messages = dispatcher.resend_holes(now_ms, min_age_ms, MAX_PER_PASS)
         if messages:
             events = dispatcher.policy_events
             events[REDELIVERED] = events.get(REDELIVERED, 0) + messages
@@ -54,9 +56,14 @@ def compensate(topic: Topic, sub: Subscription, min_age_ms: int, now_ms: int) ->
             if redelivered + len(chosen) >= MAX_PER_PASS:
                 break
             entry = topic.log.read(index, 1)
-            if entry and entry[0].index == index and entry[0].publish_time_ms <= oldest:
+            if (
+                entry
+                and entry[0].index == index
+                and cursor.hole_due(index, entry[0].publish_time_ms, oldest)
+            ):
                 chosen.append(index)
         if chosen:
+            cursor.holes_resent(chosen, now_ms)
             messages = sum(consumer.unacked[i] for i in chosen)
             sub.on_redeliver(consumer, chosen)
             redelivered += len(chosen)

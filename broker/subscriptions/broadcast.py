@@ -294,15 +294,17 @@ class BroadcastDispatcher(Dispatcher):
             if cursor.acked
         )
 
-    def resend_holes(self, oldest_ms: int, limit: int) -> int:
+    def resend_holes(self, now_ms: int, min_age_ms: int, limit: int) -> int:
         """The acknowledgement-hole compensation (broker.policies.ack_holes) for Broadcast: to
         each connected consumer with holes (entries it was sent and never acknowledged, below
-        one it acknowledged), those published before `oldest_ms` are written again now, with
-        their redelivery count, as far as its permits go. Nothing else is sent again and no
-        cursor moves, so the dispatch path knows nothing of it. At most `limit` messages in
-        all (and HOLE_SCAN indexes looked at per consumer); how many were sent."""
+        one it acknowledged), those published, and last sent again, over `min_age_ms` ago are
+        written again now, with their redelivery count, as far as its permits go. Nothing else
+        is sent again and no cursor moves, so the dispatch path knows nothing of it. At most
+        `limit` messages in all (and HOLE_SCAN indexes looked at per consumer); how many were
+        sent."""
         sent = 0
         dispatch_us = now_us()
+        oldest_ms = now_ms - min_age_ms
         for consumer, cursor in list(self._cursors.items()):
             if sent >= limit:
                 break
@@ -318,9 +320,14 @@ class BroadcastDispatcher(Dispatcher):
                 if index in cursor.acked:
                     continue
                 found = self.log.read(index, 1)
-                if found and found[0].index == index and found[0].publish_time_ms <= oldest_ms:
+                if (
+                    found
+                    and found[0].index == index
+                    and cursor.hole_due(index, found[0].publish_time_ms, oldest_ms)
+                ):
                     entries.append(found[0])
             if entries:
+                cursor.holes_resent([e.index for e in entries], now_ms)
                 counts = cursor.redelivery_counts
                 for entry in entries:
                     counts[entry.index] = counts.get(entry.index, 0) + 1

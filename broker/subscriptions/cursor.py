@@ -23,6 +23,7 @@ class Cursor:
         "redeliver",
         "redelivery_counts",
         "rewound_from",
+        "holes_resent_ms",
     )
 
     def __init__(self, mark_delete: int = -1, acked: Iterable[int] = ()) -> None:
@@ -35,6 +36,9 @@ class Cursor:
         tens of thousands of them, and those never hand back (216 bytes each saved)."""
         self.redelivery_counts: dict[int, int] = {}
         """How often each unacknowledged index was handed back: the MESSAGE redelivery_count."""
+        self.holes_resent_ms: dict[int, int] | None = None
+        """When the hole compensation last sent each index again (None until it first does,
+        as `redeliver`)."""
         self.rewound_from = mark_delete + 1
         """Where read_index stood before the last rewind: what was sent may reach up to here.
         A rewind or seek is rare; keeping this there, not per dispatch, keeps `can_ack` O(1)
@@ -126,6 +130,28 @@ class Cursor:
                     self.redeliver = set()
                 self.redeliver.add(index)
                 counts[index] = counts.get(index, 0) + 1
+
+    def hole_due(self, index: int, published_ms: int, oldest_ms: int) -> bool:
+        """Whether the hole compensation may send hole `index` again: published before
+        `oldest_ms`, and not sent again by it since then. Its age counts from its last
+        resend, so a consumer slow to acknowledge a resent hole is not sent it on every pass
+        (it was: a hole got two copies before a younger one got its first)."""
+        if published_ms > oldest_ms:
+            return False
+        resent = self.holes_resent_ms
+        return resent is None or resent.get(index, oldest_ms) <= oldest_ms
+
+    def holes_resent(self, indexes: Iterable[int], now_ms: int) -> None:
+        """The compensation sent `indexes` again at `now_ms`; what is acknowledged since is
+        forgotten."""
+        resent = self.holes_resent_ms
+        if resent is None:
+            resent = self.holes_resent_ms = {}
+        else:
+            for index in [i for i in resent if self.is_acked(i)]:
+                del resent[index]
+        for index in indexes:
+            resent[index] = now_ms
 
     # -- reading ----------------------------------------------------------------------------------
     def next_entries(self, log: EntryLog, limit: int) -> tuple[list[Entry], bool]:

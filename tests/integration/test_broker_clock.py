@@ -162,9 +162,10 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
     latency = summary["latency"]
     assert 0 <= latency["stage.producing"]["p99"] < HALF_SKEW_MS, latency["stage.producing"]
     assert "stage.broadcasting" not in latency, latency.get("stage.broadcasting")
-    # e2e, whose ends are both on the workers' clock, never had the skew in it.
+    # e2e, whose ends are both on the workers' clock, never had the skew in it: with it, its
+    # P99 would be over 3 s. (Under `pytest -n 6` on 2 cores it has itself reached 1.6 s.)
     e2e_p99 = summary["headline"]["e2e_p99_ms"]
-    assert e2e_p99 is not None and e2e_p99 < HALF_SKEW_MS
+    assert e2e_p99 is not None and e2e_p99 < SKEW_S * 1000
 
 
 def test_the_bundled_broker_answers_its_clock_on_this_hosts_clock(broker):

@@ -118,6 +118,10 @@ def test_ttl_expires_only_for_the_stalled_broadcast_consumer(tmp_path):
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     try:
         fast, stalled, sent = _setup(broker, client, "bc-ttl", 20)
+        # Every message past the 1 s TTL before it is set, so that one check expires them all:
+        # under load the 20 were published over more than a second, and two checks moved the
+        # stalled consumer's cursor twice (counted twice).
+        time.sleep(1.2)
         assert _call(broker, "POST", f"{TOPIC_PATH}/bc-ttl/messageTTL?messageTTL=1")[0] == 204
 
         def sub() -> dict[str, Any]:
