@@ -3,11 +3,17 @@
 Spark runs in a process of its own (py4j and gevent's monkey-patched sockets do not mix). It is
 started at the first analysis, after the first case's measurement, and answers each folder in
 turn with the session it keeps (spark_analysis/service.py); closing this ends it.
+
+With `FANOUT_ANALYSIS_SOCKET` set to the socket of a running `python -m spark_analysis --serve
+LOG --socket PATH`, the run is analysed there instead, when that service runs the master the
+run asked for (its Spark log is then the service's LOG): many short runs, one JVM.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +21,8 @@ from types import TracebackType
 from typing import IO
 
 from results_contract.paths import ANALYSIS_LOG
+
+SOCKET_ENV = "FANOUT_ANALYSIS_SOCKET"
 
 
 class AnalysisFailed(Exception):
@@ -26,6 +34,9 @@ class Analysis:
         self._master = spark_master
         self._log = log_dir / ANALYSIS_LOG
         self._proc: subprocess.Popen[str] | None = None
+        self._service: socket.socket | None = None
+        self._pipes: tuple[IO[str], IO[str]] | None = None
+        self._service_path = os.environ.get(SOCKET_ENV) or None
 
     def __enter__(self) -> Analysis:
         return self
@@ -40,8 +51,7 @@ class Analysis:
 
     def analyze(self, folder: Path) -> Path:
         """summary.json (or sweep-summary.json) of `folder`; else AnalysisFailed, naming the log."""
-        proc = self._process()
-        stdin, stdout = _pipes(proc)
+        stdin, stdout = self._connect()
         try:
             stdin.write(f"{folder}\n")
             stdin.flush()
@@ -49,11 +59,10 @@ class Analysis:
         except OSError:
             line = ""
         if not line:
-            code = proc.wait()
-            self._proc = None
+            self.close()
             raise AnalysisFailed(
-                f"analysis of {folder} failed: its process ended (exit {code}); raw results "
-                f"are kept; Spark's log: {self._log}"
+                f"analysis of {folder} failed: its process ended; raw results are kept; "
+                f"Spark's log: {self._log}"
             )
         answer = json.loads(line)
         if "error" in answer:
@@ -64,32 +73,64 @@ class Analysis:
         return Path(answer["written"])
 
     def close(self) -> None:
+        pipes, self._pipes = self._pipes, None
+        if pipes is not None:
+            for pipe in pipes:
+                try:
+                    pipe.close()  # the end of the requests: an own process's session stops
+                except OSError:
+                    pass
+        service, self._service = self._service, None
+        if service is not None:
+            service.close()
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        stdin, _ = _pipes(proc)
-        try:
-            stdin.close()  # the end of the requests: the session stops and the process exits
-        except OSError:
-            pass
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
 
-    def _process(self) -> subprocess.Popen[str]:
-        if self._proc is None or self._proc.poll() is not None:
-            cmd = [sys.executable, "-m", "spark_analysis", "--serve", str(self._log)]
-            self._proc = subprocess.Popen(
-                [*cmd, "--spark-master", self._master],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
+    def _connect(self) -> tuple[IO[str], IO[str]]:
+        if self._pipes is not None and (self._proc is None or self._proc.poll() is None):
+            return self._pipes
+        self.close()
+        if self._service_path is not None:
+            self._pipes = self._service_pipes(self._service_path)
+            if self._pipes is not None:
+                return self._pipes
+            self._service_path = None  # said why once; this run analyses by itself
+        cmd = [sys.executable, "-m", "spark_analysis", "--serve", str(self._log)]
+        proc = self._proc = subprocess.Popen(
+            [*cmd, "--spark-master", self._master],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None  # both PIPE
+        self._pipes = proc.stdin, proc.stdout
+        return self._pipes
+
+    def _service_pipes(self, path: str) -> tuple[IO[str], IO[str]] | None:
+        """The running service's line protocol, or None (said on stderr) when it cannot serve
+        this run: not there, or running another master."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(path)
+            stdout = conn.makefile("r", encoding="utf-8")
+            hello = json.loads(stdout.readline() or "{}")
+        except (OSError, ValueError) as exc:
+            conn.close()
+            print(
+                f"bench run: {SOCKET_ENV}={path}: no analysis service there ({exc}); "
+                "analysing in a process of this run's own",
+                file=sys.stderr,
             )
-        return self._proc
-
-
-def _pipes(proc: subprocess.Popen[str]) -> tuple[IO[str], IO[str]]:
-    assert proc.stdin is not None and proc.stdout is not None  # both PIPE
-    return proc.stdin, proc.stdout
+            return None
+        if hello.get("master") != self._master:
+            conn.close()
+            return None
+        self._service = conn
+        self._log = Path(hello.get("log", self._log))
+        return conn.makefile("w", encoding="utf-8"), stdout

@@ -1,5 +1,5 @@
 """`python -m spark_analysis RESULTS_DIR [--spark-master URL]`; spark-submit runs this file too.
-`--serve LOG` keeps one session for many folders (spark_analysis/service.py).
+`--serve LOG [--socket PATH]` keeps one session for many folders (spark_analysis/service.py).
 
 Exit codes as `bench gate`, `compare` and `report`: 0 done, 2 bad input (one line naming the
 file and what is wrong). Spark's own start-up and log lines go to
@@ -73,11 +73,20 @@ def main(argv: list[str] | None = None, prog: str = "python -m spark_analysis") 
         help="keep one Spark session and analyse each folder named on stdin, a JSON answer per "
         "line on stdout, Spark's log to LOG (how `bench run` analyses a sweep's cases)",
     )
+    parser.add_argument(
+        "--socket",
+        type=Path,
+        metavar="PATH",
+        help="with --serve: answer on this Unix socket, one connection after another, until "
+        "ended (for many `bench run`s: FANOUT_ANALYSIS_SOCKET=PATH)",
+    )
     args = parser.parse_args(argv)
     if (args.serve is None) == (args.results_dir is None):
         parser.error("give a results folder, or --serve LOG (not both)")
+    if args.socket is not None and args.serve is None:
+        parser.error("--socket needs --serve LOG")
     if args.serve is not None:
-        return serve(args.serve, args.spark_master)
+        return serve(args.serve, args.spark_master, args.socket)
     results_dir: Path = args.results_dir
     log = results_dir / ANALYSIS_LOG if results_dir.is_dir() else None
     try:

@@ -10,13 +10,23 @@ The protocol is a line each way: a results folder in (a run or a sweep, as the o
 takes), and a JSON object out, `{"written": PATH}` or `{"error": MESSAGE, "bad_input": BOOL}`.
 The answers go to the process's original stdout; everything else (the JVM's start-up and log,
 PySpark's prints) goes to LOG, so that no stray line can be taken for an answer.
+
+`--socket PATH` serves the same protocol on a Unix socket instead, to one `bench run` after
+another (`FANOUT_ANALYSIS_SOCKET`, harness/analysis.py): a script or a test suite that runs
+many short runs starts the JVM once, not once a run (on this 2-core VM a small run's analysis
+took 9.4 s of CPU in a fresh process, 2.6 s in a warm one). Each connection first reads a
+line naming the service's master and log, `{"master": URL, "log": LOG}`, so that a run which
+asked for another master analyses by itself.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
@@ -27,30 +37,74 @@ from spark_analysis.job import analyze_path
 from spark_analysis.session import build_session
 
 
-def serve(log: Path, master: str | None) -> int:
-    """Answer each folder named on stdin until it closes; then stop the session."""
+def serve(log: Path, master: str | None, socket_path: Path | None = None) -> int:
+    """Answer each folder named on stdin until it closes (or, with `socket_path`, on each
+    connection to it until the process is ended); then stop the session."""
     answers = _take_stdout(log)
-    spark: SparkSession | None = None
+    session = _Session(master)
     try:
-        for line in sys.stdin:
-            folder = line.rstrip("\n")
-            if not folder:
-                continue
-            try:
-                if spark is None:
-                    spark = build_session(master)
-                written = analyze_path(Path(folder), master=master, spark=spark)
-                answer: dict[str, object] = {"written": str(written)}
-            except AnalysisError as exc:
-                answer = {"error": str(exc), "bad_input": True}
-            except Exception as exc:  # one case's failure must not end the others' analysis
-                print(f"analysis of {folder} failed: {exc!r}", file=sys.stderr, flush=True)
-                answer = {"error": f"{type(exc).__name__}: {exc}", "bad_input": False}
-            _answer(answers, answer)
+        if socket_path is None:
+            for answer in session.answer(sys.stdin):
+                _answer(answers, answer)
+        else:
+            _serve_socket(session, socket_path, {"master": master, "log": str(log)})
     finally:
-        if spark is not None:
-            spark.stop()
+        session.stop()
     return 0
+
+
+class _Session:
+    """One Spark session, built at the first folder and kept for every later one."""
+
+    def __init__(self, master: str | None) -> None:
+        self._master = master
+        self._spark: SparkSession | None = None
+
+    def answer(self, lines: Iterable[str]) -> Iterable[dict[str, object]]:
+        for line in lines:
+            folder = line.rstrip("\n")
+            if folder:
+                yield self._analyze(folder)
+
+    def _analyze(self, folder: str) -> dict[str, object]:
+        try:
+            if self._spark is None:
+                self._spark = build_session(self._master)
+            written = analyze_path(Path(folder), master=self._master, spark=self._spark)
+            return {"written": str(written)}
+        except AnalysisError as exc:
+            return {"error": str(exc), "bad_input": True}
+        except Exception as exc:  # one case's failure must not end the others' analysis
+            print(f"analysis of {folder} failed: {exc!r}", file=sys.stderr, flush=True)
+            return {"error": f"{type(exc).__name__}: {exc}", "bad_input": False}
+
+    def stop(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
+
+
+def _serve_socket(session: _Session, path: Path, hello: dict[str, object]) -> None:
+    """One client at a time, in the order they connect (a run's analysis is seconds; a
+    second run waits in the backlog meanwhile)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # through `finally`: the session stops
+    path.unlink(missing_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        try:
+            server.listen(16)
+            print(f"serving analyses on {path}", flush=True)
+            while True:
+                conn, _ = server.accept()
+                with conn, conn.makefile("r", encoding="utf-8") as lines:
+                    with conn.makefile("w", encoding="utf-8") as out:
+                        try:
+                            _answer(out, hello)
+                            for answer in session.answer(lines):
+                                _answer(out, answer)
+                        except OSError:
+                            pass  # the run went away: the next one is served all the same
+        finally:
+            path.unlink(missing_ok=True)
 
 
 def _take_stdout(log: Path) -> TextIO:

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -69,6 +70,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if moved:
         items[:] = [item for item in items if not item.get_closest_marker("locust")]
         config.hook.pytest_deselected(items=moved)
+    # The analysis service for the tests that may run `bench run` (not for the unit tests
+    # alone, `make test-fast`, which would start it for nothing).
+    for item in items:
+        names = getattr(item, "fixturenames", None)  # a test function's
+        if item.get_closest_marker("integration") and names and "analysis_service" not in names:
+            names.insert(0, "analysis_service")
     # Longest first: pytest-xdist hands out files in this order, and a minutes-long file
     # started last is the whole run's tail.
     longest = {name: i for i, name in enumerate(LONGEST_FILES)}
@@ -250,6 +257,46 @@ def kernel_stamping_on() -> Iterator[None]:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
         rx_timestamps.enable(holder)
         yield
+
+
+ANALYSIS_MASTER = "local[1]"
+"""The master of the session's analysis service: most tests' `bench run --spark-master`."""
+
+
+@pytest.fixture(scope="session")
+def analysis_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One `spark_analysis --serve --socket` per test process (for every integration test),
+    which every `bench run` with
+    ANALYSIS_MASTER that a test starts uses (FANOUT_ANALYSIS_SOCKET, inherited): about 20 runs
+    of `make test` analyse in one JVM per process instead of a JVM each. Its session is built
+    at the first folder, so a process that analyses nothing starts no JVM."""
+    from harness.analysis import SOCKET_ENV
+
+    # A Unix socket's path must be short (108 bytes): not under pytest's deep tmp folders.
+    folder = Path(tempfile.mkdtemp(prefix="fanout-analysis-"))
+    path = folder / "analysis.sock"
+    log = tmp_path_factory.mktemp("analysis-service") / "analysis-spark.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spark_analysis", "--serve", str(log), "--socket", str(path)]
+        + ["--spark-master", ANALYSIS_MASTER],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        eventually(lambda: path.exists() or proc.poll() is not None, timeout_s=60)
+        assert proc.poll() is None, f"the analysis service ended (exit {proc.returncode}): {log}"
+        os.environ[SOCKET_ENV] = str(path)
+        yield path
+    finally:
+        os.environ.pop(SOCKET_ENV, None)
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        path.unlink(missing_ok=True)
+        folder.rmdir()
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import Analysis, AnalysisFailed
-from tests.conftest import ROOT
+from harness.analysis import SOCKET_ENV, Analysis, AnalysisFailed
+from tests.conftest import ANALYSIS_MASTER, ROOT
 from tests.integration.test_analysis_spark import build_run
 
 pytestmark = pytest.mark.integration
@@ -34,17 +34,21 @@ def test_a_corrupt_histogram_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "log4j" in (run_dir / "logs" / "analysis-spark.log").read_text()
 
 
-def test_one_analysis_process_answers_each_folder_and_outlives_bad_ones(tmp_path: Path) -> None:
+def test_one_analysis_process_answers_each_folder_and_outlives_bad_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`bench run`'s analysis of a sweep (harness/analysis.py over `spark_analysis --serve`):
     one process and one Spark session for every folder; a bad folder is answered as such,
     naming the folder and Spark's log, and the next one is analysed by the same session."""
+    monkeypatch.delenv(SOCKET_ENV, raising=False)  # the run's own process, not the service
     good, _ = build_run(tmp_path / "a", "good")
     cut, _ = build_run(tmp_path / "b", "cut", corrupt_blob=True)
     again, _ = build_run(tmp_path / "c", "again")
     log = tmp_path / "logs" / "analysis-spark.log"
     with Analysis("local[1]", tmp_path) as analysis:
         assert analysis.analyze(good) == good / "summary.json"
-        pid = analysis._process().pid
+        assert analysis._proc is not None  # its own process (see the service's test below)
+        pid = analysis._proc.pid
         with pytest.raises(AnalysisFailed) as failed:
             analysis.analyze(cut)
         assert f"analysis of {cut} failed: " in str(failed.value)
@@ -52,7 +56,38 @@ def test_one_analysis_process_answers_each_folder_and_outlives_bad_ones(tmp_path
         with pytest.raises(AnalysisFailed, match="not a folder"):
             analysis.analyze(tmp_path / "missing")
         assert analysis.analyze(again) == again / "summary.json"
-        assert analysis._process().pid == pid  # the same process throughout
+        assert analysis._proc.pid == pid  # the same process throughout
     # Spark's own lines went to the log (answers are parsed as JSON: a stray line would fail).
     assert "log4j" in log.read_text()
     assert (good / "summary.json").is_file() and (again / "summary.json").is_file()
+
+
+def test_runs_in_turn_are_analysed_by_one_service_of_their_master(
+    tmp_path: Path, analysis_service: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With FANOUT_ANALYSIS_SOCKET (the session's service, conftest.py), one run after another
+    is analysed there, no process of their own; a bad folder is answered as such and the
+    service goes on; a run that asked for another master, or names a socket with no service,
+    analyses by itself."""
+    first, _ = build_run(tmp_path / "a", "first")
+    cut, _ = build_run(tmp_path / "b", "cut", corrupt_blob=True)
+    second, _ = build_run(tmp_path / "c", "second")
+    other, _ = build_run(tmp_path / "d", "other")
+    with Analysis(ANALYSIS_MASTER, tmp_path / "run1") as run1:
+        assert run1.analyze(first) == first / "summary.json"
+        assert run1._proc is None and run1._service is not None
+        with pytest.raises(AnalysisFailed, match="corrupt histogram blob"):
+            run1.analyze(cut)
+    with Analysis(ANALYSIS_MASTER, tmp_path / "run2") as run2:
+        assert run2.analyze(second) == second / "summary.json"
+        assert run2._proc is None
+        # Spark's lines went to the service's log, which a failure names.
+        assert run2._log != tmp_path / "run2" / "logs" / "analysis-spark.log"
+        assert "log4j" in run2._log.read_text()
+    with Analysis("local[2]", tmp_path / "run3") as run3:
+        assert run3.analyze(other) == other / "summary.json"
+        assert run3._proc is not None and run3._service is None
+    assert "log4j" in (tmp_path / "run3" / "logs" / "analysis-spark.log").read_text()
+    # No service at the socket named: said, and the run's own process it is.
+    assert Analysis(ANALYSIS_MASTER, tmp_path)._service_pipes(str(tmp_path / "none")) is None
+    assert f"{SOCKET_ENV}={tmp_path / 'none'}: no analysis service there" in capsys.readouterr().err

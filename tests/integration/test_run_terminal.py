@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis import SOCKET_ENV
 from tests.integration.test_harness_runs import _bench, _double_driver, _write
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_sweep_prints_a_line_per_case_and_a_table(tmp_path: Path) -> None:
+def test_a_sweep_prints_a_line_per_case_and_a_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Analysed as a user's run is, by a process of its own (its log is in the sweep's folder).
+    monkeypatch.delenv(SOCKET_ENV, raising=False)
     driver = _double_driver(tmp_path, delay_ms=20, lag_ms=0)
     workload = _write(
         tmp_path / "sweep.yaml",

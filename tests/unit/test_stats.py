@@ -183,8 +183,10 @@ def test_a_family_of_metrics_calls_a_regression_at_the_stated_rate_and_improveme
 
 
 def test_one_sided_families_catch_more_than_one_two_sided_family() -> None:
+    # 300 simulations, not 1,000: the one-sided family caught 1.26× as many as the two-sided
+    # here and 1.30× over 1,000 (at 1.4 ms a t-test, the 1,000 cost 27 s of CPU).
     rng = np.random.default_rng(31)
-    noise = rng.normal(0, CV, (SIMULATIONS, 2, FAMILY, N))
+    noise = rng.normal(0, CV, (300, 2, FAMILY, N))
     effect = np.zeros((FAMILY, 1))
     effect[0] = 0.12  # one metric 12.7 % worse, the other eight unchanged
     caught = 0
