@@ -102,7 +102,8 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
         )
         run = subprocess.run(
             [sys.executable, "-m", "harness", "run", str(workload), "--driver", str(driver)]
-            + ["--workers", "1", "--results", str(tmp_path / "results")],
+            + ["--workers", "1", "--results", str(tmp_path / "results")]
+            + ["--spark-master", "local[1]"],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, start_broker
+from harness.analysis import Analysis
+from tests.conftest import ANALYSIS_MASTER, ROOT, start_broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
@@ -89,26 +90,10 @@ def _finished(proc: subprocess.Popen[str]) -> Path:
 
 
 def _analyze(*runs: Path) -> list[dict]:
-    """Every run in one Spark session (one JVM start for all of them)."""
-    code = textwrap.dedent(
-        """
-        import sys
-        from pathlib import Path
-        from spark_analysis.job import analyze_run
-        from spark_analysis.session import DEFAULT_MASTER, session_scope
-        with session_scope(None, DEFAULT_MASTER) as spark:
-            for run in sys.argv[1:]:
-                analyze_run(Path(run), spark=spark)
-        """
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code, *map(str, runs)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    """Every run in one Spark session: the test process's analysis service (conftest.py)."""
+    with Analysis(ANALYSIS_MASTER, runs[0]) as analysis:
+        for run in runs:
+            analysis.analyze(run)
     return [json.loads((run / "summary.json").read_text()) for run in runs]
 
 

@@ -40,7 +40,8 @@ def test_a_rate_limited_run_reports_its_throttling(tmp_path):
     )
     result = subprocess.run(
         [sys.executable, "-m", "harness", "run", str(workload), "--driver", str(driver)]
-        + ["--workers", "1", "--results", str(tmp_path / "results")],
+        + ["--workers", "1", "--results", str(tmp_path / "results")]
+        + ["--spark-master", "local[1]"],
         cwd=ROOT,
         capture_output=True,
         text=True,
