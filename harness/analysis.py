@@ -59,9 +59,14 @@ class Analysis:
         except OSError:
             line = ""
         if not line:
+            ended = (
+                f"its process ended (exit {self._proc.wait()})"
+                if self._proc is not None
+                else f"the analysis service at {self._service_path} ended"
+            )
             self.close()
             raise AnalysisFailed(
-                f"analysis of {folder} failed: its process ended; raw results are kept; "
+                f"analysis of {folder} failed: {ended}; raw results are kept; "
                 f"Spark's log: {self._log}"
             )
         answer = json.loads(line)
@@ -130,6 +135,12 @@ class Analysis:
             return None
         if hello.get("master") != self._master:
             conn.close()
+            print(
+                f"bench run: the analysis service at {path} runs Spark master "
+                f"{hello.get('master')}, this run asked for {self._master}: analysing in a "
+                "process of this run's own",
+                file=sys.stderr,
+            )
             return None
         self._service = conn
         self._log = Path(hello.get("log", self._log))

@@ -47,7 +47,7 @@ def serve(log: Path, master: str | None, socket_path: Path | None = None) -> int
             for answer in session.answer(sys.stdin):
                 _answer(answers, answer)
         else:
-            _serve_socket(session, socket_path, {"master": master, "log": str(log)})
+            _serve_socket(session, socket_path, {"master": master, "log": str(log.resolve())})
     finally:
         session.stop()
     return 0

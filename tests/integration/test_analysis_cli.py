@@ -85,6 +85,9 @@ def test_runs_in_turn_are_analysed_by_one_service_of_their_master(
         assert "log4j" in run2._log.read_text()
     # A run that asked for another master: its own process (which the test above runs).
     assert Analysis("local[2]", tmp_path)._service_pipes(str(analysis_service)) is None
+    assert f"runs Spark master {ANALYSIS_MASTER}, this run asked for local[2]" in (
+        capsys.readouterr().err
+    )
     # No service at the socket named: said, and the run's own process it is.
     assert Analysis(ANALYSIS_MASTER, tmp_path)._service_pipes(str(tmp_path / "none")) is None
     assert f"{SOCKET_ENV}={tmp_path / 'none'}: no analysis service there" in capsys.readouterr().err
