@@ -109,7 +109,9 @@ def main(argv: list[str]) -> int:
         "--spark-master",
         default="local[*]",
         help="Spark master for the analysis (default local[*]: Spark in this machine's "
-        "process; spark://HOST:7077 for a cluster)",
+        "process; spark://HOST:7077 for a cluster). With FANOUT_ANALYSIS_SOCKET set, a running "
+        "`spark_analysis --serve LOG --socket PATH` of this master analyses the run "
+        "(docs/analysis.md)",
     )
     parser.add_argument("--no-analysis", action="store_true", help="stop after the raw results")
     parser.add_argument(
