@@ -134,6 +134,7 @@ class Analysis:
             )
             return None
         if hello.get("master") != self._master:
+            stdout.close()  # its file holds the socket open as much as `conn` does
             conn.close()
             print(
                 f"bench run: the analysis service at {path} runs Spark master "

@@ -266,10 +266,10 @@ ANALYSIS_MASTER = "local[1]"
 @pytest.fixture(scope="session")
 def analysis_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One `spark_analysis --serve --socket` per test process (for every integration test),
-    which every `bench run` with
-    ANALYSIS_MASTER that a test starts uses (FANOUT_ANALYSIS_SOCKET, inherited): about 20 runs
-    of `make test` analyse in one JVM per process instead of a JVM each. Its session is built
-    at the first folder, so a process that analyses nothing starts no JVM."""
+    which every `bench run` with ANALYSIS_MASTER that a test starts uses (FANOUT_ANALYSIS_SOCKET,
+    inherited): about 20 runs of `make test` analyse in one JVM per process instead of a JVM
+    each. Its session is built at the first folder, so a process that analyses nothing starts
+    no JVM."""
     from harness.analysis import SOCKET_ENV
 
     # A Unix socket's path must be short (108 bytes): not under pytest's deep tmp folders.
