@@ -116,7 +116,7 @@ class Ack(Event):
     request_id: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see MessageRun
 class AckRun(Event):
     """ACKs in a row in their common shape (one message id, no request id) that acknowledge
     the same message the same way for consumers `consumer_ids`, read from bytes in one pass
@@ -210,7 +210,11 @@ class Message(Event):
         return self.command.message_id
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, unlike the other events: one is built for every read of a delivery (with one
+# connection per consumer, for every delivery), and a frozen dataclass sets each field through
+# object.__setattr__: 1.24 µs for these nine against 0.19 µs (timeit, Python 3.11). Handlers
+# must not change one all the same.
+@dataclass(slots=True)
 class MessageRun(Event):
     """Consecutive MESSAGEs of one entry, to each of `consumer_ids` in order: what a `Message`
     per consumer id would say, read from bytes without protobuf (a broadcast entry reaches

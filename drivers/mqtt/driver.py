@@ -25,12 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import gevent
-
 from drivers.base import ConsumerCallback, ConsumerSpec, SubscribeResult
 from drivers.config import InvalidValue, Parser, check_keys, describe, integer, parse_section
 from drivers.mqtt.connection import MqttConnection
 from drivers.mqtt.packets import MQTT_3_1_1, MQTT_5
+from drivers.net.keep_alive import keep_alive as keep_alive_loop
 from drivers.peer.connection import RequestFailed, now_us
 from drivers.peer.driver import PeerDriver
 from drivers.peer.pool import Connections
@@ -170,7 +169,7 @@ class MqttDriver(PeerDriver[MqttConnection]):
         self._initialize(config.client, callback, consumers_per_connection, service_url)
         keep_alive = config.client.keep_alive_seconds
         if keep_alive:
-            self._group.spawn(self._keep_alive_loop, keep_alive / 2)
+            self._group.spawn(keep_alive_loop, lambda: self._ready().live, keep_alive / 2)
 
     def _make_connection(
         self,
@@ -217,9 +216,3 @@ class MqttDriver(PeerDriver[MqttConnection]):
                 spec.index, conn_id, start_us, max(start_us, now_us()), False, str(exc)
             )
         return SubscribeResult(spec.index, conn.id, start_us, max(start_us, end_us), True)
-
-    def _keep_alive_loop(self, interval: float) -> None:
-        while True:
-            gevent.sleep(interval)
-            for conn in list(self._ready().live):
-                conn.ping()

@@ -11,11 +11,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-import gevent
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, DriverError
 from drivers.net.deliveries import deliveries_for
+from drivers.net.keep_alive import keep_alive
 from drivers.net.reactor import Reactor
 from drivers.net.sockets import FD_MARGIN, socket_budget, source_address
 from drivers.pulsar.ack_flusher import AckFlusher
@@ -45,7 +45,8 @@ class ConnectionPool:
         self._service = Route.service(settings)
         self._slots: dict[tuple[Route, int], Connection] = {}
         self._live: set[Connection] = set()
-        self._pinger = group.spawn(self._ping_loop)
+        # PING every open connection every 30 s, as the official clients do.
+        self._pinger = group.spawn(keep_alive, lambda: self._live, PING_INTERVAL_SECONDS)
         self._on_consumers_lost = on_consumers_lost
         self._acks = AckFlusher(settings.consumer.ack_group_time_ms, group)
         # One of each for every connection: a message read on many sockets is decoded once and
@@ -124,10 +125,3 @@ class ConnectionPool:
             conn.close()
         self._pinger.kill(block=False)
         self._acks.close()
-
-    def _ping_loop(self) -> None:
-        """PING every open connection every 30 s, as the official clients do."""
-        while True:
-            gevent.sleep(PING_INTERVAL_SECONDS)
-            for conn in list(self._live):
-                conn.ping()
