@@ -32,9 +32,10 @@ class Pingable(Protocol):
 
 
 C = TypeVar("C", bound=Pingable)
+T = TypeVar("T")
 
 
-def slices_of(connections: list[C]) -> list[list[C]]:
+def slices_of(connections: list[T]) -> list[list[T]]:
     """`connections` (in a stable order) cut into the interval's slices: as many as PER_SLICE
     asks for, at most MAX_SLICES, at least one."""
     count = max(1, min(MAX_SLICES, -(-len(connections) // PER_SLICE)))
