@@ -29,7 +29,7 @@ from drivers.base import ConsumerCallback, ConsumerSpec, SubscribeResult
 from drivers.config import InvalidValue, Parser, check_keys, describe, integer, parse_section
 from drivers.mqtt.connection import MqttConnection
 from drivers.mqtt.packets import MQTT_3_1_1, MQTT_5
-from drivers.net.keep_alive import keep_alive as keep_alive_loop
+from drivers.net.keep_alive import keep_alive
 from drivers.peer.connection import RequestFailed, now_us
 from drivers.peer.driver import PeerDriver
 from drivers.peer.pool import Connections
@@ -167,9 +167,9 @@ class MqttDriver(PeerDriver[MqttConnection]):
     ) -> None:
         self._config = config
         self._initialize(config.client, callback, consumers_per_connection, service_url)
-        keep_alive = config.client.keep_alive_seconds
-        if keep_alive:
-            self._group.spawn(keep_alive_loop, lambda: self._ready().live, keep_alive / 2)
+        seconds = config.client.keep_alive_seconds
+        if seconds:
+            self._group.spawn(keep_alive, lambda: self._ready().live, seconds / 2)
 
     def _make_connection(
         self,
