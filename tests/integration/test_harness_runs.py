@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 
 from results_contract.hlog import decode, new_histogram, read_intervals
 from tests.conftest import ROOT
+from tests.faketime import LIBFAKETIME, MISSING, clock_ahead
 
 pytestmark = pytest.mark.integration
 
@@ -242,10 +242,7 @@ def test_workers_elsewhere_ship_their_raw_files_to_the_coordinator(tmp_path):
     assert _merged(run_dir, "e2e").get_total_count() > 0
 
 
-FAKETIME = shutil.which("faketime")
-
-
-@pytest.mark.skipif(FAKETIME is None, reason="needs Debian's faketime (.ci/run installs it)")
+@pytest.mark.skipif(LIBFAKETIME is None, reason=MISSING)
 def test_a_worker_whose_clock_is_3_s_ahead_is_measured_and_corrected(tmp_path):
     """Two workers, one under libfaketime 3 s ahead, on the real broker: the producer sits on
     one of them and consumers on both, so every uncorrected latency would be off by ±3 s."""
@@ -274,14 +271,12 @@ def test_a_worker_whose_clock_is_3_s_ahead_is_measured_and_corrected(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert FAKETIME is not None  # for the type checker: skipped above otherwise
     skewed = subprocess.Popen(
-        [FAKETIME, "-f", "+3s", sys.executable, "-m", "harness", "worker"]
-        + ["--master", f"127.0.0.1:{master_port}"],
+        [sys.executable, "-m", "harness", "worker"] + ["--master", f"127.0.0.1:{master_port}"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1"},
+        env=clock_ahead(3),
     )
     try:
         out, err = run.communicate(timeout=180)
@@ -296,7 +291,7 @@ def test_a_worker_whose_clock_is_3_s_ahead_is_measured_and_corrected(tmp_path):
     assert manifest["partial"] is False
     applied = sorted(c["applied_ms"] for c in manifest["clocks"].values())
     assert applied[0] == 0.0  # the coordinator's own worker: same clock, nothing applied
-    assert 2990 < applied[1] < 3100  # faketime's +3 s, plus the time it took to start
+    assert 2990 < applied[1] < 3100  # libfaketime's +3 s, plus the time it took to start
     totals = manifest["worker_totals"].values()
     assert sum(t["out_of_range"] for t in totals) == 0
     assert sum(t["received"] for t in totals) == sum(t["sent"] for t in totals) * 10
