@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 
 import yaml
 
 from broker.config import BrokerConfig, BrokerConfigError
+
+SETTINGS = tuple(f.name for f in fields(BrokerConfig))
+"""Every setting `--config` and `--set` take: `bench run` checks a driver file's `broker:`
+section against them before it starts anything (harness/run_command.py)."""
+
+
+def settings_problem(settings: Mapping[str, object], source: str) -> str | None:
+    """What the broker would refuse in `settings` when it starts (one line naming `source`);
+    None when it would take them."""
+    try:
+        BrokerConfig.from_mapping(dict(settings), source)
+    except BrokerConfigError as exc:
+        return str(exc)
+    return None
 
 
 def _setting(text: str) -> tuple[str, object]:

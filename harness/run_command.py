@@ -21,12 +21,15 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import locust  # noqa: F401, I001 - gevent monkey-patching must come before sockets are made
 
+from broker.cli import SETTINGS as BROKER_SETTINGS
+from broker.cli import settings_problem
 from drivers.base import MessageSizeLimit
-from drivers.config import ConfigError
+from drivers.config import ConfigError, InvalidValue, check_keys, integer
 from harness.analysis import Analysis, AnalysisFailed
 from harness.coordinator import Coordinator, RunError, is_loopback_url, worker_count_for
 from harness.driver_config import DriverFile, load_driver_file
@@ -61,6 +64,24 @@ def _case_result(run_dir: Path, shown: str, analysis: Analysis, progress: Progre
 PARTIAL = 3
 
 
+def _whole(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An option's whole number, refused as the workload's keys are (drivers/config.py): a
+    negative `--workers` is not taken for 0, auto."""
+
+    def parse(text: str) -> int:
+        try:
+            value = integer(minimum)(int(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        except InvalidValue as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
+        return value
+
+    return parse
+
+
 def _partial(run_dirs: list[Path]) -> list[str]:
     """`folder: reasons` of each run whose manifest says it is partial."""
     found = []
@@ -85,10 +106,16 @@ def main(argv: list[str]) -> int:
         "it to run the workload against each broker, side by side",
     )
     parser.add_argument("--results", type=Path, default=Path("results"), help="results folder")
-    parser.add_argument("--workers", type=int, default=0, help="local worker processes (0 = auto)")
+    parser.add_argument(
+        "--workers",
+        type=_whole(0),
+        default=0,
+        help="local worker processes (default 0: the workload's `workers`, else one per core, "
+        "or more when the connections need them)",
+    )
     parser.add_argument(
         "--remote-workers",
-        type=int,
+        type=_whole(0),
         default=0,
         help="also wait for this many `bench worker` processes from other hosts",
     )
@@ -100,7 +127,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--master-port",
-        type=int,
+        type=_whole(0, 65535),
         default=0,
         help="port the coordinator listens on for workers (default 0: any free one; fix it "
         "when workers on other hosts must be told it, or a firewall opens one)",
@@ -139,7 +166,7 @@ def main(argv: list[str]) -> int:
     def local_workers(case: Workload, driver: DriverFile) -> int:
         if args.remote_workers:
             return 0  # their share here is not known; the bundled broker is still counted
-        return worker_count_for(RunPlan.make("-", case, driver), args.workers)
+        return worker_count_for(RunPlan.make("-", case, driver), args.workers or case.workers)
 
     for warning in memory_warnings(spec.cases, drivers, local_workers):
         print(f"bench run: warning: {args.workload}: {warning}", file=sys.stderr)
@@ -236,6 +263,13 @@ def main(argv: list[str]) -> int:
 def _checked_driver(path: Path | None, cases: tuple[Workload, ...], workload: Path) -> DriverFile:
     """A driver file that can run every case: partitions it can make, modes its broker has."""
     driver = load_driver_file(path)
+    if driver.broker:
+        # The bundled broker's settings are the broker's (harness/driver_config.py passes them
+        # on): checked here, so a misspelt one stops the run before a broker or folder exists.
+        check_keys(driver.broker, BROKER_SETTINGS, f"{path}: ", prefix="broker.")
+        problem = settings_problem(driver.broker, str(path))
+        if problem is not None:
+            raise ConfigError(problem)
     partitioned = max(case.partitions_per_topic for case in cases)
     problem = driver.config.partitions_problem(partitioned)
     if problem is not None:

@@ -2,8 +2,9 @@
 `--serve LOG [--socket PATH]` keeps one session for many folders (spark_analysis/service.py).
 
 Exit codes as `bench gate`, `compare` and `report`: 0 done, 2 bad input (one line naming the
-file and what is wrong). Spark's own start-up and log lines go to
-RESULTS_DIR/logs/analysis-spark.log, not between the command and its answer.
+file and what is wrong, leaving nothing behind). Spark's own start-up and log lines go to
+RESULTS_DIR/logs/analysis-spark.log (a run or sweep folder), not between the command and its
+answer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from results_contract.paths import ANALYSIS_LOG
+from results_contract.paths import ANALYSIS_LOG, MANIFEST_FILE, SWEEP_FILE
 from spark_analysis.errors import AnalysisError
 from spark_analysis.job import analyze_path
 from spark_analysis.service import serve
@@ -88,12 +89,15 @@ def main(argv: list[str] | None = None, prog: str = "python -m spark_analysis") 
     if args.serve is not None:
         return serve(args.serve, args.spark_master, args.socket)
     results_dir: Path = args.results_dir
-    log = results_dir / ANALYSIS_LOG if results_dir.is_dir() else None
+    # Only a run or sweep folder gets the log: a failed analysis of any other leaves nothing.
+    is_results = any((results_dir / name).is_file() for name in (MANIFEST_FILE, SWEEP_FILE))
+    log = results_dir / ANALYSIS_LOG if is_results else None
     try:
         with spark_output_in(log):
             written = analyze_path(results_dir, master=args.spark_master)
     except AnalysisError as exc:
-        print(f"spark_analysis: {exc}", file=sys.stderr)
+        # Named as it was called: `bench analyze: ...`, else `spark_analysis: ...`.
+        print(f"{prog.removeprefix('python -m ')}: {exc}", file=sys.stderr)
         return BAD_INPUT
     print(written)
     return 0

@@ -16,7 +16,7 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.integration
 
 
-def _refused(tmp_path: Path, extra: str) -> str:
+def _refused(tmp_path: Path, extra: str, *options: str) -> str:
     workload = tmp_path / "w.yaml"
     workload.write_text(
         textwrap.dedent(
@@ -31,7 +31,7 @@ def _refused(tmp_path: Path, extra: str) -> str:
     )
     done = subprocess.run(
         [sys.executable, "-m", "harness", "run", str(workload)]
-        + ["--results", str(tmp_path / "results"), "--no-analysis"],
+        + ["--results", str(tmp_path / "results"), "--no-analysis", *options],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -60,3 +60,24 @@ def test_a_message_of_a_gigabyte_is_refused_with_the_brokers_maximum(tmp_path: P
         "largest message the broker of driver 'bundled' takes (5,242,880 bytes): use at most "
         "5242880"
     )
+
+
+@pytest.mark.parametrize(
+    ("broker", "problem"),
+    [
+        (
+            "journalSynData: false",
+            "unknown key 'broker.journalSynData' (did you mean 'broker.journalSyncData'?)",
+        ),
+        ("journalSyncData: 'no'", "broker setting 'journalSyncData': expected bool, got 'no'"),
+    ],
+)
+def test_a_bad_bundled_broker_setting_is_refused_before_the_broker_starts(
+    tmp_path: Path, broker: str, problem: str
+) -> None:
+    """Issue 37: a misspelt `broker:` setting started the run, wrote its folder, then failed
+    with 'bundled broker exited with 2', the key named only in the broker's log."""
+    driver = tmp_path / "d.yaml"
+    driver.write_text(f"name: d\nbroker:\n  {broker}\n")
+    line = _refused(tmp_path, "consumersPerTopic: 1\nmessageSize: 100\n", "--driver", str(driver))
+    assert line == f"bench run: {driver}: {problem}"

@@ -55,3 +55,31 @@ def test_every_option_has_a_help_text(command, monkeypatch) -> None:
         if not isinstance(action, argparse._HelpAction) and not action.help
     ]
     assert lacking == []
+
+
+def test_bench_analyze_of_a_folder_that_is_no_run_leaves_it_empty(tmp_path, capsys) -> None:
+    """Issue 37: it wrote logs/analysis-spark.log first, and said `spark_analysis:`."""
+    assert main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"bench analyze: {tmp_path / 'manifest.json'}: missing\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.locust
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        ("--workers", "-1", "must not be negative, got -1"),
+        ("--remote-workers", "-2", "must not be negative, got -2"),
+        ("--remote-workers", "two", "expected an integer, got 'two'"),
+        ("--master-port", "70000", "must be at most 65535, got 70000"),
+    ],
+)
+def test_bench_run_refuses_a_count_out_of_range(tmp_path, capsys, option, value, problem) -> None:
+    """Issue 37: `--workers -1` ran as 0 (auto), while the workload's `workers: -1` is refused."""
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "w.yaml", option, value, "--results", str(tmp_path / "results")])
+    assert exited.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"bench run: error: argument {option}: {problem}"
+    assert not (tmp_path / "results").exists()

@@ -117,7 +117,7 @@ ALLOWED = {
 # The `bench` command and the end of `bench run` hand over to the other stages' entry points.
 ORCHESTRATORS = {
     "harness.cli": {"broker.cli", "spark_analysis", "reports"},
-    "harness.run_command": {"spark_analysis", "reports"},
+    "harness.run_command": {"broker.cli", "spark_analysis", "reports"},
 }
 
 
