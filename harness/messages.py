@@ -166,6 +166,16 @@ class ProgressReport(Message):
     total_received: int = 0
     e2e_hist: str | None = None
     """The whole measurement's e2e histogram so far (base64), for a merged P99."""
+    cpu: float = 0.0
+    """The last second's CPU, % of one core (the timeline's `cpu`)."""
+    loop_lag_ms: float = 0.0
+    """The last second's worst event-loop lag (the timeline's `loop_lag_ms`)."""
+    out_of_order: int = 0
+    """Deliveries so far not above their consumer's last sequence number (deliveries.csv)."""
+    duplicated: int = 0
+    """Of those, the ones repeating their consumer's last sequence number."""
+    kernel_hist: str | None = None
+    """The last interval's e2e_kernel histogram (base64), for /metrics (live_metrics.py)."""
 
     @classmethod
     def from_progress(cls, worker_id: str, progress: dict[str, Any]) -> ProgressReport:

@@ -232,6 +232,9 @@ class Recorder:
         self.connected = self.failed = 0
         self.total_sent = self.total_received = self.total_errors = 0
         self.out_of_range = 0
+        self.out_of_order = self.duplicated = 0
+        """Deliveries so far not above their consumer's last sequence number, and of those the
+        ones equal to it (a repeat); counted on that rare branch only (live_metrics.py)."""
         self.loop_lag_ms = 0.0
         self.on_deliveries: Callable[[], None] | None = None
         """Called at most every ACTIVITY_US while deliveries come in (the worker's loop-lag
@@ -524,6 +527,8 @@ class Recorder:
                 last_seq[index] = seq
             else:
                 out_of_order[index] += 1
+                self.out_of_order += 1
+                self.duplicated += seq == last_seq[index]
 
     def _make_room(self, index: int) -> None:
         more = index + 1 - len(self._by_consumer)
@@ -567,6 +572,9 @@ class Recorder:
         length = now - self._interval_start
         self._flush_kernel_runs()
         self._flush_stage_runs()
+        kernel = self._intervals[E2E_KERNEL]
+        # The interval's kernel latencies for /metrics (harness/live_metrics.py), before reset.
+        kernel_hist = kernel.encode().decode("ascii") if kernel.get_total_count() else None
         for metric, hist in self._intervals.items():
             if hist.get_total_count():
                 self._hlog.write(metric, self._interval_start, length, hist)
@@ -604,6 +612,9 @@ class Recorder:
             else None,
             "total_sent": self.total_sent,
             "total_received": self.total_received,
+            "out_of_order": self.out_of_order,
+            "duplicated": self.duplicated,
+            "kernel_hist": kernel_hist,
         }
         self.sent = self.received = self.errors = 0
         self.loop_lag_ms = 0.0

@@ -33,3 +33,28 @@ BURST_MIN_WINDOW_MS = 50.0
 
 # The verdict's `note` when a run has no kernel receive times (docs/results.md).
 NO_KERNEL_TIMES = "no kernel receive times: judged on CPU and loop lag only"
+
+
+# The rules as predicates: the analysis (spark_analysis/client_bound.py) judges a whole run
+# with them, and /metrics (harness/live_metrics.py) the run so far.
+def cpu_hot(cpu_percent: float) -> bool:
+    """Rules 2 and 4: a second (or a burst) above CPU_LIMIT_PERCENT of one core."""
+    return cpu_percent > CPU_LIMIT_PERCENT
+
+
+def too_many_hot(hot_seconds: int, measure_seconds: int) -> bool:
+    """Rules 2 and 4: more than HOT_FRACTION_LIMIT of the measure seconds hot."""
+    return hot_seconds > HOT_FRACTION_LIMIT * measure_seconds
+
+
+def loop_lag_too_long(max_loop_lag_ms: float) -> bool:
+    """Rule 3: an event loop that stalled over LOOP_LAG_LIMIT_MS in some second."""
+    return max_loop_lag_ms > LOOP_LAG_LIMIT_MS
+
+
+def distorted(distortion_ms: float, e2e_p99_ms: float | None) -> bool:
+    """Rule 1: the read-time P99 later than the kernel's by more than DISTORTION_FLOOR_MS and
+    more than DISTORTION_SHARE_LIMIT of the read-time P99."""
+    return distortion_ms > DISTORTION_FLOOR_MS and distortion_ms > DISTORTION_SHARE_LIMIT * (
+        e2e_p99_ms or 0.0
+    )

@@ -24,9 +24,12 @@ from results_contract.client_bound import (
     CPU_LIMIT_PERCENT,
     DISTORTION_FLOOR_MS,
     DISTORTION_SHARE_LIMIT,
-    HOT_FRACTION_LIMIT,
     LOOP_LAG_LIMIT_MS,
     NO_KERNEL_TIMES,
+    cpu_hot,
+    distorted,
+    loop_lag_too_long,
+    too_many_hot,
 )
 from results_contract.columns import BURST_COLUMNS
 from results_contract.summary import ClientBound
@@ -75,7 +78,7 @@ def burst_load(
     return BurstLoad(
         worker,
         seconds=len(windows),
-        hot_seconds=sum(1 for _, cpu, _ in windows if cpu > CPU_LIMIT_PERCENT),
+        hot_seconds=sum(1 for _, cpu, _ in windows if cpu_hot(cpu)),
         cpu=round(statistics.median(cpu for _, cpu, _ in windows), 1),
         window_ms=round(statistics.median(w for w, _, _ in windows), 1),
         wait=round(statistics.median(wait for _, _, wait in windows), 1),
@@ -139,11 +142,7 @@ def judge(
         else None
     )
     distortion_share = _share(distortion, e2e)
-    if (
-        distortion is not None
-        and distortion > DISTORTION_FLOOR_MS
-        and distortion > DISTORTION_SHARE_LIMIT * (e2e or 0.0)
-    ):
+    if distortion is not None and distorted(distortion, e2e):
         reasons.append(
             f"the client added {distortion:g} ms ({distortion_share:.0%}) to the end-to-end P99 "
             f"(limits: {DISTORTION_SHARE_LIMIT:.0%} and {DISTORTION_FLOOR_MS:g} ms); "
@@ -152,21 +151,21 @@ def judge(
         broken.append("distortion")
     hot_workers = set()
     for load in loads:
-        if load.hot_seconds > HOT_FRACTION_LIMIT * measure_seconds:
+        if too_many_hot(load.hot_seconds, measure_seconds):
             hot_workers.add(load.worker)
             reasons.append(
                 f"{load.worker}: CPU above {CPU_LIMIT_PERCENT:g}% of a core for "
                 f"{load.hot_seconds} of {measure_seconds} s"
             )
             broken.append("cpu")
-        if load.max_loop_lag_ms > LOOP_LAG_LIMIT_MS:
+        if loop_lag_too_long(load.max_loop_lag_ms):
             reasons.append(
                 f"{load.worker}: event loop lag reached {load.max_loop_lag_ms:g} ms "
                 f"(limit {LOOP_LAG_LIMIT_MS:g} ms)"
             )
             broken.append("loop_lag")
     for burst in bursts:
-        if burst.hot_seconds > HOT_FRACTION_LIMIT * measure_seconds:
+        if too_many_hot(burst.hot_seconds, measure_seconds):
             broken.append("burst_cpu")
             if burst.worker not in hot_workers:
                 reasons.append(
