@@ -23,7 +23,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 import gevent
@@ -61,6 +61,9 @@ from results_contract.paths import (
     raw_dir,
 )
 from results_contract.summary import Copied
+
+if TYPE_CHECKING:
+    from harness.live_metrics import LiveMetrics
 
 __all__ = ["Coordinator", "RunError", "worker_count_for"]
 
@@ -155,6 +158,8 @@ class Coordinator:
         master_bind: str = "127.0.0.1",
         master_port: int = 0,
         progress: Progress | None = None,
+        live: LiveMetrics | None = None,
+        case: str = "",
     ) -> None:
         self.plan = plan
         self.driver = driver
@@ -182,6 +187,11 @@ class Coordinator:
         """'backlog' while the backlog test builds and drains: the progress line says so."""
         self.broker_clock: dict[str, object] = {}
         """The broker host's clock offset (harness/broker_clock.py), for the manifest."""
+        self.phase = "starting"
+        """What /metrics says the run is doing (harness/live_metrics.py PHASES)."""
+        self.live = live
+        if live is not None:
+            live.watch(self, case)
 
     # -- the whole run -------------------------------------------------------------------------
     def run(self) -> Path:
@@ -355,6 +365,8 @@ class Coordinator:
             progress=self.progress,
         )
         env.events.init.add_listener(group.on_init)
+        if self.live is not None:
+            group.on_progress = self.live.on_progress
         env.events.init.fire(environment=env, runner=runner, web_ui=None)
         try:
             group.start(more=self._more_workers)
@@ -368,6 +380,7 @@ class Coordinator:
             spawner.kill(block=False)
             self._write_topic_stats()
             group.finish()
+            self.phase = "done"
             self.phases["drain_end"] = max(self.phases.get("drain_end", 0), time.time())
         finally:
             runner.quit()
@@ -410,6 +423,7 @@ class Coordinator:
     # -- phases ---------------------------------------------------------------------------------
     def _show(self, phase: str, totals: Totals, remaining_s: float | None) -> None:
         """One progress line from the merged totals; no P99 while connecting."""
+        self.phase = phase
         self.progress.show(
             phase,
             totals.connected,

@@ -31,6 +31,13 @@ from broker.cli import settings_problem
 from drivers.base import MessageSizeLimit
 from drivers.config import ConfigError, InvalidValue, check_keys, integer
 from harness.analysis import Analysis, AnalysisFailed
+from harness.channel import (
+    SECRET_ENV,
+    SecretError,
+    read_secret_file,
+    secret_from_environment,
+    write_secret_file,
+)
 from harness.coordinator import Coordinator, RunError, is_loopback_url, worker_count_for
 from harness.driver_config import DriverFile, load_driver_file
 from harness.manifest import PROJECT_ROOT
@@ -133,6 +140,14 @@ def main(argv: list[str]) -> int:
         "when workers on other hosts must be told it, or a firewall opens one)",
     )
     parser.add_argument(
+        "--secret-file",
+        type=Path,
+        metavar="FILE",
+        help="the secret every worker proves it holds (mode 600; made when missing: copy it "
+        "to each worker host for bench worker --secret-file). Default: FANOUT_WORKER_SECRET, "
+        "else a new one for this run's local workers only (docs/security.md)",
+    )
+    parser.add_argument(
         "--spark-master",
         default="local[*]",
         help="Spark master for the analysis (default local[*]: Spark in this machine's "
@@ -141,6 +156,13 @@ def main(argv: list[str]) -> int:
         "(docs/analysis.md)",
     )
     parser.add_argument("--no-analysis", action="store_true", help="stop after the raw results")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus /metrics of the run while it goes on this port, on the "
+        "--master-bind address (0: any free port, printed; default: none). Also /targets, "
+        "Prometheus HTTP service discovery of it and the bundled broker (docs/results.md)",
+    )
     parser.add_argument(
         "--repeat",
         type=int,
@@ -160,6 +182,11 @@ def main(argv: list[str]) -> int:
                 "broker's cases are told apart by it (rename one)"
             )
     except ConfigError as exc:
+        print(f"bench run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        _set_worker_secret(args.secret_file, args.remote_workers)
+    except SecretError as exc:
         print(f"bench run: {exc}", file=sys.stderr)
         return 2
 
@@ -183,6 +210,16 @@ def main(argv: list[str]) -> int:
     run_dirs: list[Path] = []
     case_keys: list[str] = []
     testbed = collect(PROJECT_ROOT)
+    live = None
+    if args.metrics_port is not None:
+        from harness.live_metrics import LiveMetrics
+
+        try:
+            live = LiveMetrics(args.metrics_port, args.master_bind, testbed.key)
+        except OSError as exc:
+            print(f"bench run: --metrics-port {args.metrics_port}: {exc}", file=sys.stderr)
+            return 2
+        progress.note(f"metrics: {live.url}")
     try:
         for i, (driver, case, r) in enumerate(runs):
             slug = f"{driver.name}_{case.slug}" if side_by_side else case.slug
@@ -209,6 +246,8 @@ def main(argv: list[str]) -> int:
                 master_bind=args.master_bind,
                 master_port=args.master_port,
                 progress=progress,
+                live=live,
+                case=shown or case.name,
             ).run()
             write_testbed(run_dir, testbed)
             run_dirs.append(run_dir)
@@ -256,8 +295,32 @@ def main(argv: list[str]) -> int:
         return 130
     finally:
         analysis.close()
+        if live is not None:
+            live.close()
     print(os.path.abspath(report))
     return PARTIAL if partial else 0
+
+
+def _set_worker_secret(path: Path | None, remote_workers: int) -> None:
+    """The run's secret in this process's environment, where the worker group and the local
+    workers it starts read it: from `path` (made when missing), or as it is there already;
+    without either a group makes its own, which workers from other hosts cannot know."""
+    if path is not None:
+        if path.exists():
+            secret = read_secret_file(path)
+        else:
+            secret = write_secret_file(path)
+            print(
+                f"bench run: wrote a new worker secret to {path}: copy it to each worker host "
+                "(bench worker --secret-file)",
+                file=sys.stderr,
+            )
+        os.environ[SECRET_ENV] = secret
+    elif secret_from_environment() is None and remote_workers:
+        raise SecretError(
+            f"--remote-workers {remote_workers}: workers from other hosts must hold the run's "
+            f"secret: give --secret-file FILE (made when missing) or set {SECRET_ENV}"
+        )
 
 
 def _checked_driver(path: Path | None, cases: tuple[Workload, ...], workload: Path) -> DriverFile:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import subprocess
 import sys
 import time
@@ -33,6 +34,7 @@ from gevent.event import AsyncResult, Event
 from gevent.pool import Group
 from locust.runners import HEARTBEAT_INTERVAL, STATE_MISSING, MasterRunner
 
+from harness.channel import SECRET_ENV, MasterChannel, new_secret, secret_from_environment
 from harness.clock import PINGS, ClockOffset, ClockSample, estimate
 from harness.messages import (
     ClockPing,
@@ -45,19 +47,24 @@ from harness.messages import (
     ProgressReport,
     PublishRate,
     RawFile,
+    Refused,
     RunConfig,
     WorkerError,
     WorkerReady,
-    listen,
+    listen_from,
     send,
 )
 from harness.progress import Progress
 from results_contract.clock import now_us
 from results_contract.hlog import decode, new_histogram
-from results_contract.paths import worker_dir
+from results_contract.paths import WORKER_FILES, worker_dir
 
 WORKER_SILENCE_S = 30.0
 """How long a worker may send no heartbeat before it is missing, hence lost (Locust: 3 s)."""
+RAW_FILE_LIMIT = 512 << 20
+"""The most bytes the coordinator takes in one raw file from a worker on another host, and
+len(WORKER_FILES) times that in all from one worker (a fixed bound, well above what runs here
+write: 200,000 consumers' connections.csv is ~20 MB)."""
 
 
 def tolerate_silence() -> None:
@@ -107,7 +114,10 @@ class WorkerGroup:
         master: str,
         run_dir: Path,
         progress: Progress,
+        secret: str | None = None,
     ) -> None:
+        """`secret`: the run's (harness/channel.py); by default $FANOUT_WORKER_SECRET, or a new
+        one, which only the local workers get."""
         self.runner = runner
         self.local = local
         self.remote = remote
@@ -126,57 +136,127 @@ class WorkerGroup:
         self._pongs: dict[int, AsyncResult[tuple[ClockPong, int]]] = {}
         self._ping_ids = itertools.count()
         self._ready: set[str] = set()
+        """Locust client ids of the workers that said WorkerReady (signed: harness/channel.py)."""
+        self._pinged: dict[int, str] = {}
+        """A clock ping's sequence number -> the client it went to."""
         self.socket_limits: dict[str, int] = {}
         self._pids: dict[str, int] = {}
         """Locust client id -> the worker's process id (0: it did not say)."""
         """Locust client id -> the connections that worker can hold (0: it did not say)."""
         self._background = Group()
+        self.on_progress: Callable[[ProgressReport], None] | None = None
+        """Called with every progress report (bench run --metrics-port: live_metrics.py)."""
+        self.secret = secret or secret_from_environment() or new_secret()
+        self.channel = MasterChannel(self.secret, progress.note)
+        self.channel.install(runner)  # before the runner's listener first runs
+        self._refusals_logged: set[tuple[str, str, str]] = set()
+        self._raw_bytes: dict[str, int] = {}
 
     # -- Locust wiring -----------------------------------------------------------------------
     def on_init(self, environment: Any, **_kw: Any) -> None:
         """events.init listener: the messages this group answers."""
-        listen(self.runner, WorkerReady, self._on_worker_ready, concurrent=False)
-        listen(self.runner, ClockPong, self._on_clock_pong, concurrent=False)
-        listen(self.runner, Configured, self._on_configured, concurrent=False)
-        listen(self.runner, WorkerError, self._on_worker_error, concurrent=False)
-        listen(self.runner, ProgressReport, self._on_progress, concurrent=False)
-        listen(self.runner, Finished, self._on_finished, concurrent=False)
-        listen(self.runner, RawFile, self._on_raw_file, concurrent=True)  # writes to disk
+        r = self.runner
+        listen_from(r, WorkerReady, self._on_worker_ready, concurrent=False, refused=self._refused)
+        listen_from(r, ClockPong, self._on_clock_pong, concurrent=False, refused=self._refused)
+        listen_from(r, Configured, self._on_configured, concurrent=False, refused=self._refused)
+        listen_from(r, WorkerError, self._on_worker_error, concurrent=False, refused=self._refused)
+        listen_from(r, ProgressReport, self._on_progress, concurrent=False, refused=self._refused)
+        listen_from(r, Finished, self._on_finished, concurrent=False, refused=self._refused)
+        # Writes to disk: in its own greenlet.
+        listen_from(r, RawFile, self._on_raw_file, concurrent=True, refused=self._refused)
 
-    def _on_worker_ready(self, msg: WorkerReady) -> None:
+    def _refused(self, sender: str, exc: Refused) -> None:
+        """A message from a worker that holds the secret but does not fit its type: logged once
+        per worker, message and field, and dropped. A worker whose Finished or a raw file is
+        refused has results missing: the run is partial."""
+        name = next((w for w, s in self.workers.items() if s.client_id == sender), sender)
+        if (name, exc.kind, exc.field) in self._refusals_logged:
+            return
+        self._refusals_logged.add((name, exc.kind, exc.field))
+        self.progress.note(f"warning: refused a {exc.kind} message from worker {name}: {exc}")
+        state = self.workers.get(name)
+        if state is None or state.lost:
+            return
+        if exc.kind == Finished.NAME:
+            state.lost = True
+            self.partial_reasons.append(f"worker {name}'s totals were refused ({exc})")
+            self.changed.set()
+        elif exc.kind == RawFile.NAME:
+            self.partial_reasons.append(f"a raw file of worker {name} was refused ({exc})")
+
+    def _sender_state(
+        self, sender: str, msg: Configured | WorkerError | ProgressReport | Finished | RawFile
+    ) -> WorkerState | None:
+        """The state of the worker that sent `msg`, if `msg` names that worker; else refused."""
+        state = self.workers.get(msg.worker_id)
+        if state is None or state.client_id != sender:
+            why = f"{msg.worker_id[:64]!r} is not the sender's worker id"
+            self._refused(sender, Refused(msg.NAME, "worker_id", why))
+            return None
+        return state
+
+    def _on_worker_ready(self, sender: str, msg: WorkerReady) -> None:
+        if msg.client_id != sender:
+            self._refused(sender, Refused(msg.NAME, "client_id", "not the sender's Locust id"))
+            return
         self._ready.add(msg.client_id)
         self.socket_limits[msg.client_id] = msg.socket_limit
         self._pids[msg.client_id] = msg.pid
         self.changed.set()
 
-    def _on_clock_pong(self, pong: ClockPong) -> None:
+    def _on_clock_pong(self, sender: str, pong: ClockPong) -> None:
         received_us = now_us()  # first, inline: any delay here is the measurement's error
         answer = self._pongs.get(pong.seq)
-        if answer is not None:
+        if answer is not None and self._pinged.get(pong.seq) == sender:
             answer.set((pong, received_us))
 
-    def _on_configured(self, msg: Configured) -> None:
-        self.workers[msg.worker_id].configured = True
+    def _on_configured(self, sender: str, msg: Configured) -> None:
+        state = self._sender_state(sender, msg)
+        if state is not None:
+            state.configured = True
+            self.changed.set()
+
+    def _on_worker_error(self, sender: str, msg: WorkerError) -> None:
+        if self._sender_state(sender, msg) is not None:
+            self.error = f"worker {msg.worker_id}: {msg.error}"
+            self.changed.set()
+
+    def _on_progress(self, sender: str, msg: ProgressReport) -> None:
+        state = self._sender_state(sender, msg)
+        if state is None:
+            return
+        state.progress = msg
+        if self.on_progress is not None:
+            self.on_progress(msg)
         self.changed.set()
 
-    def _on_worker_error(self, msg: WorkerError) -> None:
-        self.error = f"worker {msg.worker_id}: {msg.error}"
-        self.changed.set()
+    def _on_finished(self, sender: str, msg: Finished) -> None:
+        state = self._sender_state(sender, msg)
+        if state is not None and not state.lost:
+            state.finished = True
+            state.totals = msg.totals
+            self.changed.set()
 
-    def _on_progress(self, msg: ProgressReport) -> None:
-        self.workers[msg.worker_id].progress = msg
-        self.changed.set()
-
-    def _on_finished(self, msg: Finished) -> None:
-        state = self.workers[msg.worker_id]
-        state.finished = True
-        state.totals = msg.totals
-        self.changed.set()
-
-    def _on_raw_file(self, msg: RawFile) -> None:
+    def _on_raw_file(self, sender: str, msg: RawFile) -> None:
+        """One of the contract's files of a known worker, no bigger than RAW_FILE_LIMIT, written
+        whole or not at all (a temporary file renamed)."""
+        if self._sender_state(sender, msg) is None:
+            return
+        if msg.name not in WORKER_FILES:
+            why = f"{msg.name[:64]!r} is not one of {', '.join(sorted(WORKER_FILES))}"
+            self._refused(sender, Refused(msg.NAME, "name", why))
+            return
+        total = self._raw_bytes.get(msg.worker_id, 0) + len(msg.data)
+        if len(msg.data) > RAW_FILE_LIMIT or total > RAW_FILE_LIMIT * len(WORKER_FILES):
+            why = f"{len(msg.data)} bytes, over the limit of {RAW_FILE_LIMIT} a file"
+            self._refused(sender, Refused(msg.NAME, "data", why))
+            return
+        self._raw_bytes[msg.worker_id] = total
         target = worker_dir(self.run_dir, msg.worker_id) / msg.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(msg.data)
+        temporary = target.with_name(f".{msg.name}.part")
+        temporary.write_bytes(msg.data)
+        temporary.replace(target)
 
     # -- waiting -----------------------------------------------------------------------------
     def next_change(self, timeout: float | None) -> bool:
@@ -230,6 +310,7 @@ class WorkerGroup:
                 [sys.executable, "-m", "harness", "worker", "--master", self.master],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=os.environ | {SECRET_ENV: self.secret},
             )
             self._processes.append(process)
             exits.spawn(self._exited, process, log_dir)
@@ -291,6 +372,7 @@ class WorkerGroup:
             for _ in range(PINGS):
                 seq = next(self._ping_ids)
                 answer = self._pongs[seq] = AsyncResult()
+                self._pinged[seq] = state.client_id
                 sent_us = now_us()
                 send(self.runner, ClockPing(seq, sent_us), client_id=state.client_id)
                 try:
@@ -303,6 +385,7 @@ class WorkerGroup:
                     ) from None
                 finally:
                     self._pongs.pop(seq, None)
+                    self._pinged.pop(seq, None)
                 assert answered is not None  # set only with a value
                 pong, received_us = answered
                 samples.append(ClockSample(sent_us, pong.worker_us, received_us))
@@ -364,6 +447,8 @@ class WorkerGroup:
     def stop(self, timeout: float = 15.0) -> None:
         """Stop watching, and let the local processes exit (after Locust's quit), or end them."""
         self._background.kill()
+        for address, count in self.channel.refusals.counts.items():
+            self.progress.note(f"refused {count} message(s) in all from {address}")
         deadline = time.monotonic() + timeout
         for p in self._processes:
             try:
