@@ -18,7 +18,9 @@ from typing import Any
 from harness.clock import ClockOffset
 from harness.driver_config import DriverFile
 from harness.run_plan import RunPlan
+from results_contract.identity import IDENTITY_KEY, compute
 from results_contract.paths import MANIFEST_FILE
+from results_contract.testbed import collect
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +44,13 @@ class RunRecord:
 
 def manifest(plan: RunPlan, driver: DriverFile, record: RunRecord) -> dict[str, Any]:
     w = plan.workload
+    resolved, settings = w.to_dict(), driver.to_dict()
     return {
         "run_id": plan.run_id,
-        "workload": w.to_dict(),
-        "driver": driver.to_dict(),
+        "workload": resolved,
+        "driver": settings,
+        # What a gate, a comparison and the history compare (results_contract/identity.py).
+        IDENTITY_KEY: compute(resolved, settings, collect(PROJECT_ROOT).key).to_dict(),
         "service_url": plan.service_url,
         "consumers": w.total_consumers,
         "subscriptions": w.total_subscriptions,

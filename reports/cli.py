@@ -10,12 +10,15 @@ from reports.changes import InputError
 from reports.gate import (
     GateError,
     check_input,
+    check_rules,
+    differed,
     gate,
     load_rules,
     load_side,
     output_folder,
     publish,
 )
+from reports.identities import ALLOW_FLAG, check_allowed
 from reports.results import ResultsError, SweepSummary, load_any
 from results_contract.paths import GATE_JUNIT_FILE, GATE_MARKDOWN_FILE, SUMMARY_FILE
 
@@ -50,12 +53,14 @@ def compare_main(argv: list[str]) -> int:
     )
     parser.add_argument("paths", type=Path, nargs="+", help="runs (or sweeps); the first is A")
     parser.add_argument("--out", type=Path, help="HTML file to write")
+    _allow_option(parser)
     args = parser.parse_args(argv)
-    from reports.compare import default_output, render_comparison
+    from reports.compare import check_alike, default_output, render_comparison
 
     try:
+        check_alike(list(args.paths), args.allow_different)
         out = args.out or default_output(args.paths)
-        print(render_comparison(list(args.paths), out))
+        print(render_comparison(list(args.paths), out, args.allow_different))
     except ResultsError as exc:
         print(f"bench compare: {exc}", file=sys.stderr)
         return 2
@@ -91,14 +96,19 @@ def gate_main(argv: list[str]) -> int:
         action="store_true",
         help="exit 1 when a metric is inconclusive (its interval reaches past the threshold)",
     )
+    _allow_option(parser)
     args = parser.parse_args(argv)
+    allow = args.allow_different
     try:
         rules = load_rules(args.rules)
         run = load_side(args.run)
         baseline = load_side(args.baseline)
         check_input(run)
         check_input(baseline)
-        outcomes = gate(run, baseline, rules)
+        check_rules(rules, args.rules, run.runs + baseline.runs)
+        check_allowed(allow, run.runs + baseline.runs, "bench gate")
+        outcomes = gate(run, baseline, rules, allow=allow)
+        differing = differed(run, baseline, allow)
     except (GateError, ResultsError, InputError) as exc:
         print(f"bench gate: {exc}", file=sys.stderr)
         return 2
@@ -110,4 +120,17 @@ def gate_main(argv: list[str]) -> int:
         args.junit or folder / GATE_JUNIT_FILE,
         args.markdown or folder / GATE_MARKDOWN_FILE,
         args.fail_on_inconclusive,
+        differing,
+    )
+
+
+def _allow_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        ALLOW_FLAG,
+        metavar="KEY",
+        action="append",
+        default=[],
+        help="compare runs whose identities differ in KEY on purpose (repeatable; a prefix "
+        "such as `driver` covers every key under it); without it, runs of another workload, "
+        "driver, broker settings or testbed are refused (exit 2)",
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reports import charts
+from reports import charts, identities
 from reports.changes import InputError, estimate
 from reports.charts import PALETTE, Chart, Curve, Series, SpectrumPanel, StageRow, TimePanel
 from reports.fits import series_headline
@@ -32,6 +32,7 @@ from reports.stats import ALPHA, Change, Decision, Verdict, at_level, decide_fam
 from reports.sweeps import number, pool_repeats, scaling_charts, scaling_rows, series_by_type
 from reports.templating import write_page
 from reports.testbeds import provenance
+from results_contract.identity import differences
 from results_contract.metrics import E2E
 from results_contract.summary import Series as Keys
 from results_contract.summary import Top
@@ -182,7 +183,46 @@ def _run_charts(runs: Sequence[RunSummary], names: Sequence[str]) -> dict[str, C
     return {c.chart_id: c for c in built}
 
 
-def _compare_runs(runs: list[RunSummary], out: Path) -> Path:
+def check_alike(paths: Sequence[Path], allow: Sequence[str] = ()) -> None:
+    """`bench compare` sets side by side only runs alike to A (results_contract/identity.py),
+    and in sweeps only cases alike to one of A's cases; `allow` names keys that may differ.
+    ResultsError (exit 2) naming the first differing key otherwise."""
+    loaded = [load_any(Path(p)) for p in paths]
+    sides = [[x] if isinstance(x, RunSummary) else _case_runs(x) for x in loaded]
+    identities.check_allowed(allow, [r for side in sides for r in side], "bench compare")
+    if not sides or not sides[0]:
+        return
+    for i, side in enumerate(sides[1:], start=1):
+        for run in side:
+            ident = identities.of_run(run)
+            counts = [len(differences(identities.of_run(a), ident, allow)) for a in sides[0]]
+            if min(counts) == 0:
+                continue
+            closest = sides[0][counts.index(min(counts))]
+            why = identities.unlike(closest, run, allow, "A", _letter(i))
+            where = "" if len(side) == 1 else f"case {run.run_id}: "
+            raise ResultsError(f"{where}{why}")
+
+
+def _case_runs(sweep: SweepSummary) -> list[RunSummary]:
+    """A sweep's case summaries (none when its case folders are not beside it)."""
+    out = []
+    for folder in sweep.case_dirs().values():
+        out.append(load_summary(folder))
+    return out
+
+
+def _differing(runs: Sequence[RunSummary], allow: Sequence[str]) -> list[list[str]]:
+    """Per run, what its identity differs in from A's (only allowed keys reach a page)."""
+    return [
+        identities.describe_differences(
+            identities.allowed_differences(runs[0], r, allow), "A", _letter(i)
+        )
+        for i, r in enumerate(runs)
+    ]
+
+
+def _compare_runs(runs: list[RunSummary], out: Path, allow: Sequence[str] = ()) -> Path:
     names = [f"{_letter(i)}: {r.label}" for i, r in enumerate(runs)]
     return write_page(
         "compare_runs.html",
@@ -193,6 +233,8 @@ def _compare_runs(runs: list[RunSummary], out: Path) -> Path:
         rows=run_rows(runs),
         charts=_run_charts(runs, names),
         provenance=[provenance([r]) for r in runs],
+        identities=[identities.of_run(r) for r in runs],
+        differing=_differing(runs, allow),
     )
 
 
@@ -261,8 +303,10 @@ def default_output(paths: Sequence[Path]) -> Path:
     return folder.parent / f"compare-{name}.html"
 
 
-def render_comparison(paths: list[Path], out: Path) -> Path:
-    """Writes one page comparing runs (or sweeps) to the first one; mixing the two is an error."""
+def render_comparison(paths: list[Path], out: Path, allow: Sequence[str] = ()) -> Path:
+    """Writes one page comparing runs (or sweeps) to the first one; mixing the two is an error.
+    The page says each run's identity and, for the keys in `allow`, what differed from A
+    (`bench compare` refuses unlike runs first: `check_alike`)."""
     if len(paths) < 2:
         raise ResultsError("compare needs at least two runs or sweeps")
     loaded = [load_any(Path(p)) for p in paths]
@@ -274,5 +318,5 @@ def render_comparison(paths: list[Path], out: Path) -> Path:
             f"got runs {[r.run_id for r in runs]} and sweeps {[s.sweep_id for s in sweeps]}"
         )
     if runs:
-        return _compare_runs(runs, out)
+        return _compare_runs(runs, out, allow)
     return _compare_sweeps(sweeps, out)

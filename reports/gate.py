@@ -27,6 +27,7 @@ from reports.changes import (
     CLIENT_CPU,
     CONNECT_PER_CONSUMER,
     DELIVERY_RATE,
+    DERIVED,
     KERNEL_METRICS,
     PUBLISH_RATE,
     TARGET_METRICS,
@@ -35,6 +36,7 @@ from reports.changes import (
     no_kernel_times,
     values,
 )
+from reports import identities
 from reports.formatting import sig
 from reports.metrics import METRICS, Direction
 from reports.results import RunSummary, case_keys, load_any, load_summary
@@ -48,6 +50,7 @@ from reports.stats import (
     decide_family,
 )
 from reports.testbeds import provenance
+from results_contract.identity import differences
 from results_contract.summary import Top
 
 
@@ -165,26 +168,61 @@ class Side:
 
 
 def load_side(paths: Sequence[Path]) -> Side:
-    """Runs, repeat folders and sweeps, merged by case identity."""
-    cases: dict[str, list[RunSummary]] = {}
+    """Runs, repeat folders and sweeps, pooled by case and identity: runs of one case key
+    (a plain run's is "") whose identities differ are separate cases, named by identity."""
+    found: dict[str, list[RunSummary]] = {}
     for p in paths:
         loaded = load_any(Path(p))
         if isinstance(loaded, RunSummary):
-            cases.setdefault("", []).append(loaded)
+            found.setdefault("", []).append(loaded)
             continue
         for key, folder in case_keys(loaded):
-            cases.setdefault(key, []).append(load_summary(folder))
+            found.setdefault(key, []).append(load_summary(folder))
+    cases: dict[str, list[RunSummary]] = {}
+    for key, runs in found.items():
+        by_identity = identities.groups(runs)
+        for pooled in by_identity.values():
+            name = key
+            if len(by_identity) > 1:
+                described = identities.of_run(pooled[0]).describe()
+                name = f"{key} {described}" if key else described
+            cases[name] = pooled
     return Side(cases, tuple(Path(p) for p in paths))
 
 
-def match_cases(run: Side, base: Side) -> list[tuple[str, list[RunSummary], list[RunSummary]]]:
-    """Cases paired by identity; one case per side pairs whatever its name. A case on one side
-    only is bad input (GateError naming it)."""
-    if len(run.cases) == 1 and len(base.cases) == 1:
-        (key, runs), (_, bases) = next(iter(run.cases.items())), next(iter(base.cases.items()))
-        return [(key, list(bases), list(runs))]
-    only_run = [k for k in run.cases if k not in base.cases]
-    only_base = [k for k in base.cases if k not in run.cases]
+Pair = tuple[str, list[RunSummary], list[RunSummary]]
+
+
+def match_cases(run: Side, base: Side, allow: Sequence[str] = ()) -> list[Pair]:
+    """Each case of the run paired with the baseline's case of the same identity
+    (results_contract/identity.py; `allow` names keys that may differ), whatever the cases'
+    names or folders; the same case key decides between baseline cases alike. A run case
+    without a like baseline case, or a baseline case left over, is bad input (GateError
+    naming the first differing key)."""
+    base_ids = {k: identities.of_run(runs[0]) for k, runs in base.cases.items()}
+    pairs: list[Pair] = []
+    used: set[str] = set()
+    only_run: list[str] = []
+    for key, runs in run.cases.items():
+        ident = identities.of_run(runs[0])
+        alike = [k for k, b in base_ids.items() if not differences(b, ident, allow)]
+        if len(alike) > 1:
+            # Cases alike in identity (a sweep over settings the identity leaves out, such as
+            # two driver files that differ only in name): the case key decides.
+            alike = [k for k in alike if k == key]
+            if not alike:
+                only_run.append(key)
+                continue
+        if not alike:
+            closest = min(base.cases, key=lambda k: len(differences(base_ids[k], ident, allow)))
+            why = identities.unlike(
+                base.cases[closest][0], runs[0], allow, "the baseline", "the run"
+            )
+            where = f"case {key!r}: " if key else ""
+            raise GateError(f"{where}{why} ({_sources(run, base)})")
+        pairs.append((key, list(base.cases[alike[0]]), list(runs)))
+        used.add(alike[0])
+    only_base = [k for k in base.cases if k not in used]
     if only_run or only_base:
         parts = []
         if only_run:
@@ -192,11 +230,28 @@ def match_cases(run: Side, base: Side) -> list[tuple[str, list[RunSummary], list
         if only_base:
             parts.append(f"case(s) {', '.join(map(repr, only_base))} only in the baseline")
         raise GateError(
-            "sweeps are gated case by case, matched by case: " + "; ".join(parts) + " "
-            f"(run: {', '.join(map(str, run.sources))}; "
-            f"baseline: {', '.join(map(str, base.sources))})"
+            "sweeps are gated case by case, matched by identity: "
+            + "; ".join(parts)
+            + f" ({_sources(run, base)})"
         )
-    return [(k, list(base.cases[k]), list(run.cases[k])) for k in run.cases]
+    return pairs
+
+
+def _sources(run: Side, base: Side) -> str:
+    return (
+        f"run: {', '.join(map(str, run.sources))}; baseline: {', '.join(map(str, base.sources))}"
+    )
+
+
+def differed(run: Side, base: Side, allow: Sequence[str]) -> list[str]:
+    """What `allow` let differ between paired cases, one line per case and key (gate.md)."""
+    out = []
+    for case, bases, runs in match_cases(run, base, allow):
+        for line in identities.describe_differences(
+            identities.allowed_differences(bases[0], runs[0], allow), "the baseline", "the run"
+        ):
+            out.append(f"{case}: {line}" if case else line)
+    return out
 
 
 def check_input(side: Side) -> None:
@@ -230,11 +285,20 @@ def _exact(rule: Rule, case: str, base: list[RunSummary], run: list[RunSummary])
     )
 
 
-def gate(run: Side, base: Side, rules: tuple[Rule, ...], alpha: float = ALPHA) -> list[Outcome]:
-    """Every rule on every case; statistical rules are decided as one family."""
+def gate(
+    run: Side,
+    base: Side,
+    rules: tuple[Rule, ...],
+    alpha: float = ALPHA,
+    allow: Sequence[str] = (),
+) -> list[Outcome]:
+    """Every rule on every case; statistical rules are decided as one family. Cases are
+    paired by identity (`match_cases`); `allow` names identity keys that may differ."""
     pending: list[tuple[int, Rule, str, Change, float | None, float | None, tuple[int, int]]] = []
     outcomes: list[Outcome | None] = []
-    for case, bases, runs in match_cases(run, base):
+    pairs = match_cases(run, base, allow)
+    by_case = {k: (b, r) for k, b, r in pairs}
+    for case, bases, runs in pairs:
         for rule in rules:
             if rule.kind is Kind.EXACT:
                 outcomes.append(_exact(rule, case, bases, runs))
@@ -295,9 +359,7 @@ def gate(run: Side, base: Side, rules: tuple[Rule, ...], alpha: float = ALPHA) -
         [c for _, _, _, c, _, _, _ in pending],
         thresholds,
         [rule.resolved_direction for _, rule, _, _, _, _, _ in pending],
-        lambda j, level: _at_level(
-            pending[j][1].metric, pending[j][2], run, base, level, pending[j][3]
-        ),
+        lambda j, level: _at_level(pending[j][1].metric, by_case[pending[j][2]], level, pending[j][3]),
         alpha,
     )
     for (i, rule, case, _, b_c, r_c, n), threshold, (change, decision) in zip(
@@ -332,14 +394,16 @@ def gate(run: Side, base: Side, rules: tuple[Rule, ...], alpha: float = ALPHA) -
 
 
 def _at_level(
-    metric: str, case: str, run: Side, base: Side, level: float, change: Change
+    metric: str,
+    pair: tuple[list[RunSummary], list[RunSummary]],
+    level: float,
+    change: Change,
 ) -> Change:
     """The same estimate with its interval drawn at Holm's level for this metric."""
     redrawn = at_level(change, level)
     if redrawn is not None:
         return redrawn
-    pairs = {k: (b, r) for k, b, r in match_cases(run, base)}
-    bases, runs = pairs[case]
+    bases, runs = pair
     return estimate(metric, bases, runs, level)
 
 
@@ -425,6 +489,43 @@ def _rule(item: Any, path: Path, i: int) -> Rule:
     return rule
 
 
+def _leaves(node: Mapping[str, Any], prefix: str, out: set[str]) -> None:
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            _leaves(value, f"{name}.", out)
+        elif value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            out.add(name)
+
+
+def known_metrics(runs: Sequence[RunSummary]) -> set[str]:
+    """What a rule may name: a metric of reports/metrics.py or a computed one, or the dotted
+    path of a number (or null) in any of these summaries."""
+    known = {*METRICS, *DERIVED, *EXACT_METRICS}
+    for run in runs:
+        _leaves(run.data, "", known)
+    return known
+
+
+def check_rules(rules: Sequence[Rule], source: Path | None, runs: Sequence[RunSummary]) -> None:
+    """Every rule names a metric these runs can have: GateError naming the rules file, the
+    rule and the closest known name otherwise (a misspelt metric must not pass as skipped)."""
+    known = known_metrics(runs)
+    for i, rule in enumerate(rules):
+        if rule.metric in known:
+            continue
+        named = sorted({*METRICS, *DERIVED, *EXACT_METRICS})
+        close = difflib.get_close_matches(rule.metric, named, 1) or difflib.get_close_matches(
+            rule.metric, sorted(known), 1
+        )
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise GateError(
+            f"{source or 'rules'}: rules: metric {rule.metric!r} is unknown: neither a gate metric "
+            f"(docs/reports.md, 'Default rules') nor the path of a number in these summaries"
+            f"{hint}"
+        )
+
+
 # -- CI outputs ---------------------------------------------------------------------------------
 def write_junit(
     outcomes: list[Outcome],
@@ -476,7 +577,11 @@ def _interval(o: Outcome) -> str:
 
 
 def markdown(
-    outcomes: list[Outcome], run: Side, base: Side, fail_on_inconclusive: bool = False
+    outcomes: list[Outcome],
+    run: Side,
+    base: Side,
+    fail_on_inconclusive: bool = False,
+    differing: Sequence[str] = (),
 ) -> str:
     """A table for a CI job summary ($GITHUB_STEP_SUMMARY) or a pull-request comment."""
     failed = fails(outcomes, fail_on_inconclusive)
@@ -513,6 +618,15 @@ def markdown(
         ),
         *(
             [
+                f"- ⚠ Compared on purpose ({identities.ALLOW_FLAG}) although they differ: "
+                + "; ".join(differing)
+                + "."
+            ]
+            if differing
+            else []
+        ),
+        *(
+            [
                 f"> ⚠ Client-bound: {', '.join(f'`{r.run_id}`' for r in bound)}: their numbers "
                 "describe the load generator as much as the broker.",
                 "",
@@ -544,12 +658,16 @@ def publish(
     junit: Path,
     markdown_path: Path,
     fail_on_inconclusive: bool = False,
+    differing: Sequence[str] = (),
 ) -> int:
     """What `bench gate` and `bench history gate` both hand CI: the JUnit file, the Markdown
-    table, a line per verdict, the failures on stderr and the exit code (1 = regression)."""
+    table, a line per verdict, the failures on stderr and the exit code (1 = regression).
+    `differing`: the identity keys `--allow-different` let differ, said in gate.md and here."""
     write_junit(outcomes, junit, run, base, fail_on_inconclusive)
     markdown_path.parent.mkdir(parents=True, exist_ok=True)
-    markdown_path.write_text(markdown(outcomes, run, base, fail_on_inconclusive))
+    markdown_path.write_text(markdown(outcomes, run, base, fail_on_inconclusive, differing))
+    for line in differing:
+        print(f"differs ({identities.ALLOW_FLAG}): {line}")
     for o in outcomes:
         if not o.skipped:
             print(f"{o.verdict} {o.name}: {o.message}")

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from results_contract import identity
 from results_contract.columns import Columns, Kind
 from results_contract.paths import MANIFEST_FILE, worker_dir
+from results_contract.testbed import read_testbed
 from spark_analysis.errors import AnalysisError
 
 Parser = Callable[[str], Any]
@@ -194,6 +196,9 @@ class Manifest:
     """What OMB's loops found (`rate_search`, `backlog`); {} when none ran."""
     broker_clock: dict[str, Any] = field(default_factory=dict)
     """The broker host's clock offset (harness/broker_clock.py); {} in older manifests."""
+    identity: dict[str, Any] = field(default_factory=dict)
+    """What the run is comparable by (results_contract/identity.py): the manifest's, or for a
+    manifest written before identities, computed from its workload, driver and testbed.json."""
 
     @property
     def broker_offset_us(self) -> int:
@@ -239,7 +244,19 @@ def load_manifest(run_dir: Path) -> Manifest:
         omb=require(data, "omb", dict, path) if "omb" in data else {},
         # Absent from manifests written before the broker's clock was measured.
         broker_clock=require(data, "broker_clock", dict, path) if "broker_clock" in data else {},
+        identity=_identity(data, run_dir, path),
     )
+
+
+def _identity(data: dict[str, Any], run_dir: Path, path: Path) -> dict[str, Any]:
+    try:
+        stored = identity.from_record(data, str(path))
+    except identity.IdentityError as exc:
+        raise AnalysisError(str(exc)) from None
+    if stored is not None:
+        return stored.to_dict()
+    bed = read_testbed(run_dir)
+    return identity.compute(data["workload"], data["driver"], bed.key if bed else None).to_dict()
 
 
 def second_index(end_s: float, measure_start: float) -> int:
