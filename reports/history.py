@@ -4,14 +4,17 @@ the last K runs of a branch, change points over each metric's series, and a tren
 - **One file** (`bench-history.sqlite` by default; sqlite3 is in the standard library): CI can
   cache it or commit it. Each stored run keeps its whole summary.json, so every metric the gate
   knows, today's or a later one, can be read back.
-- **Keys**: branch × testbed (CPU model, cores, kernel) × case, as Bencher keys its thresholds;
-  runs of another testbed are never compared.
+- **Keys**: branch × testbed (CPU model, cores, kernel) × identity (results_contract/
+  identity.py: the workload, driver and broker settings), as Bencher keys its thresholds by
+  branch × testbed × measure; runs of another testbed or identity are never compared. A series
+  is named by its first run's identity hash, and a run joins the first series of its branch
+  and testbed whose identity is alike to its own.
 - **Change points**: Apache Otava's E-divisive with a t-test (`otava.analysis.
   compute_change_points`, p 0.001, window 50), the maintained descendant of MongoDB's and
   DataStax Hunter's. MongoDB's `signal-processing-algorithms` was the other candidate; it pins
   gevent < 25 and numpy < 2, which the project's pins exclude. Otava pins numpy 2.2 and
   scipy < 1.17, which fit.
-- **The gate** takes the last K runs of the branch on the same testbed as its baseline and
+- **The gate** takes the last K runs of the branch in the run's own series as its baseline and
   decides with the same statistics as `bench gate` (reports/stats.py).
 """
 
@@ -44,9 +47,11 @@ from reports.gate import (
     output_folder,
     publish,
 )
+from reports import identities
 from reports.results import ResultsError, RunSummary
 from reports.stats import ALPHA
 from reports.templating import write_page
+from results_contract.identity import TESTBED, Identity, differences
 from results_contract.paths import GATE_JUNIT_FILE, GATE_MARKDOWN_FILE
 from results_contract.testbed import Testbed, collect, read_testbed
 
@@ -66,10 +71,15 @@ CREATE TABLE IF NOT EXISTS runs (
     case_key TEXT NOT NULL,
     run_id TEXT NOT NULL,
     summary TEXT NOT NULL,
+    series TEXT NOT NULL DEFAULT '',
+    label TEXT NOT NULL DEFAULT '',
+    identity TEXT NOT NULL DEFAULT '',
     UNIQUE (run_id, case_key, branch, testbed)
 );
-CREATE INDEX IF NOT EXISTS runs_series ON runs (branch, testbed, case_key, id);
 """
+_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_series ON runs (branch, testbed, series, id);"
+# Columns added by issue 38: a database written before them is migrated when opened.
+_IDENTITY_COLUMNS = ("series", "label", "identity")
 
 
 class HistoryError(ValueError):
@@ -77,16 +87,82 @@ class HistoryError(ValueError):
 
 
 @contextmanager
-def connect(path: Path) -> Iterator[sqlite3.Connection]:
+def connect(path: Path, create: bool = False) -> Iterator[sqlite3.Connection]:
+    """The history database; only `add` (`create`) may make a new file: a read of a path that
+    does not exist is a mistyped --db, not an empty history."""
+    if not create and not Path(path).is_file():
+        raise HistoryError(
+            f"{path}: no such history database (check --db; `bench history --db {path} add "
+            "RESULTS` creates one)"
+        )
     db = sqlite3.connect(path)
     try:
         db.executescript(_SCHEMA)
+        _migrate(db, path)
+        db.executescript(_INDEX)
         with db:
             yield db
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{path}: not a history database ({exc})") from None
     finally:
         db.close()
+
+
+def _migrate(db: sqlite3.Connection, path: Path) -> None:
+    """A database written before series were keyed by identity gets the identity columns, each
+    stored run's identity derived from its stored summary and testbed (as for any run written
+    before identities), and its series assigned in the order the runs were added."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+    missing = [c for c in _IDENTITY_COLUMNS if c not in have]
+    with db:
+        for column in missing:
+            db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+        rows = db.execute(
+            "SELECT id, branch, testbed, run_id, summary FROM runs WHERE series = '' ORDER BY id"
+        ).fetchall()
+        for row_id, branch, testbed, run_id, text in rows:
+            try:
+                run = RunSummary(Path(f"{path}#{row_id}") / run_id / "summary.json",
+                                 json.loads(text))  # fmt: skip
+            except ValueError:
+                raise HistoryError(
+                    f"{path}: run {run_id} (row {row_id}) holds no readable summary; rebuild "
+                    "the history: move the file aside and `bench history add` the results "
+                    "folders again"
+                ) from None
+            ident = _identity(run, testbed)
+            db.execute(
+                "UPDATE runs SET series = ?, label = ?, identity = ? WHERE id = ?",
+                (_series_for(db, branch, testbed, ident), ident.label,
+                 json.dumps(dict(ident.keys)), row_id),
+            )  # fmt: skip
+
+
+def _identity(run: RunSummary, testbed: str) -> Identity:
+    """The run's identity (reports/identities.py) with the testbed the history files it under
+    when the run recorded none."""
+    ident = identities.of_run(run)
+    if TESTBED in ident.keys:
+        return ident
+    return Identity({**ident.keys, TESTBED: testbed}, ident.label, ident.derived)
+
+
+def _stored_identity(text: str, label: str) -> Identity:
+    keys = json.loads(text) if text else {}
+    return Identity(keys if isinstance(keys, dict) else {}, label)
+
+
+def _series_for(db: sqlite3.Connection, branch: str, testbed: str, ident: Identity) -> str:
+    """The series a run of `ident` joins: the first of its branch and testbed whose identity
+    is alike (results_contract/identity.py `differences`), else a new one named by the hash."""
+    for series, text, label in db.execute(
+        "SELECT series, identity, label FROM runs WHERE branch = ? AND testbed = ? "
+        "AND series != '' GROUP BY series ORDER BY MIN(id)",
+        (branch, testbed),
+    ):
+        if not differences(_stored_identity(text, label), ident):
+            return str(series)
+    return ident.hash
 
 
 def _testbed(run: RunSummary, branch: str | None) -> Testbed:
@@ -101,16 +177,18 @@ def _testbed(run: RunSummary, branch: str | None) -> Testbed:
 
 
 def add(db_path: Path, side: Side, branch: str | None = None) -> int:
-    """Stores every run of `side`; a run already stored (same id, case, branch, testbed) is kept
-    once. Returns how many were new."""
+    """Stores every run of `side` in the series of its branch, testbed and identity; a run
+    already stored (same id, case, branch, testbed) is kept once. Returns how many were new."""
     added = 0
-    with connect(db_path) as db:
+    with connect(db_path, create=True) as db:
         for case, runs in side.cases.items():
             for run in runs:
                 bed = _testbed(run, branch)
+                ident = _identity(run, bed.key)
                 cur = db.execute(
                     "INSERT OR IGNORE INTO runs (added_at, revision, branch, testbed, case_key, "
-                    "run_id, summary) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "run_id, summary, series, label, identity) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         time.time(),
                         bed.revision,
@@ -119,6 +197,9 @@ def add(db_path: Path, side: Side, branch: str | None = None) -> int:
                         case,
                         run.run_id,
                         json.dumps(run.data, allow_nan=True),
+                        _series_for(db, bed.branch, bed.key, ident),
+                        ident.label,
+                        json.dumps(dict(ident.keys)),
                     ),
                 )
                 added += cur.rowcount
@@ -131,13 +212,25 @@ class Stored:
     run: RunSummary
 
 
-def stored(db_path: Path, branch: str, testbed: str, case: str) -> list[Stored]:
+@dataclass(frozen=True)
+class SeriesKey:
+    """A series of the history: runs of one branch, testbed and identity."""
+
+    branch: str
+    testbed: str
+    series: str
+    """The identity's hash when the series began (results_contract/identity.py)."""
+    label: str
+    """The identity's readable part: workload name · driver name."""
+
+
+def stored(db_path: Path, branch: str, testbed: str, series: str) -> list[Stored]:
     """Every stored run of a series, oldest first."""
     with connect(db_path) as db:
         rows = db.execute(
             "SELECT id, revision, run_id, summary FROM runs WHERE branch = ? AND testbed = ? "
-            "AND case_key = ? ORDER BY id",
-            (branch, testbed, case),
+            "AND series = ? ORDER BY id",
+            (branch, testbed, series),
         ).fetchall()
     return [
         Stored(rev, RunSummary(Path(f"{db_path}#{row_id}") / run_id / "summary.json",
@@ -146,26 +239,31 @@ def stored(db_path: Path, branch: str, testbed: str, case: str) -> list[Stored]:
     ]  # fmt: skip
 
 
-def series_keys(db_path: Path) -> list[tuple[str, str, str]]:
+def series_keys(db_path: Path) -> list[SeriesKey]:
     with connect(db_path) as db:
         return [
-            (b, t, c)
-            for b, t, c in db.execute(
-                "SELECT DISTINCT branch, testbed, case_key FROM runs ORDER BY branch, testbed, "
-                "case_key"
+            SeriesKey(b, t, s, label)
+            for b, t, s, label in db.execute(
+                "SELECT branch, testbed, series, MIN(label) FROM runs "
+                "GROUP BY branch, testbed, series ORDER BY branch, testbed, MIN(id)"
             )
         ]
 
 
 def baseline_from_history(db_path: Path, run: Side, branch: str, last: int) -> Side:
-    """The last `last` runs of `branch` on the run's testbed, per case of the run."""
+    """Per case of the run, the last `last` runs of `branch` in the series of the run's own
+    testbed and identity: runs of another workload, driver or broker setting never join."""
     cases: dict[str, list[RunSummary]] = {}
     for case, runs in run.cases.items():
         testbed = _testbed(runs[0], None).key
-        history = stored(db_path, branch, testbed, case)[-last:]
+        ident = _identity(runs[0], testbed)
+        with connect(db_path) as db:
+            series = _series_for(db, branch, testbed, ident)
+        history = stored(db_path, branch, testbed, series)[-last:]
         if not history:
             raise HistoryError(
-                f"{db_path}: no runs of branch {branch!r} on testbed {testbed!r}"
+                f"{db_path}: no runs of branch {branch!r} on testbed {testbed!r} with the "
+                f"identity {ident.describe()}"
                 + (f", case {case!r}" if case else "")
                 + " (add some with `bench history add`)"
             )
@@ -311,17 +409,17 @@ def _svg(metric: str, series: Sequence[Point], cps: Sequence[ChangePoint]) -> Ma
 @dataclass(frozen=True)
 class TrendChart:
     metric: str
-    series: tuple[str, str, str]
+    series: SeriesKey
     points: list[Point]
     change_points: list[ChangePoint]
     svg: Markup
 
 
 def trend(db_path: Path, out: Path, metrics: Sequence[str] = TREND_METRICS) -> Path:
-    """The trend page: every series (branch × testbed × case), each metric over revisions."""
+    """The trend page: every series (branch × testbed × identity), each metric over revisions."""
     charts = []
     for key in series_keys(db_path):
-        history = stored(db_path, *key)
+        history = stored(db_path, key.branch, key.testbed, key.series)
         for metric in metrics:
             pts = points(history, metric)
             if not pts:

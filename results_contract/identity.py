@@ -17,7 +17,8 @@ What enters, as flat dotted keys (`workload.messageSize`, `driver.client.ackMode
 - the testbed (CPU model, cores, kernel: results_contract/testbed.py `Testbed.key`).
 
 A key only one of two runs holds is no difference (a version that added the key wrote one of
-them), so the comparison is key by key, never by hash alone. Run-specific values (run id, times, hosts, ports, data folders, git
+them; the broker's pass-through `broker:` settings excepted, where absent means default), so
+the comparison is key by key, never by hash alone. Run-specific values (run id, times, hosts, ports, data folders, git
 revision, branch, broker version) never enter. The hash is the first 12 hex digits of the
 SHA-256 of the keys as canonical JSON.
 """
@@ -77,13 +78,19 @@ class Identity:
         }
 
 
+def _hidden(key: str) -> bool:
+    """A key naming a secret or an address: its value never enters, only whether it is set."""
+    low = key.lower()
+    return any(word in low for word in _SECRET_WORDS) or low.endswith(_ADDRESS_SUFFIXES)
+
+
 def _value(key: str, value: Any) -> Any:
     """A setting's value as the identity keeps it: addresses and secrets as whether they are
     set, file paths as the file's name, lists as lists."""
     low = key.lower()
     if value is None:
         return None
-    if any(word in low for word in _SECRET_WORDS) or low.endswith(_ADDRESS_SUFFIXES):
+    if _hidden(key):
         return SET
     if low.endswith(_FILE_SUFFIXES) and isinstance(value, str):
         return PurePath(value).name
@@ -95,7 +102,7 @@ def _value(key: str, value: Any) -> Any:
 def _flatten(prefix: str, section: Mapping[str, Any], out: dict[str, Any]) -> None:
     for key, value in section.items():
         name = f"{prefix}.{key}"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and not _hidden(str(key)):
             _flatten(name, value, out)
         else:
             out[name] = _value(str(key), value)
@@ -155,16 +162,27 @@ def allowed(key: str, allow: Iterable[str]) -> bool:
     return any(key == a or key.startswith(f"{a}.") for a in allow)
 
 
+OPEN_SECTIONS = ("driver.broker.",)
+"""Sections of settings passed through as written (the bundled broker's `broker:`): a key
+absent there is a setting left at its default, so one side setting it is a difference."""
+
+
 def differences(a: Identity, b: Identity, allow: Iterable[str] = ()) -> list[Difference]:
-    """Keys both identities hold with different values, in `a`'s order. A key only one side
-    holds is no difference: the other run was written by a version without that key (or
-    before identities, or without testbed.json), and `one_sided` lists such keys."""
+    """Keys whose values differ, in `a`'s order, then `b`'s. A key only one side holds is no
+    difference (the other run was written by a version without that key, or before
+    identities, or without testbed.json: `one_sided` lists them), except in OPEN_SECTIONS,
+    where it is a setting one side changed (the other side's value shows as null)."""
     allow = tuple(allow)
-    return [
-        Difference(key, value, b.keys[key])
-        for key, value in a.keys.items()
-        if key in b.keys and value != b.keys[key] and not allowed(key, allow)
-    ]
+    out = []
+    for key in [*a.keys, *(k for k in b.keys if k not in a.keys)]:
+        if allowed(key, allow):
+            continue
+        both = key in a.keys and key in b.keys
+        if (both and a.keys[key] != b.keys[key]) or (
+            not both and key.startswith(OPEN_SECTIONS)
+        ):
+            out.append(Difference(key, a.keys.get(key), b.keys.get(key)))
+    return out
 
 
 def one_sided(a: Identity, b: Identity) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from reports.history import main as history_main
-from reports.history import points, stored
+from reports.history import points, series_keys, stored
 from results_contract.paths import GATE_JUNIT_FILE, GATE_MARKDOWN_FILE
 from results_contract.testbed import Testbed as Bed
 from results_contract.testbed import write_testbed
@@ -47,7 +47,8 @@ def test_a_planted_step_is_a_change_point_at_its_revision(tmp_path: Path, capsys
     assert "0 run(s) added" in capsys.readouterr().out
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (REVISIONS,)
-    series = stored(db, "main", BED.key, "")
+    (key,) = series_keys(db)  # one workload, one driver: one series
+    series = stored(db, key.branch, key.testbed, key.series)
     assert [s.revision for s in series] == [revision(i) for i in range(REVISIONS)]
     assert len(points(series, "e2e_p99_ms")) == REVISIONS
     out = tmp_path / "trend.html"
