@@ -1,0 +1,290 @@
+"""Where a doc lists keys, settings, files, metrics or rules the code defines, the list is
+checked against the code (issue 37), so that one added to the code without its doc row fails
+`make test`. Each check is a function of the doc's text; each has a test showing it catches a
+missing row, by running it on the doc with that row taken out.
+
+The native driver's key table is checked in tests/unit/test_driver_docs.py, the workload keys
+in tests/unit/test_workload.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+from collections.abc import Callable
+from dataclasses import fields
+from pathlib import Path, PurePath
+
+import pytest
+
+import results_contract
+from broker.config import BrokerConfig
+from harness.broker_command import _KEYS as EMBEDDED_BROKER_KEYS
+from harness.driver_config import HARNESS_KEYS
+from reports.changes import DERIVED
+from reports.gate import DEFAULT_RULES, EXACT_METRICS
+from reports.metrics import METRICS
+from results_contract import client_bound, paths
+from results_contract.metrics import STAGES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _read(page: str) -> str:
+    return (ROOT / page).read_text()
+
+
+def _named(text: str) -> set[str]:
+    """Every `code span` of a text."""
+    return set(re.findall(r"`([^`\n]+)`", text))
+
+
+def _between(text: str, start: str, end: str) -> str:
+    """The text from the first `start` to the next `end` after it."""
+    assert start in text, f"the doc lost its {start!r}"
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+# -- the bundled broker's settings: README's "Settings honoured" and the pages it links ---------
+def settings_paragraph(readme: str) -> str:
+    return _between(readme, "Settings honoured", "\n\n")
+
+
+def undocumented_settings(readme: str, read: Callable[[str], str] = _read) -> list[str]:
+    """Broker settings (broker/config.py) named neither in README's "Settings honoured"
+    paragraph nor in a docs page it links."""
+    paragraph = settings_paragraph(readme)
+    pages = re.findall(r"\]\((docs/[\w-]+\.md)\)", paragraph)
+    named = _named(paragraph).union(*(_named(read(page)) for page in pages))
+    return [f.name for f in fields(BrokerConfig) if f.name not in named]
+
+
+def wrong_setting_defaults(readme: str) -> list[str]:
+    """`name` (default N) in the paragraph where N is not the broker's default."""
+    defaults = {f.name: f.default for f in fields(BrokerConfig)}
+    found = re.findall(r"`(\w+)` \(default ([\d.]+)", settings_paragraph(readme))
+    return [
+        f"{name}: {shown} (code: {defaults.get(name)})"
+        for name, shown in found
+        if defaults.get(name) != float(shown)
+    ]
+
+
+def test_every_broker_setting_is_documented() -> None:
+    readme = _read("README.md")
+    assert undocumented_settings(readme) == []
+    assert wrong_setting_defaults(readme) == []
+    assert re.findall(r"`(\w+)` \(default", settings_paragraph(readme))  # defaults were seen
+
+
+def test_a_setting_without_its_doc_is_caught() -> None:
+    readme = _read("README.md")
+    assert undocumented_settings(readme.replace("`statsDir`", "statsDir")) == ["statsDir"]
+    pages_lost = undocumented_settings(readme, read=lambda page: "")
+    assert "tlsCertificateFilePath" in pages_lost  # named only in docs/security.md
+    assert "listenBacklog: 128 (code: 4096)" in wrong_setting_defaults(
+        readme.replace("`listenBacklog` (default 4096)", "`listenBacklog` (default 128)")
+    )
+
+
+# -- the driver file's harness keys and embeddedBroker keys (docs/workloads.md) ----------------
+def text_after(text: str, heading: str) -> str:
+    """From `heading` to the end of its first table."""
+    rest = text.split(heading, 1)[1]
+    start = rest.index("\n|")
+    end = rest.find("\n\n", start + 1)
+    return rest[start : end if end >= 0 else None]
+
+
+def driver_file_key_problems(text: str) -> list[str]:
+    harness = set(re.findall(r"^\| `(\w+)` \|", text_after(text, "keys are the harness's"), re.M))
+    embedded = set(
+        re.findall(r"^\| `embeddedBroker\.(\w+)` \|", text_after(text, "### Peer brokers"), re.M)
+    )
+    return [
+        *(f"harness key {k}" for k in sorted(set(HARNESS_KEYS) ^ harness)),
+        *(f"embeddedBroker.{k}" for k in sorted(set(EMBEDDED_BROKER_KEYS) ^ embedded)),
+    ]
+
+
+def test_the_driver_files_harness_keys_are_documented() -> None:
+    assert driver_file_key_problems(_read("docs/workloads.md")) == []
+
+
+def test_a_driver_file_key_without_its_row_is_caught() -> None:
+    text = _read("docs/workloads.md")
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `embeddedBroker.adminUrl`"))
+    before = driver_file_key_problems(text)
+    after = driver_file_key_problems(text.replace(row + "\n", ""))
+    assert sorted(set(after) - set(before)) == ["embeddedBroker.adminUrl"]
+
+
+# -- shipped workloads (docs/workloads.md) ----------------------------------------------------
+def workload_table_problems(text: str) -> list[str]:
+    """Workload files missing from the "Shipped workloads" table, or listed but absent."""
+    table = text_after(text, "## Shipped workloads")
+    listed = set(re.findall(r"`(workloads/[\w.-]+\.yaml)`", table))
+    shipped = {f"workloads/{p.name}" for p in (ROOT / "workloads").glob("*.yaml")}
+    return sorted(shipped ^ listed)
+
+
+def test_every_shipped_workload_is_in_the_table() -> None:
+    assert workload_table_problems(_read("docs/workloads.md")) == []
+
+
+def test_a_workload_without_its_row_is_caught() -> None:
+    text = _read("docs/workloads.md")
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `workloads/ci-gate.yaml`"))
+    assert workload_table_problems(text.replace(row + "\n", "")) == ["workloads/ci-gate.yaml"]
+
+
+# -- the results folder (docs/results.md and README's trees) ----------------------------------
+NOT_IN_A_RUN = {
+    paths.SWEEP_FILE,
+    paths.SWEEP_SUMMARY_FILE,
+    paths.GATE_JUNIT_FILE,
+    paths.GATE_MARKDOWN_FILE,
+}
+"""Names results_contract spells that are not in a run's folder: a sweep's, the gate's."""
+
+
+def results_names() -> set[str]:
+    """Every file and folder name results_contract spells (constants named *_FILE, *_DIR,
+    *_LOG, *_PATTERN in any of its modules), as the trees show them: `stats-<n>.json`."""
+    names: set[str] = set()
+    for module in pkgutil.iter_modules(results_contract.__path__):
+        values = vars(importlib.import_module(f"results_contract.{module.name}"))
+        for constant, value in values.items():
+            if constant.isupper() and constant.endswith(("_FILE", "_DIR", "_LOG", "_PATTERN")):
+                if isinstance(value, str | PurePath):
+                    names.update(PurePath(value).parts)
+    return {name.replace("*", "<n>") for name in names}
+
+
+def missing_from_tree(tree: str) -> list[str]:
+    """Names of a run's folder the tree does not show (as a whole path component)."""
+    return sorted(
+        name
+        for name in results_names() - NOT_IN_A_RUN
+        if not re.search(rf"(?<![\w.<>-]){re.escape(name)}(?![\w.<>-])", tree)
+    )
+
+
+def test_the_results_trees_show_every_file_a_run_writes() -> None:
+    results = _read("docs/results.md")
+    assert missing_from_tree(_between(results, "```\nresults/<run-id>/", "```")) == []
+    assert missing_from_tree(_between(_read("README.md"), "```\nresults/<run-id>/", "```")) == []
+    assert sorted(NOT_IN_A_RUN - _named(results)) == []
+
+
+def test_a_file_without_its_tree_line_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = _between(_read("docs/results.md"), "```\nresults/<run-id>/", "```")
+    assert missing_from_tree(tree.replace("  raw/<worker-id>/bursts.csv\n", "")) == ["bursts.csv"]
+    monkeypatch.setattr(paths, "NEW_FILE", "new.json", raising=False)
+    assert missing_from_tree(tree) == ["new.json"]
+
+
+# -- the gate's metrics (docs/reports.md) -----------------------------------------------------
+def gate_metric_problems(text: str) -> list[str]:
+    """Gate metrics the "Metric names" paragraph lacks or names wrongly, and default rules
+    the "Default rules" table lacks, lists wrongly or gives another threshold."""
+    paragraph = _between(text, "Metric names:", "\n\n")
+    named = _named(paragraph)
+    if "stage_<stage>_p99_ms" in named:
+        named = (named - {"stage_<stage>_p99_ms"}) | {f"stage_{s}_p99_ms" for s in STAGES}
+    known = {*METRICS, *DERIVED, *EXACT_METRICS}
+    problems = [f"metric {m}" for m in sorted(known ^ named)]
+    rows = re.findall(
+        r"^\| (`.+?) \| [^|]+ \| ([^|]+) \|$", text_after(text, "### Default rules"), re.M
+    )
+    thresholds = {m: threshold for cells, threshold in rows for m in re.findall(r"`(\w+)`", cells)}
+    for rule in DEFAULT_RULES:
+        shown = thresholds.pop(rule.metric, None)
+        if shown is None:
+            problems.append(f"default rule {rule.metric}")
+        elif rule.relative is not None and not shown.startswith(f"{rule.relative * 100:g} %"):
+            problems.append(f"default rule {rule.metric}: {shown.strip()}")
+    problems += [f"default rule {m}: not in the gate" for m in sorted(thresholds)]
+    return problems
+
+
+def test_the_gates_metrics_and_default_rules_are_documented() -> None:
+    assert gate_metric_problems(_read("docs/reports.md")) == []
+
+
+def test_a_gate_metric_without_its_doc_is_caught() -> None:
+    text = _read("docs/reports.md")
+    assert gate_metric_problems(re.sub(r"`client_max_cpu`,\s+", "", text)) == [
+        "metric client_max_cpu"
+    ]
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `publish_p99_ms`"))
+    assert gate_metric_problems(text.replace(row + "\n", "")) == ["default rule publish_p99_ms"]
+    assert gate_metric_problems(text.replace(row, row.replace("10 %", "20 %"))) == [
+        "default rule publish_p99_ms: 20 %"
+    ]
+
+
+# -- the client-bound rules (docs/analysis.md, docs/results.md) -------------------------------
+def code_rule_names() -> list[str]:
+    """The rules as `rules_broken` names them, in the order the analysis judges them."""
+    tree = ast.parse(_read("spark_analysis/client_bound.py"))
+    return list(
+        dict.fromkeys(
+            node.args[0].value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "append"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "broken"
+            and isinstance(node.args[0], ast.Constant)
+        )
+    )
+
+
+def client_bound_problems(analysis: str, results: str) -> list[str]:
+    """The rules and limits of results_contract/client_bound.py against docs/analysis.md's
+    "Client bound" paragraph (each rule by name, in order; each limit by name and value) and
+    docs/results.md's numbered rules and `rules_broken` row."""
+    paragraph = _between(analysis, "**Client bound**", "\n\n**")
+    problems = []
+    names = code_rule_names()
+    listed = re.findall(r"^\d+\. \*\*(\w+)\*\*", paragraph, re.M)
+    if listed != names:
+        problems.append(f"analysis.md rules {listed}, code {names}")
+    numbered = re.findall(
+        r"^(\d+)\. \*\*", _between(results, "### Client-bound flag", "\n| field"), re.M
+    )
+    if len(numbered) != len(names):
+        problems.append(f"results.md numbers {len(numbered)} rules, code has {len(names)}")
+    row = next((ln for ln in results.splitlines() if ln.startswith("| `rules_broken`")), "")
+    if re.findall(r"`(\w+)`", row.split("|")[2] if row else "") != names:
+        problems.append("results.md's rules_broken row")
+    for name, value in vars(client_bound).items():
+        if not name.isupper() or isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            shown = re.search(rf"`{name}`\W{{1,3}}([\d.]+)", paragraph)
+            if shown is None or float(shown.group(1)) != value:
+                problems.append(f"{name} = {value}")
+        elif f"`{name}`" not in paragraph:
+            problems.append(name)
+    return problems
+
+
+def test_the_client_bound_rules_are_documented() -> None:
+    assert code_rule_names() == ["distortion", "cpu", "loop_lag", "burst_cpu"]
+    assert client_bound_problems(_read("docs/analysis.md"), _read("docs/results.md")) == []
+
+
+def test_a_client_bound_rule_or_limit_without_its_doc_is_caught() -> None:
+    analysis, results = _read("docs/analysis.md"), _read("docs/results.md")
+    rule4 = _between(analysis, "4. **burst_cpu**", "\n\n")
+    assert client_bound_problems(analysis.replace("4. **burst_cpu**" + rule4, ""), results)[0] == (
+        "analysis.md rules ['distortion', 'cpu', 'loop_lag'], code "
+        "['distortion', 'cpu', 'loop_lag', 'burst_cpu']"
+    )
+    changed = analysis.replace("`LOOP_LAG_LIMIT_MS` (100.0 ms)", "`LOOP_LAG_LIMIT_MS` (50 ms)")
+    assert client_bound_problems(changed, results) == ["LOOP_LAG_LIMIT_MS = 100.0"]
