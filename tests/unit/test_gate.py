@@ -13,6 +13,7 @@ import pytest
 
 from reports.cli import gate_main
 from reports.gate import GateError, load_rules
+from results_contract.identity import IDENTITY_KEY, compute
 from results_contract.paths import SWEEP_FILE, SWEEP_SUMMARY_FILE
 from results_contract.schemas import SWEEP_SCHEMA
 from results_contract.testbed import Testbed as Bed
@@ -305,3 +306,141 @@ def test_a_missing_baseline_is_a_usage_error(tmp_path: Path, capsys) -> None:
     run = write_run(tmp_path / "run", sample_summary())
     assert gate_main([str(run), "--baseline", str(tmp_path / "nope")]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+# -- like with like (issue 38) -------------------------------------------------------------------
+def _identified(summary: dict[str, Any], testbed: str | None = "Test CPU ×2, Linux 6.1.0"):
+    """The summary with the identity the analysis stores (from its workload and driver)."""
+    summary[IDENTITY_KEY] = compute(summary["workload"], summary["driver"], testbed).to_dict()
+    return summary
+
+
+UNLIKE = [
+    # (what differs, the edit to the run's summary, the key named, run's value shown)
+    ("workload", lambda s: s["workload"].update(messageSize=64), "workload.messageSize", "64"),
+    ("driver", lambda s: s["driver"].update(driverClass="drivers.nats.driver:NatsDriver"),
+     "driver.driverClass", '"drivers.nats.driver:NatsDriver"'),
+    ("broker", lambda s: s["driver"].update(broker={"journalMaxGroupWaitMSec": 4}),
+     "driver.broker.journalMaxGroupWaitMSec", "4"),
+]  # fmt: skip
+
+
+def _pair(tmp_path: Path, edit: Any) -> tuple[list[Path], list[Path]]:
+    base, run = [], []
+    pulsar = {"driverClass": "drivers.pulsar.driver:PulsarDriver"}
+    for i in range(3):
+        summary = sample_summary(run_id=f"b{i}")
+        summary["driver"].update(pulsar)
+        base.append(write_run(tmp_path / "base" / f"b{i}", _identified(summary)).parent)
+        changed = sample_summary(run_id=f"r{i}")
+        changed["driver"].update(pulsar)
+        edit(changed)
+        run.append(write_run(tmp_path / "run" / f"r{i}", _identified(changed)).parent)
+    return run, base
+
+
+@pytest.mark.parametrize(("what", "edit", "key", "shown"), UNLIKE, ids=[u[0] for u in UNLIKE])
+def test_runs_of_another_workload_driver_or_broker_setting_are_refused_naming_the_key(
+    tmp_path: Path, capsys, what: str, edit: Any, key: str, shown: str
+) -> None:
+    run, base = _pair(tmp_path, edit)
+    code, suite, md = gate(tmp_path, run, base)
+    err = capsys.readouterr().err
+    assert code == 2 and suite is None and md == ""
+    (line,) = err.strip().splitlines()
+    assert f"{key} is " in line and f"and {shown} in the run" in line
+    assert f"--allow-different {key}" in line
+    # On purpose: the gate runs, and says what differed.
+    code, suite, md = gate(tmp_path, run, base, "--allow-different", key)
+    assert code in (0, 1) and suite is not None
+    assert "Compared on purpose (--allow-different) although they differ" in md and key in md
+    assert f"differs (--allow-different): {key} is" in capsys.readouterr().out
+
+
+def test_allow_different_must_name_an_identity_key(tmp_path: Path, capsys) -> None:
+    run, base = _pair(tmp_path, UNLIKE[0][1])
+    code, _, _ = gate(tmp_path, run, base, "--allow-different", "workload.mesageSize")
+    assert code == 2
+    assert "did you mean 'workload.messageSize'" in capsys.readouterr().err
+
+
+def test_runs_without_a_stored_identity_are_alike_to_stored_ones_of_the_same_settings(
+    tmp_path: Path, capsys
+) -> None:
+    old = runs(tmp_path / "old", 3, 1)  # summaries written before identities: derived
+    new = []
+    for i in range(3):
+        summary = _identified(sample_summary(run_id=f"n{i}"))
+        new.append(write_run(tmp_path / "new" / f"n{i}", summary).parent)
+    assert gate(tmp_path, new, old)[0] == 0
+    bigger = runs(tmp_path / "bigger", 3, 1)
+    for folder in bigger:
+        data = json.loads((folder / "summary.json").read_text())
+        data["workload"]["consumerPerSubscription"] = 3
+        (folder / "summary.json").write_text(json.dumps(data))
+    assert gate(tmp_path, new, bigger)[0] == 2
+    assert "workload.consumerPerSubscription is 3 in the baseline" in capsys.readouterr().err
+
+
+def test_one_side_mixing_two_workloads_is_refused(tmp_path: Path, capsys) -> None:
+    base = runs(tmp_path / "base", 3, 1)
+    other = sample_summary(run_id="x")
+    other["workload"]["messageSize"] = 64
+    mixed = [*runs(tmp_path / "run", 2, 2), write_run(tmp_path / "x", other).parent]
+    assert gate(tmp_path, mixed, base)[0] == 2
+    assert "workload.messageSize" in capsys.readouterr().err
+
+
+def _typed_sweep(folder: Path, cases: dict[str, tuple[str, float]], seed: int) -> Path:
+    """A sweep whose case keys are `cases`' keys and whose runs are of the subscription type
+    and P99 the values give (so each case has its own identity)."""
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    names, keys = [], []
+    for r in range(3):
+        for key, (kind, p99) in cases.items():
+            name = f"{len(names):02d}-{key}-r{r + 1}"
+            noisy = round(p99 * float(np.exp(rng.normal(0, CV))), 4)
+            write_run(folder / name, sample_summary(run_id=name, subscription_type=kind,
+                                                    e2e_p99_ms=noisy))  # fmt: skip
+            names.append(name)
+            keys.append(key)
+    (folder / SWEEP_FILE).write_text(json.dumps({"cases": names, "case_keys": keys}))
+    (folder / SWEEP_SUMMARY_FILE).write_text(json.dumps({"schema": SWEEP_SCHEMA, "cases": []}))
+    return folder
+
+
+def test_sweep_cases_are_matched_by_identity_not_by_folder_order_or_name(tmp_path: Path) -> None:
+    base = _typed_sweep(
+        tmp_path / "base", {"Shared": ("Shared", 10.0), "Broadcast": ("Broadcast", 5.0)}, 1
+    )
+    # The run's cases in the other order, under other names: paired by what they ran.
+    run = _typed_sweep(
+        tmp_path / "run", {"b-cast": ("Broadcast", 7.5), "shared-1": ("Shared", 10.0)}, 2
+    )
+    code, suite, md = gate(tmp_path, [run], [base])
+    assert code == 1
+    assert "b-cast: e2e_p99_ms" in failed(suite)
+    assert not any(name.startswith("shared-1") for name in failed(suite))
+
+
+# -- rules naming metrics that do not exist (issue 37, item 3) ----------------------------------
+def test_a_rule_naming_an_unknown_metric_is_bad_input_with_the_closest_name(
+    tmp_path: Path, capsys
+) -> None:
+    rules = tmp_path / "gates.yaml"
+    rules.write_text("rules:\n  - metric: e2e_p99_msx\n    relative: 0.05\n")
+    run = write_run(tmp_path / "run", sample_summary()).parent
+    code, suite, _ = gate(tmp_path, [run], [run], "--rules", str(rules))
+    err = capsys.readouterr().err
+    assert code == 2 and suite is None
+    assert str(rules) in err and "'e2e_p99_msx' is unknown" in err
+    assert "did you mean 'e2e_p99_ms'" in err
+
+
+def test_a_rule_may_name_the_dotted_path_of_a_number_in_the_summaries(tmp_path: Path) -> None:
+    rules = tmp_path / "gates.yaml"
+    rules.write_text("rules:\n  - metric: latency.e2e.p99_9\n    relative: 0.05\n")
+    run = write_run(tmp_path / "run", sample_summary()).parent
+    code, suite, md = gate(tmp_path, [run], [run], "--rules", str(rules))
+    assert code == 0 and "| latency.e2e.p99_9 |" in md
