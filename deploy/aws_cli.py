@@ -224,8 +224,19 @@ def print_cost(settings: Settings) -> None:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="deploy/aws_cli.py", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["cost", "plan", "up", "down"])
+    parser = argparse.ArgumentParser(
+        prog="deploy/aws_cli.py",
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog="Exit codes: 0 done, 1 Terraform failed, 2 something is missing (nothing was "
+        "created). docs/aws.md has the whole procedure.",
+    )
+    parser.add_argument(
+        "command",
+        choices=["cost", "plan", "up", "down"],
+        help="cost: the hourly estimate only; plan: checks, init, plan (nothing is created); "
+        "up: checks, init, apply, and writes .state/inventory.yml; down: destroy what `up` "
+        "created (with its saved settings)",
+    )
     parser.add_argument("--run-name", help="names the run's resources (default fanout-bench)")
     parser.add_argument("--operator-cidr", help="the only CIDR admitted to SSH, e.g. 1.2.3.4/32")
     parser.add_argument("--ssh-key", help="public key path (default ~/.ssh/id_ed25519.pub)")

@@ -203,8 +203,13 @@ def _retry_hint(args: argparse.Namespace, argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="bench_remote.py", description=__doc__.split("\n")[0])
-    parser.add_argument("workload", type=Path)
+    parser = argparse.ArgumentParser(
+        prog="deploy/bench_remote.py",
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog="Exit codes: 0 done; 1 a step failed after the hosts were reached (they are left "
+        "as they are); 2 a mistake in the command line or the inventory's path.",
+    )
+    parser.add_argument("workload", type=Path, help="workload YAML, as `bench run` takes it")
     parser.add_argument("--driver", type=Path, help="driver YAML (default: the broker host's)")
     parser.add_argument(
         "--inventory",
@@ -212,7 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         default=AWS_INVENTORY,
         help="Ansible inventory (default: the one `make aws-up` writes)",
     )
-    parser.add_argument("--results", type=Path, default=ROOT / "results")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=ROOT / "results",
+        help="where the run folder is unpacked, analysed and reported (default results/)",
+    )
     parser.add_argument(
         "--spark-master",
         default="local[*]",

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
+from collections.abc import Callable
 from importlib.metadata import version
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from harness.cli import main
+from tests.conftest import ROOT
 
 
 def test_bench_version(capsys) -> None:
@@ -37,6 +43,12 @@ def test_bench_analyze_help_names_bench_analyze(capsys) -> None:
 )
 def test_every_option_has_a_help_text(command, monkeypatch) -> None:
     """Parsers are caught as `--help` builds them: each action but -h has a help string."""
+    assert _help_problems(lambda: main([command, "--help"]), monkeypatch) == []
+
+
+def _help_problems(show_help: Callable[[], object], monkeypatch) -> list[str]:
+    """What the parsers `show_help` builds lack: an action without a help text, or a
+    description that stops mid-sentence (issue 37: a docstring's first line, cut at a comma)."""
     seen: list[argparse.ArgumentParser] = []
     original = argparse.ArgumentParser.parse_args
 
@@ -46,15 +58,52 @@ def test_every_option_has_a_help_text(command, monkeypatch) -> None:
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", spy)
     with pytest.raises(SystemExit):
-        main([command, "--help"])
+        show_help()
     assert seen
-    lacking = [
-        action.dest
-        for parser in seen
-        for action in parser._actions
-        if not isinstance(action, argparse._HelpAction) and not action.help
+    return [
+        *(
+            f"{parser.prog}: {action.dest} has no help"
+            for parser in seen
+            for action in parser._actions
+            if not isinstance(action, argparse._HelpAction) and not action.help
+        ),
+        *(
+            f"{parser.prog}: description ends {parser.description.rstrip()[-20:]!r}"
+            for parser in seen
+            if parser.description and not parser.description.rstrip().endswith((".", ")"))
+        ),
     ]
-    assert lacking == []
+
+
+def _script(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"help_of_{Path(path).stem}", ROOT / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("script", "entry"), [("deploy/bench_remote.py", "main"), ("deploy/aws_cli.py", "parse")]
+)
+def test_the_deploy_scripts_help_is_whole(script, entry, monkeypatch) -> None:
+    """Issue 37: both descriptions stopped mid-sentence."""
+    monkeypatch.syspath_prepend(str(ROOT / "deploy"))  # aws_cli imports aws_cost beside it
+    module = _script(script)
+    assert _help_problems(lambda: getattr(module, entry)(["--help"]), monkeypatch) == []
+
+
+def test_a_description_cut_mid_sentence_is_caught(monkeypatch) -> None:
+    def cut() -> None:
+        parser = argparse.ArgumentParser(description="deploy, run, bring the run folder home,")
+        parser.add_argument("workload")
+        parser.parse_args(["--help"])
+
+    assert _help_problems(cut, monkeypatch) == [
+        f"{Path(sys.argv[0]).name}: workload has no help",
+        f"{Path(sys.argv[0]).name}: description ends 'the run folder home,'",
+    ]
 
 
 def test_bench_analyze_of_a_folder_that_is_no_run_leaves_it_empty(tmp_path, capsys) -> None:
