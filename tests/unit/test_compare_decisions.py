@@ -5,12 +5,15 @@ series against series (B's Broadcast against A's Broadcast)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from reports.cli import compare_main
 from reports.compare import render_comparison, run_rows
 from reports.results import load_summary
 from reports.sweeps import scaling_rows
+from results_contract.identity import IDENTITY_KEY, compute
 from tests.samples import sample_summary, sample_sweep, write_intervals, write_run, write_sweep
 
 
@@ -55,3 +58,48 @@ def test_sweeps_compare_each_series_with_the_same_series_of_a(tmp_path: Path) ->
     paths = [write_sweep(tmp_path / n, d, with_cases=False) for n, d in (("a", a), ("b", b))]
     html = render_comparison(paths, tmp_path / "cmp.html").read_text()
     assert "×1.50" in html
+
+
+# -- like with like (issue 38) -------------------------------------------------------------------
+PULSAR = "drivers.pulsar.driver:PulsarDriver"
+UNLIKE = [
+    ("workload", lambda s: s["workload"].update(messageSize=64), "workload.messageSize", "64"),
+    ("driver", lambda s: s["driver"].update(driverClass="drivers.nats.driver:NatsDriver"),
+     "driver.driverClass", '"drivers.nats.driver:NatsDriver"'),
+    ("broker", lambda s: s["driver"].update(broker={"journalMaxGroupWaitMSec": 4}),
+     "driver.broker.journalMaxGroupWaitMSec", "4"),
+]  # fmt: skip
+
+
+def _stored(folder: Path, edit: Any = None) -> Path:
+    """A run whose summary holds the identity the analysis stores."""
+    summary = sample_summary(run_id=folder.name)
+    summary["driver"]["driverClass"] = PULSAR
+    if edit:
+        edit(summary)
+    summary[IDENTITY_KEY] = compute(summary["workload"], summary["driver"], "CPU ×2").to_dict()
+    return write_run(folder, summary).parent
+
+
+@pytest.mark.parametrize(("what", "edit", "key", "shown"), UNLIKE, ids=[u[0] for u in UNLIKE])
+def test_compare_refuses_unlike_runs_naming_the_key_and_says_what_differed_when_allowed(
+    tmp_path: Path, capsys, what: str, edit: Any, key: str, shown: str
+) -> None:
+    a, b = _stored(tmp_path / "a"), _stored(tmp_path / "b", edit)
+    out = tmp_path / "cmp.html"
+    assert compare_main([str(a), str(b), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{key} is " in line and f"and {shown} in B" in line and not out.exists()
+    assert compare_main([str(a), str(b), "--out", str(out), "--allow-different", key]) == 0
+    html = out.read_text()
+    start = html.index('data-warning="identity"')
+    assert key in html[start : html.index("</div>", start)]
+
+
+def test_compare_of_alike_runs_shows_their_identity_and_no_warning(tmp_path: Path) -> None:
+    a, b = _stored(tmp_path / "a"), _stored(tmp_path / "b")
+    out = tmp_path / "cmp.html"
+    assert compare_main([str(a), str(b), "--out", str(out)]) == 0
+    html = out.read_text()
+    assert 'data-warning="identity"' not in html
+    assert html.count("identity sample · bundled [") == 2
