@@ -3,11 +3,13 @@ at its revision by E-divisive, and a gate against the last K runs of a branch.""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from reports.history import main as history_main
 from reports.history import points, series_keys, stored
@@ -102,3 +104,99 @@ def test_history_gate_refuses_a_nan_metric_as_bad_input(tmp_path: Path, capsys) 
     err = capsys.readouterr().err
     assert str(folder / "summary.json") in err
     assert "is nan, not a finite number" in err
+
+
+# -- series by identity (issue 38) and read verbs on a missing database (issue 37, item 4) -------
+WORKLOADS = {"fanout": 10240, "small": 64}  # name → message size
+BROKERS = {"bundled": {}, "tuned": {"journalMaxGroupWaitMSec": 4}}  # driver name → broker:
+
+
+def _run_of(root: Path, workload: str, broker: str, i: int, p99: float) -> Path:
+    summary = sample_summary(run_id=f"{workload}-{broker}-{i}", e2e_p99_ms=p99)
+    summary["workload"].update(name=workload, messageSize=WORKLOADS[workload])
+    summary["driver"].update(name=broker, broker=BROKERS[broker])
+    summary["environment"]["git_revision"] = revision(i)
+    folder = write_run(root / f"{workload}-{broker}-{i}", summary).parent
+    write_testbed(folder, BED)
+    return folder
+
+
+def test_two_workloads_and_two_brokers_are_four_series_and_a_gate_uses_its_own(
+    tmp_path: Path, capsys
+) -> None:
+    db = tmp_path / "history.sqlite"
+    rng = np.random.default_rng(7)
+    # Each series has its own level: pooling any two would move the baseline by 2x or more.
+    levels = {("fanout", "bundled"): 10.0, ("fanout", "tuned"): 20.0,
+              ("small", "bundled"): 40.0, ("small", "tuned"): 80.0}  # fmt: skip
+    for (workload, broker), level in levels.items():
+        for i in range(6):
+            p99 = round(level * float(np.exp(rng.normal(0, 0.03))), 4)
+            folder = _run_of(tmp_path / "runs", workload, broker, i, p99)
+            assert history_main(["--db", str(db), "add", str(folder)]) == 0
+    keys = series_keys(db)
+    assert sorted(k.label for k in keys) == sorted(f"{w} · {b}" for w, b in levels)
+    out = tmp_path / "trend.html"
+    assert history_main(["--db", str(db), "trend", "--out", str(out)]) == 0
+    html = out.read_text()
+    assert html.count('data-chart="trend-e2e_p99_ms"') == 4
+    # A new run of one series, at that series' level: gated against its 6 runs only, it passes.
+    new = _run_of(tmp_path / "new", "small", "tuned", 9, 80.5)
+    capsys.readouterr()
+    assert history_main(["--db", str(db), "gate", str(new), "--branch", "main"]) == 0
+    md = (new / GATE_MARKDOWN_FILE).read_text()
+    assert "1 run(s) per case against 6" in md
+    row = next(line for line in md.splitlines() if "| e2e_p99_ms |" in line)
+    assert float(row.split("|")[3]) == pytest.approx(80.0, rel=0.05)
+    # A run no series is alike to has no baseline, whatever its branch holds.
+    lone = _run_of(tmp_path / "new", "small", "tuned", 10, 80.0)
+    data = json.loads((lone / "summary.json").read_text())
+    data["workload"]["producerRate"] = 500
+    (lone / "summary.json").write_text(json.dumps(data))
+    assert history_main(["--db", str(db), "gate", str(lone), "--branch", "main"]) == 2
+    assert "no runs of branch 'main'" in capsys.readouterr().err
+
+
+OLD_SCHEMA = """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY, added_at REAL NOT NULL, revision TEXT NOT NULL,
+    branch TEXT NOT NULL, testbed TEXT NOT NULL, case_key TEXT NOT NULL, run_id TEXT NOT NULL,
+    summary TEXT NOT NULL, UNIQUE (run_id, case_key, branch, testbed)
+);
+CREATE INDEX runs_series ON runs (branch, testbed, case_key, id);
+"""
+
+
+def test_a_database_written_before_identities_is_migrated_into_series(tmp_path: Path) -> None:
+    db = tmp_path / "old.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(OLD_SCHEMA)
+        for workload in WORKLOADS:
+            for i in range(4):
+                folder = _run_of(tmp_path / "runs", workload, "bundled", i, 12.0 + i * 0.01)
+                conn.execute(
+                    "INSERT INTO runs (added_at, revision, branch, testbed, case_key, run_id, "
+                    "summary) VALUES (0, ?, 'main', ?, '', ?, ?)",
+                    (revision(i), BED.key, folder.name, (folder / "summary.json").read_text()),
+                )
+    out = tmp_path / "trend.html"
+    assert history_main(["--db", str(db), "trend", "--out", str(out)]) == 0
+    assert sorted(k.label for k in series_keys(db)) == ["fanout · bundled", "small · bundled"]
+    assert out.read_text().count('data-chart="trend-e2e_p99_ms"') == 2
+    # A run added after the migration joins the series of its identity.
+    later = _run_of(tmp_path / "later", "small", "bundled", 5, 12.0)
+    assert history_main(["--db", str(db), "add", str(later)]) == 0
+    assert len(series_keys(db)) == 2
+
+
+@pytest.mark.parametrize("verb", ["trend", "gate"])
+def test_a_read_of_a_database_that_does_not_exist_is_bad_input(
+    tmp_path: Path, capsys, verb: str
+) -> None:
+    db = tmp_path / "MISTYPED.sqlite"
+    run = write_run(tmp_path / "run", sample_summary()).parent
+    args = {"trend": ["trend", "--out", str(tmp_path / "t.html")],
+            "gate": ["gate", str(run), "--branch", "main"]}[verb]  # fmt: skip
+    assert history_main(["--db", str(db), *args]) == 2
+    assert "MISTYPED.sqlite: no such history database" in capsys.readouterr().err
+    assert not db.exists() and not (tmp_path / "t.html").exists()
