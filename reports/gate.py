@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from reports import identities
 from reports.changes import (
     BROKER_CPU,
     CLIENT_CPU,
@@ -36,7 +37,6 @@ from reports.changes import (
     no_kernel_times,
     values,
 )
-from reports import identities
 from reports.formatting import sig
 from reports.metrics import METRICS, Direction
 from reports.results import RunSummary, case_keys, load_any, load_summary
@@ -238,9 +238,8 @@ def match_cases(run: Side, base: Side, allow: Sequence[str] = ()) -> list[Pair]:
 
 
 def _sources(run: Side, base: Side) -> str:
-    return (
-        f"run: {', '.join(map(str, run.sources))}; baseline: {', '.join(map(str, base.sources))}"
-    )
+    runs, bases = (", ".join(map(str, side.sources)) for side in (run, base))
+    return f"run: {runs}; baseline: {bases}"
 
 
 def differed(run: Side, base: Side, allow: Sequence[str]) -> list[str]:
@@ -359,7 +358,9 @@ def gate(
         [c for _, _, _, c, _, _, _ in pending],
         thresholds,
         [rule.resolved_direction for _, rule, _, _, _, _, _ in pending],
-        lambda j, level: _at_level(pending[j][1].metric, by_case[pending[j][2]], level, pending[j][3]),
+        lambda j, level: _at_level(
+            pending[j][1].metric, by_case[pending[j][2]], level, pending[j][3]
+        ),
         alpha,
     )
     for (i, rule, case, _, b_c, r_c, n), threshold, (change, decision) in zip(
@@ -511,7 +512,7 @@ def check_rules(rules: Sequence[Rule], source: Path | None, runs: Sequence[RunSu
     """Every rule names a metric these runs can have: GateError naming the rules file, the
     rule and the closest known name otherwise (a misspelt metric must not pass as skipped)."""
     known = known_metrics(runs)
-    for i, rule in enumerate(rules):
+    for rule in rules:
         if rule.metric in known:
             continue
         named = sorted({*METRICS, *DERIVED, *EXACT_METRICS})

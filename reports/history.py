@@ -35,6 +35,7 @@ import numpy as np
 from markupsafe import Markup, escape
 from scipy import stats
 
+from reports import identities
 from reports.changes import InputError, center, sample
 from reports.gate import (
     DEFAULT_RULES,
@@ -47,7 +48,6 @@ from reports.gate import (
     output_folder,
     publish,
 )
-from reports import identities
 from reports.results import ResultsError, RunSummary
 from reports.stats import ALPHA
 from reports.templating import write_page

@@ -18,9 +18,9 @@ What enters, as flat dotted keys (`workload.messageSize`, `driver.client.ackMode
 
 A key only one of two runs holds is no difference (a version that added the key wrote one of
 them; the broker's pass-through `broker:` settings excepted, where absent means default), so
-the comparison is key by key, never by hash alone. Run-specific values (run id, times, hosts, ports, data folders, git
-revision, branch, broker version) never enter. The hash is the first 12 hex digits of the
-SHA-256 of the keys as canonical JSON.
+the comparison is key by key, never by hash alone. Run-specific values (run id, times, hosts,
+ports, data folders, git revision, branch, broker version) never enter. The hash is the first
+12 hex digits of the SHA-256 of the keys as canonical JSON.
 """
 
 from __future__ import annotations
@@ -178,9 +178,7 @@ def differences(a: Identity, b: Identity, allow: Iterable[str] = ()) -> list[Dif
         if allowed(key, allow):
             continue
         both = key in a.keys and key in b.keys
-        if (both and a.keys[key] != b.keys[key]) or (
-            not both and key.startswith(OPEN_SECTIONS)
-        ):
+        if (both and a.keys[key] != b.keys[key]) or (not both and key.startswith(OPEN_SECTIONS)):
             out.append(Difference(key, a.keys.get(key), b.keys.get(key)))
     return out
 
