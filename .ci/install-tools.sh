@@ -6,6 +6,7 @@
 #   faketime           a worker with a skewed clock
 #   iproute2           network namespaces as separate hosts
 #   openssh-server     sshd in each namespace for the Ansible deploy test
+#   prometheus         a real Prometheus scraping a run (tests/integration/test_live_metrics.py)
 #   nats-server redis-server mosquitto   the peer brokers the peer drivers' tests start
 set -uo pipefail
 
@@ -16,6 +17,8 @@ have faketime || missing+=(faketime)
 have ip || missing+=(iproute2)
 have sshd || missing+=(openssh-server)
 peers=()
+# A system service once installed, as the peer brokers are: disabled below like them.
+have prometheus || peers+=(prometheus)
 for peer in nats-server redis-server mosquitto; do
   have "$peer" || peers+=("$peer")
 done
