@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -129,10 +130,16 @@ class BrokerConfig:
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
             if key not in known:
-                raise BrokerConfigError(f"{source}: unknown broker setting {key!r}")
+                close = difflib.get_close_matches(str(key), list(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else " (README.md lists them)"
+                raise BrokerConfigError(f"{source}: unknown broker setting {key!r}{hint}")
             if key in _PORTS and value in ("", None):
                 kwargs[key] = None  # Pulsar's empty port: that listener is off
                 continue
+            if key in _PORTS and isinstance(value, int) and not 0 <= value <= 65535:
+                raise BrokerConfigError(
+                    f"{source}: broker setting {key!r}: a port is 0 to 65535, got {value}"
+                )
             default = known[key].default
             expected = int if key in _PORTS else type(default)
             if expected is float and isinstance(value, int) and not isinstance(value, bool):

@@ -5,8 +5,10 @@ import Locust (which monkey-patches with gevent) before anything opens a socket.
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 
+COMMANDS = ("run", "broker", "worker", "analyze", "report", "compare", "gate", "history")
 USAGE = """bench <command> [options]
 
 commands:
@@ -29,7 +31,7 @@ options:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+        print(USAGE, file=sys.stdout if argv else sys.stderr)  # no command: a usage error
         return 0 if argv else 2
     if argv[0] in ("-V", "--version"):
         print(f"bench {_version()}")
@@ -65,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         from reports.history import main as history_main
 
         return history_main(rest)
-    print(f"bench: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    close = difflib.get_close_matches(command, COMMANDS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    print(f"bench: unknown command {command!r}{hint}\n\n{USAGE}", file=sys.stderr)
     return 2
 
 

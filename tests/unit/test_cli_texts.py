@@ -132,3 +132,32 @@ def test_bench_run_refuses_a_count_out_of_range(tmp_path, capsys, option, value,
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == f"bench run: error: argument {option}: {problem}"
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (
+            ["--set", "journalSynData=false"],
+            "unknown broker setting 'journalSynData' (did you mean 'journalSyncData'?)",
+        ),
+        (
+            ["--port", "99999"],
+            "broker setting 'brokerServicePort': a port is 0 to 65535, got 99999",
+        ),
+    ],
+)
+def test_bench_broker_refuses_a_bad_setting_in_one_line(capsys, options, problem) -> None:
+    """Issue 37's pass: no "did you mean" for a misspelt setting; a traceback for a port."""
+    assert main(["broker", *options]) == 2
+    assert capsys.readouterr().err == f"bench broker: command line: {problem}\n"
+
+
+def test_bench_names_the_command_it_did_not_know(capsys) -> None:
+    """Issue 37's pass: no "did you mean", and a bare `bench` printed its usage error on stdout."""
+    assert main(["anaylze"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench: unknown command 'anaylze' (did you mean 'analyze'?)\n")
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("bench <command> [options]")
