@@ -396,7 +396,8 @@ def _typed_sweep(folder: Path, cases: dict[str, tuple[str, float]], seed: int) -
     and P99 the values give (so each case has its own identity)."""
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
-    names, keys = [], []
+    names: list[str] = []
+    keys: list[str] = []
     for r in range(3):
         for key, (kind, p99) in cases.items():
             name = f"{len(names):02d}-{key}-r{r + 1}"
