@@ -112,7 +112,12 @@ def main(argv: list[str]) -> int:
         help="driver YAML (default: the bundled broker, or the workload's `drivers`); repeat "
         "it to run the workload against each broker, side by side",
     )
-    parser.add_argument("--results", type=Path, default=Path("results"), help="results folder")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path("results"),
+        help="where the run's folder is made (default results/)",
+    )
     parser.add_argument(
         "--workers",
         type=_whole(0),
@@ -129,8 +134,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--master-bind",
         default="127.0.0.1",
-        help="address the coordinator listens on for workers (use the host's "
-        "address when workers join from other hosts)",
+        help="address the coordinator listens on for workers (default 127.0.0.1; use the "
+        "host's address when workers join from other hosts)",
     )
     parser.add_argument(
         "--master-port",
@@ -171,7 +176,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         spec = load_workload(args.workload)
-        repeat = spec.repeat if args.repeat is None else parse_repeat(args.repeat, "")
+        repeat = spec.repeat if args.repeat is None else parse_repeat(args.repeat, "--")
         driver_paths: list[Path | None] = list(args.driver or spec.drivers) or [None]
         drivers = [_checked_driver(path, spec.cases, args.workload) for path in driver_paths]
         _connections_checked(spec.cases, drivers, args.workload, args.remote_workers)
