@@ -29,7 +29,7 @@ def test_a_corrupt_histogram_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"spark_analysis: {run_dir / 'raw' / 'w1' / 'histograms.hlog'}: ")
+    assert lines[0].startswith(f"bench analyze: {run_dir / 'raw' / 'w1' / 'histograms.hlog'}: ")
     assert "corrupt histogram blob" in lines[0]
     assert "log4j" in (run_dir / "logs" / "analysis-spark.log").read_text()
 
