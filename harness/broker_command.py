@@ -26,6 +26,7 @@ from drivers.config import (
     check_keys,
     choice,
     describe,
+    integer,
     nullable,
     parse_value,
     string,
@@ -80,6 +81,7 @@ _KEYS = {
     "versionPackage": nullable(string),
     "versionArgs": nullable(_string_list),
     "subscriptionTypes": nullable(_subscription_types),
+    "startTimeoutSeconds": integer(minimum=1),
 }
 
 
@@ -103,6 +105,9 @@ class BrokerCommand:
     """The workload subscription types the broker has; None = all. A workload asking for
     another is refused before the run (pulsar-lite takes a Broadcast subscription for a
     Shared one, which would read as lost messages)."""
+    start_timeout_s: int = 20
+    """How long the program may take to listen (an Erlang node such as RabbitMQ takes 7-15 s
+    on a loaded 2-core machine)."""
 
     def mode_problem(self, subscription_type: str) -> str | None:
         """Why this broker cannot run `subscription_type`, with the fix; None when it can."""
@@ -176,6 +181,7 @@ class BrokerCommand:
             "subscriptionTypes": (
                 None if self.subscription_types is None else list(self.subscription_types)
             ),
+            "startTimeoutSeconds": self.start_timeout_s,
         }
 
 
@@ -205,5 +211,6 @@ def parse_broker_command(raw: object, where: str) -> BrokerCommand | None:
         "versionPackage": "version_package",
         "versionArgs": "version_args",
         "subscriptionTypes": "subscription_types",
+        "startTimeoutSeconds": "start_timeout_s",
     }
     return BrokerCommand(**{fields[key]: value for key, value in typed.items()})
