@@ -232,7 +232,7 @@ def code_rule_names() -> list[str]:
     tree = ast.parse(_read("spark_analysis/client_bound.py"))
     return list(
         dict.fromkeys(
-            node.args[0].value
+            str(node.args[0].value)
             for node in ast.walk(tree)
             if isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
