@@ -826,6 +826,8 @@ def polynomial(coefficients: Sequence[float], x: float) -> float:
 
 
 EXTRAPOLATE_TO = 100_000
+LABEL_STEP = 16
+"""Between the lines of labels stacked in a panel's corner (a series label is 11 px)."""
 
 
 def _fit_lines(s: ScalingSeries, x: Scale, y: Scale, x_max: float) -> list[Line]:
@@ -895,7 +897,7 @@ def _scaling_panel(
                 labels.append(
                     Label(
                         x(EXTRAPOLATE_TO) - 8,
-                        top + 14,
+                        top + 14 + LABEL_STEP * len(labels),  # one line each, not one spot
                         f"{s.name} at {EXTRAPOLATE_TO // 1000}K: somewhere in "
                         f"{sig(max(0.0, lo))}–{sig(hi)} {y_title} (95 %)",
                         "end",
