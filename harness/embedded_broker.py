@@ -169,6 +169,16 @@ class EmbeddedBroker:
             f"{self.name} broker did not listen within {timeout:.0f} s; see {self.log_path}"
         )
 
+    def died(self) -> str | None:
+        """Why the broker is gone before stop() was asked (killed, crashed): a reason for a
+        partial run; None while it runs."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        return (
+            f"the {self.name} broker (pid {self.process.pid}) exited with "
+            f"{self.process.returncode} during the run; see {self.log_path}"
+        )
+
     def stop(self, timeout: float = 10.0) -> None:
         if self.process is not None:
             end(self.process, timeout)
