@@ -63,7 +63,7 @@ def unlike(
     found = differences(of_run(a), of_run(b), allow)
     if not found:
         return None
-    more = f" (and {len(found) - 1} more key(s))" if len(found) > 1 else ""
+    more = f" (also differ: {', '.join(d.key for d in found[1:])})" if len(found) > 1 else ""
     key = found[0].key
     return (
         f"runs of different identities: {found[0].describe(a_name, b_name)}{more}; "

@@ -17,7 +17,7 @@ What enters, as flat dotted keys (`workload.messageSize`, `driver.client.ackMode
 - the testbed (CPU model, cores, kernel: results_contract/testbed.py `Testbed.key`).
 
 A key only one of two runs holds is no difference (a version that added the key wrote one of
-them; the broker's pass-through `broker:` settings excepted, where absent means default), so
+them; the broker's `broker:` settings and `embeddedBroker` excepted: OPEN_SECTIONS), so
 the comparison is key by key, never by hash alone. Run-specific values (run id, times, hosts,
 ports, data folders, git revision, branch, broker version) never enter. The hash is the first
 12 hex digits of the SHA-256 of the keys as canonical JSON.
@@ -162,9 +162,10 @@ def allowed(key: str, allow: Iterable[str]) -> bool:
     return any(key == a or key.startswith(f"{a}.") for a in allow)
 
 
-OPEN_SECTIONS = ("driver.broker.",)
-"""Sections of settings passed through as written (the bundled broker's `broker:`): a key
-absent there is a setting left at its default, so one side setting it is a difference."""
+OPEN_SECTIONS = ("driver.broker.", "driver.embeddedBroker.")
+"""Sections where a key one side lacks is a difference: the bundled broker's `broker:`
+settings, passed through as written (absent: left at its default), and an embedded broker
+(absent: the bundled broker, not another program)."""
 
 
 def differences(a: Identity, b: Identity, allow: Iterable[str] = ()) -> list[Difference]:

@@ -97,6 +97,9 @@ def test_workload_driver_and_broker_settings_are_named_when_they_differ() -> Non
     (d,) = differences(base, compute(_ci_gate(), tuned, BED))
     assert (d.key, d.a, d.b) == ("driver.broker.journalMaxGroupWaitMSec", None, 4)
     assert differences(base, compute(_ci_gate(), tuned, BED), ["driver.broker"]) == []
+    slow = {**driver, "embeddedBroker": {"name": "slow-cpu", "args": ["--spin-us", "0.6"]}}
+    found = differences(base, compute(_ci_gate(), slow, BED))
+    assert [(d.key, d.a) for d in found][:1] == [("driver.embeddedBroker.name", None)]
     renamed = {**driver, "name": "bundled-b"}  # a copy of a driver file under another name
     assert compute(_ci_gate(), renamed, BED).hash == base.hash
 
