@@ -225,7 +225,25 @@ def main(argv: list[str]) -> int:
             print(f"bench run: --metrics-port {args.metrics_port}: {exc}", file=sys.stderr)
             return 2
         progress.note(f"metrics: {live.url}")
+    # `bench worker` processes elsewhere join one run each: no warm-up run with them.
+    warm = spec.warmup_case and is_sweep and not args.remote_workers
+    warmup_dir = base / f"warmup-{_slug(runs[0][1].slug)}" if warm else None
     try:
+        if warmup_dir is not None:
+            # The first case pays for what only the first run of a sweep does (workload
+            # `warmupCase`; docs/workloads.md): once, unmeasured, and set aside.
+            driver, case, _ = runs[0]
+            progress.note(f"warm-up {warmup_dir}: {case.label or case.name} once, not measured")
+            Coordinator(
+                RunPlan.make(f"{stamp}warmup".replace("-", ""), case, driver),
+                driver,
+                warmup_dir,
+                workers=args.workers,
+                remote_workers=args.remote_workers,
+                master_bind=args.master_bind,
+                master_port=args.master_port,
+                progress=progress,
+            ).run()
         for i, (driver, case, r) in enumerate(runs):
             slug = f"{driver.name}_{case.slug}" if side_by_side else case.slug
             if repeat > 1:
@@ -268,6 +286,7 @@ def main(argv: list[str]) -> int:
                         "case_keys": case_keys[: len(run_dirs)],
                         "repeats": repeat,
                         **({"drivers": names} if side_by_side else {}),
+                        **({"warmup_case": warmup_dir.name} if warmup_dir else {}),
                     },
                     indent=2,
                 )

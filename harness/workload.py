@@ -133,6 +133,8 @@ DRIVERS_KEY = "drivers"
 # Not a key of one run either: how many independent runs of each case (`bench run --repeat`).
 REPEAT_KEY = "repeat"
 MAX_REPEAT = 100
+# Nor this: a sweep's first case run once before the sweep, unmeasured (`bench run`).
+WARMUP_CASE_KEY = "warmupCase"
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +414,8 @@ class WorkloadSpec:
     """The `drivers` key: driver files to run every case against, one after the other."""
     repeat: int = 1
     """The `repeat` key: independent runs of every case, interleaved (docs/reports.md)."""
+    warmup_case: bool = False
+    """The `warmupCase` key: the first case once before the sweep, its results set aside."""
 
     @property
     def is_sweep(self) -> bool:
@@ -423,9 +427,12 @@ def load_workload(path: str | os.PathLike[str]) -> WorkloadSpec:
     path = Path(path)
     where = f"{path}: "
     data = dict(load_yaml_mapping(path, str(path)))
-    check_keys(data, [*PARSERS, DRIVERS_KEY, REPEAT_KEY], where)
+    check_keys(data, [*PARSERS, DRIVERS_KEY, REPEAT_KEY, WARMUP_CASE_KEY], where)
     drivers = _drivers(data.pop(DRIVERS_KEY, None), path, where)
     repeat = parse_repeat(data.pop(REPEAT_KEY, 1), where)
+    warmup_case = data.pop(WARMUP_CASE_KEY, False)
+    if not isinstance(warmup_case, bool):
+        raise ConfigError(f"{where}{WARMUP_CASE_KEY}: expected true or false, got {warmup_case!r}")
     fixed: dict[str, Any] = {}
     axes: list[SweepAxis] = []
     for key, raw in data.items():
@@ -449,6 +456,7 @@ def load_workload(path: str | os.PathLike[str]) -> WorkloadSpec:
         cases=cases,
         drivers=drivers,
         repeat=repeat,
+        warmup_case=warmup_case,
     )
 
 

@@ -38,7 +38,7 @@ from results_contract.metrics import (
     STAGE_PREFIX,
     stage_metric,
 )
-from results_contract.paths import REPORT_FILE
+from results_contract.paths import REPORT_FILE, SWEEP_FILE
 from results_contract.policy_events import POLICY_COUNTERS
 from results_contract.summary import Copied, Headline, Policies, Stages, Stat, Top
 from results_contract.summary import Series as Keys
@@ -326,7 +326,18 @@ def render_sweep(sweep_summary_path: Path) -> Path:
         bound=[
             str(c.get("label") or c.get("run_id")) for c in sweep.cases if c.get("client_bound")
         ],
+        warmup=_warmup_case(sweep),
     )
+
+
+def _warmup_case(sweep: SweepSummary) -> str | None:
+    """The folder of the sweep's unmeasured warm-up run (sweep.json `warmup_case`), if any."""
+    path = sweep.sweep_dir / SWEEP_FILE
+    try:
+        found = json.loads(path.read_text()).get("warmup_case")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
 
 
 def _case_links(sweep: SweepSummary) -> dict[str, str]:
