@@ -7,7 +7,10 @@
 #                      PYTHON belongs to; results in OUT/base/<i>/ and OUT/head/<i>/.
 #   bench-ab.sh gate   bench gate of every head run against every base run, then compare of
 #                      the first pair; writes OUT/gate.md, OUT/gate-junit.xml, OUT/compare.html
-#                      and exits with the gate's code (0 pass, 1 regression, 2 bad input).
+#                      and exits with the gate's code (0 pass, 1 regression, 2 bad input,
+#                      which includes runs whose identities differ: docs/reports.md, "Like
+#                      with like"). ALLOW_DIFFERENT (space-separated identity keys) passes
+#                      --allow-different KEY to both, for a change that alters them on purpose.
 #
 # The base revision runs its own code (PYTHONPATH and the working folder are its checkout) on
 # the dependencies installed once for the head: a change of pinned dependencies in the pull
@@ -21,6 +24,7 @@ REPEATS=${REPEATS:-5}
 PYTHON=${PYTHON:-.venv/bin/python}
 BENCH_ARGS=${BENCH_ARGS:-}
 GATE_ARGS=${GATE_ARGS:-}
+ALLOW_DIFFERENT=${ALLOW_DIFFERENT:-}
 
 head_dir=$(pwd)
 base_dir=$(realpath "$BASE_DIR")
@@ -54,10 +58,13 @@ gate)
         echo "bench-ab: no runs under $out/head or $out/base (run \`$0 runs\` first)" >&2
         exit 2
     fi
-    "$py" -m harness compare "${base_runs[0]}" "${head_runs[0]}" --out "$out/compare.html"
+    allow=()
+    for key in $ALLOW_DIFFERENT; do allow+=(--allow-different "$key"); done
+    "$py" -m harness compare "${base_runs[0]}" "${head_runs[0]}" --out "$out/compare.html" \
+        "${allow[@]}"
     # shellcheck disable=SC2086  # GATE_ARGS is a list of options
     "$py" -m harness gate "${head_runs[@]}" --baseline "${base_runs[@]}" \
-        --junit "$out/gate-junit.xml" --markdown "$out/gate.md" $GATE_ARGS
+        --junit "$out/gate-junit.xml" --markdown "$out/gate.md" "${allow[@]}" $GATE_ARGS
     ;;
 *)
     echo "usage: $0 runs|gate (BASE_DIR=... WORKLOAD=... OUT=... REPEATS=...)" >&2
