@@ -96,8 +96,8 @@ def _worker(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     host, _, port = args.master.rpartition(":")
-    if not host or not port.isdigit():
-        parser.error(f"--master takes HOST:PORT, got {args.master!r}")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        parser.error(f"--master takes HOST:PORT (a port 1 to 65535), got {args.master!r}")
     from harness.worker import run_worker
 
     return run_worker(host, int(port))

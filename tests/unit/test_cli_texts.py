@@ -161,3 +161,14 @@ def test_bench_names_the_command_it_did_not_know(capsys) -> None:
     assert main([]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("bench <command> [options]")
+
+
+@pytest.mark.locust
+def test_bench_worker_refuses_a_port_out_of_range(capsys) -> None:
+    """Issue 37's pass: `--master host:99999` was taken, and the worker waited forever."""
+    with pytest.raises(SystemExit) as exited:
+        main(["worker", "--master", "127.0.0.1:99999"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "bench worker: error: --master takes HOST:PORT (a port 1 to 65535), got '127.0.0.1:99999'"
+    )
