@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -32,12 +32,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from harness.messages import ProgressReport
+from harness.driver_config import DriverFile
+from harness.embedded_broker import EmbeddedBroker
+from harness.messages import PhaseTimes, ProgressReport
+from harness.run_plan import RunPlan
+from harness.worker_group import WorkerGroup
 from results_contract.client_bound import cpu_hot, distorted, loop_lag_too_long, too_many_hot
 from results_contract.hlog import decode, new_histogram
-
-if TYPE_CHECKING:
-    from harness.coordinator import Coordinator
 
 PHASES = ("starting", "connect", "warmup", "measure", "backlog", "drain", "done")
 """The values of `fanout_run_phase`'s `phase` label; the coordinator's progress line shows the
@@ -69,6 +70,17 @@ HARNESS_JOB = "fanout-bench"
 BROKER_JOB = "broker"
 
 
+class RunView(Protocol):
+    """What the collector reads of the case being run: harness/coordinator.py's Coordinator."""
+
+    plan: RunPlan
+    driver: DriverFile
+    phase: str
+    current: PhaseTimes | None
+    group: WorkerGroup | None
+    broker: EmbeddedBroker | None
+
+
 @dataclass
 class _WorkerSums:
     """What one worker's reports add up to; kept per report, as a scrape may miss some."""
@@ -87,7 +99,7 @@ class LiveMetrics:
 
     def __init__(self, port: int, bind: str, testbed: str) -> None:
         self.testbed = testbed
-        self.coordinator: Coordinator | None = None
+        self.coordinator: RunView | None = None
         self.case = ""
         self.sums: dict[str, _WorkerSums] = {}
         self.kernel_run = new_histogram()
@@ -113,7 +125,7 @@ class LiveMetrics:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/metrics"
 
-    def watch(self, coordinator: Coordinator, case: str) -> None:
+    def watch(self, coordinator: RunView, case: str) -> None:
         """From now on, serve this case's run."""
         self.coordinator, self.case = coordinator, case
         self.sums = {}
