@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+from pathlib import Path
 
 COMMANDS = ("run", "broker", "worker", "analyze", "report", "compare", "gate", "history")
 USAGE = """bench <command> [options]
@@ -15,7 +16,8 @@ commands:
   run WORKLOAD.yaml [--driver FILE]   run a workload or sweep, analyse it, write the report
                                       (--driver again: the same against each broker)
   broker [--port P --data-dir DIR]    run the bundled broker in the foreground
-  worker --master HOST:PORT           join a run's coordinator from this host
+  worker --master HOST:PORT [--secret-file FILE]
+                                      join a run's coordinator from this host
   analyze RESULTS_DIR                 merge raw results with Spark into summary.json
   report RESULTS_DIR                  render report.html from summary.json
   compare A B [...]                   side-by-side comparison page of runs or sweeps
@@ -94,13 +96,32 @@ def _worker(argv: list[str]) -> int:
         metavar="HOST:PORT",
         help="the coordinator's address: bench run's --master-bind and --master-port",
     )
+    parser.add_argument(
+        "--secret-file",
+        type=Path,
+        metavar="FILE",
+        help="the run's secret (the file bench run --secret-file names, mode 600); default: "
+        "the environment variable FANOUT_WORKER_SECRET (docs/security.md)",
+    )
     args = parser.parse_args(argv)
     host, _, port = args.master.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) <= 65535:
         parser.error(f"--master takes HOST:PORT (a port 1 to 65535), got {args.master!r}")
+    from harness.channel import SECRET_ENV, SecretError, read_secret_file, secret_from_environment
     from harness.worker import run_worker
 
-    return run_worker(host, int(port))
+    try:
+        secret = (
+            read_secret_file(args.secret_file) if args.secret_file else secret_from_environment()
+        )
+    except SecretError as exc:
+        parser.error(str(exc))
+    if secret is None:
+        parser.error(
+            f"no secret: give the run's with --secret-file FILE or the environment variable "
+            f"{SECRET_ENV} (the coordinator refuses a worker without it)"
+        )
+    return run_worker(host, int(port), secret)
 
 
 if __name__ == "__main__":

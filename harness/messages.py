@@ -2,8 +2,12 @@
 
 Locust ships custom messages as (name, dict) over msgpack; each message here is a frozen
 dataclass with its name (`NAME`), `to_dict()` for the wire and `from_dict()` back, so both
-sides spell a name and its fields once. `send` and `listen` are the only places that touch
-Locust's `send_message` and `register_message`.
+sides spell a name and its fields once. `send`, `listen` and `listen_from` are the only places
+that touch Locust's `send_message` and `register_message`. Whoever sends has proven it holds
+the run's secret (harness/channel.py), but what it says is still checked: `from_dict` refuses
+a field of the wrong type, a missing or unknown one, a negative count and a value that is not
+finite (`Refused`, naming the field), and `check()` what a type cannot say (a histogram that
+does not decode).
 
 Master → worker: ClockPing, RunConfig, PhaseTimes, PublishRate, PauseConsumers, Finish.
 Worker → master: WorkerReady, ClockPong, Configured, WorkerError, ProgressReport, RawFile,
@@ -12,11 +16,77 @@ Finished.
 
 from __future__ import annotations
 
+import logging
+import math
+import types
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Self, TypeVar
+from dataclasses import MISSING, dataclass, fields
+from functools import cache
+from typing import Any, ClassVar, Self, TypeVar, cast
 
 from harness.run_plan import RunPlan
+from results_contract.hlog import decode
+
+log = logging.getLogger("bench.messages")
+
+MAX_TEXT_CHARS = 65_536
+"""The longest str field a message may carry (an error text; ids and names are far shorter)."""
+
+
+class Refused(ValueError):
+    """A message whose fields do not fit its type; says which field and why."""
+
+    def __init__(self, kind: str, field: str, why: str) -> None:
+        super().__init__(f"field {field}: {why}")
+        self.kind = kind
+        self.field = field
+
+
+@cache
+def _hints(cls: Any) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _checked(kind: str, name: str, hint: Any, value: Any, signed: bool) -> Any:
+    """`value` if it is of type `hint` (the field types messages use), else Refused."""
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _checked(kind, name, inner, value, signed)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise Refused(kind, name, f"a map expected, got {type(value).__name__}")
+        key_type, value_type = typing.get_args(hint)
+        for k, v in value.items():
+            _checked(kind, f"{name}[{str(k)[:64]!r}]", key_type, k, signed)
+            _checked(kind, f"{name}[{str(k)[:64]!r}]", value_type, v, signed)
+        return value
+    if hint is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise Refused(kind, name, f"an integer expected, got {type(value).__name__}")
+        if value < 0 and not signed:
+            raise Refused(kind, name, f"{value} is negative")
+        return value
+    if hint is float:
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise Refused(kind, name, f"a number expected, got {type(value).__name__}")
+        if not math.isfinite(value) or (value < 0 and not signed):
+            raise Refused(kind, name, f"{value} is not a finite number of at least 0")
+        return float(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise Refused(kind, name, f"true or false expected, got {type(value).__name__}")
+        return value
+    if hint in (str, bytes):
+        if not isinstance(value, hint):
+            raise Refused(kind, name, f"{hint.__name__} expected, got {type(value).__name__}")
+        if hint is str and len(value) > MAX_TEXT_CHARS:
+            raise Refused(kind, name, f"{len(value)} characters, more than {MAX_TEXT_CHARS}")
+        return value
+    raise Refused(kind, name, f"no check for {hint!r}")  # a new field type: add its check
 
 
 class Message:
@@ -25,13 +95,34 @@ class Message:
 
     __slots__ = ()
     NAME: ClassVar[str]
+    SIGNED: ClassVar[frozenset[str]] = frozenset()
+    """Number fields that may be negative (every other one may not)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        return cls(**data)
+    def from_dict(cls, data: Any) -> Self:
+        """The message, if `data` holds exactly its fields, each of its type; else Refused."""
+        if not isinstance(data, dict):
+            raise Refused(cls.NAME, "(all)", f"a map of fields expected, got {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+        for key in data:
+            if key not in known:
+                raise Refused(cls.NAME, str(key)[:64], "not a field of this message")
+        hints = _hints(cast(Any, cls))
+        values = {}
+        for name, f in known.items():
+            if name in data:
+                values[name] = _checked(cls.NAME, name, hints[name], data[name], name in cls.SIGNED)
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise Refused(cls.NAME, name, "missing")
+        message = cls(**values)
+        message.check()
+        return message
+
+    def check(self) -> None:
+        """What the field types cannot say; raises Refused."""
 
 
 M = TypeVar("M", bound=Message)
@@ -68,7 +159,10 @@ class RunConfig(Message):
         return {f.name: getattr(self, f.name) for f in fields(self)} | {"plan": self.plan.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
+    def from_dict(cls, data: Any) -> Self:
+        """From the master, whose messages are signed: the plan as it was pickled."""
+        if not isinstance(data, dict) or "plan" not in data:
+            raise Refused(cls.NAME, "plan", "missing")
         return cls(**(data | {"plan": RunPlan.from_dict(data["plan"])}))
 
 
@@ -166,6 +260,7 @@ class ProgressReport(Message):
     total_received: int = 0
     e2e_hist: str | None = None
     """The whole measurement's e2e histogram so far (base64), for a merged P99."""
+
     cpu: float = 0.0
     """The last second's CPU, % of one core (the timeline's `cpu`)."""
     loop_lag_ms: float = 0.0
@@ -176,6 +271,16 @@ class ProgressReport(Message):
     """Of those, the ones repeating their consumer's last sequence number."""
     kernel_hist: str | None = None
     """The last interval's e2e_kernel histogram (base64), for /metrics (live_metrics.py)."""
+
+    def check(self) -> None:
+        for name, blob in (("e2e_hist", self.e2e_hist), ("kernel_hist", self.kernel_hist)):
+            if blob:
+                try:
+                    decode(blob)
+                except Exception as exc:  # hdrh raises several kinds on bad input
+                    raise Refused(
+                        self.NAME, name, f"does not decode as a histogram ({exc})"
+                    ) from None
 
     @classmethod
     def from_progress(cls, worker_id: str, progress: dict[str, Any]) -> ProgressReport:
@@ -208,9 +313,45 @@ def send(runner: Any, message: Message, client_id: str | None = None) -> None:
 
 def listen(runner: Any, kind: type[M], handler: Callable[[M], None], *, concurrent: bool) -> None:
     """Register `handler` for messages of `kind`. `concurrent` runs it in its own greenlet:
-    anything that blocks (network, disk, waiting) must, or it holds up Locust's heartbeats."""
+    anything that blocks (network, disk, waiting) must, or it holds up Locust's heartbeats.
+    A message that does not fit its type is logged (once per message and field) and dropped."""
+    logged: set[str] = set()
+
+    def refused(sender: str, exc: Refused) -> None:
+        if exc.field not in logged:
+            logged.add(exc.field)
+            log.warning("refused a %s message from %s: %s", exc.kind, sender, exc)
+
+    listen_from(
+        runner,
+        kind,
+        lambda _sender, message: handler(message),
+        concurrent=concurrent,
+        refused=refused,
+    )
+
+
+def listen_from(
+    runner: Any,
+    kind: type[M],
+    handler: Callable[[str, M], None],
+    *,
+    concurrent: bool,
+    refused: Callable[[str, Refused], None],
+) -> None:
+    """As `listen`, for a master: `handler` is also given the sender (its Locust client id),
+    and `refused` every message that does not fit its type, with the sender."""
 
     def listener(msg: Any, **_kw: Any) -> None:
-        handler(kind.from_dict(msg.data or {}))
+        sender = str(msg.node_id)
+        try:
+            message = kind.from_dict(msg.data)
+        except Refused as exc:
+            refused(sender, exc)
+            return
+        except Exception as exc:  # RunConfig's plan, unpickled
+            refused(sender, Refused(kind.NAME, "(all)", repr(exc)))
+            return
+        handler(sender, message)
 
     runner.register_message(kind.NAME, listener, concurrent=concurrent)

@@ -25,6 +25,11 @@ TIMELINE_FILE = "timeline.csv"
 STAGES_FILE = "stages.csv"
 DELIVERIES_FILE = "deliveries.csv"
 BURSTS_FILE = "bursts.csv"  # CPU inside each second's burst of deliveries (client-bound rule 4)
+WORKER_FILES = frozenset(
+    {HISTOGRAMS_FILE, CONNECTIONS_FILE, TIMELINE_FILE, STAGES_FILE, DELIVERIES_FILE, BURSTS_FILE}
+)
+"""Every file a worker may leave in raw/<worker-id>/: the only names a coordinator takes from
+a worker on another host."""
 
 # results/<run-id>/broker/: written by the bundled broker and the coordinator.
 BROKER_DIR = "broker"

@@ -14,7 +14,9 @@ from harness import messages as m
 from harness.driver_config import load_driver_file
 from harness.run_plan import RunPlan
 from harness.workload import Workload
+from results_contract.hlog import new_histogram
 
+HIST = new_histogram().encode().decode()
 PLAN = RunPlan.make(
     "r1", Workload(name="t", message_size=10, producer_rate=1), load_driver_file(None)
 )
@@ -27,7 +29,7 @@ EXAMPLES: list[m.Message] = [
     m.ClockPong(3, 2_000, "host-b"),
     m.Configured("w1"),
     m.WorkerError("w1", "broker refused"),
-    m.ProgressReport("w1", connected=5, sent=1, total_sent=9, e2e_hist="HISTFAKE"),
+    m.ProgressReport("w1", connected=5, sent=1, total_sent=9, e2e_hist=HIST),
     m.RawFile("w1", "timeline.csv", b"t,phase\n"),
     m.Finished("w1", {"sent": 3, "received": 30}),
 ]
@@ -84,3 +86,53 @@ def test_send_and_listen_speak_locusts_runner_api():
     name, data, node = over_the_wire(name, data, "c3")
     listener(environment=None, msg=SimpleNamespace(type=name, data=data, node_id=node))
     assert got == [m.Configured("w3")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "field", "why"),
+    [
+        (m.ProgressReport, {"worker_id": "w1", "connected": -5}, "connected", "-5 is negative"),
+        (m.ProgressReport, {"worker_id": "w1", "cpu": float("nan")}, "cpu", "not a finite"),
+        (m.ProgressReport, {"worker_id": "w1", "cpu": float("inf")}, "cpu", "not a finite"),
+        (m.ProgressReport, {"worker_id": "w1", "e2e_hist": "HISTFAKE"}, "e2e_hist", "decode"),
+        (m.ProgressReport, {"worker_id": "w1", "kernel_hist": "x"}, "kernel_hist", "decode"),
+        (m.ProgressReport, {"connected": 1}, "worker_id", "missing"),
+        (m.ProgressReport, {"worker_id": "w1", "sent": "many"}, "sent", "an integer expected"),
+        (m.ProgressReport, {"worker_id": "w1", "sent": True}, "sent", "an integer expected"),
+        (m.ProgressReport, {"worker_id": 7}, "worker_id", "str expected"),
+        (m.ProgressReport, {"worker_id": "w1", "extra": 1}, "extra", "not a field"),
+        (m.Finished, {"worker_id": "w1", "totals": {"sent": -1}}, "totals['sent']", "negative"),
+        (m.Finished, {"worker_id": "w1", "totals": {"sent": 0.5}}, "totals['sent']", "integer"),
+        (m.Finished, {"worker_id": "w1", "totals": [1]}, "totals", "a map expected"),
+        (m.Finished, {"worker_id": "w1"}, "totals", "missing"),
+        (m.RawFile, {"worker_id": "w1", "name": "a", "data": "text"}, "data", "bytes expected"),
+        (m.ClockPong, {"seq": 1, "worker_us": float("nan"), "host": "h"}, "worker_us", "integer"),
+        (m.WorkerReady, None, "(all)", "a map of fields expected"),
+    ],
+)
+def test_a_message_that_does_not_fit_its_type_is_refused_naming_the_field(kind, data, field, why):
+    with pytest.raises(m.Refused) as refused:
+        kind.from_dict(data)
+    assert refused.value.field == field and refused.value.kind == kind.NAME
+    assert why in str(refused.value) and str(refused.value).startswith(f"field {field}: ")
+
+
+def test_a_refused_message_reaches_the_refusal_callback_with_its_sender_never_the_handler():
+    runner = FakeRunner()
+    got: list[tuple[str, m.Finished]] = []
+    refused: list[tuple[str, m.Refused]] = []
+    m.listen_from(
+        runner,
+        m.Finished,
+        lambda sender, msg: got.append((sender, msg)),
+        concurrent=False,
+        refused=lambda sender, exc: refused.append((sender, exc)),
+    )
+    listener, _ = runner.handlers["finished"]
+    bad = {"worker_id": "w1", "totals": {"sent": -3}}
+    listener(environment=None, msg=SimpleNamespace(type="finished", data=bad, node_id="c1"))
+    good = {"worker_id": "w1", "totals": {"sent": 3}}
+    listener(environment=None, msg=SimpleNamespace(type="finished", data=good, node_id="c1"))
+    assert got == [("c1", m.Finished("w1", {"sent": 3}))]
+    [(sender, exc)] = refused
+    assert sender == "c1" and exc.field == "totals['sent']"

@@ -37,9 +37,11 @@ class FakeMaster:
 
     def __init__(self, clients: list[str]) -> None:
         from locust.event import Events
+        from locust.rpc import zmqrpc
         from locust.runners import STATE_RUNNING
 
         self.environment = SimpleNamespace(events=Events())
+        self.server = zmqrpc.Server("127.0.0.1", 0)  # the group signs it (harness/channel.py)
         self.clients = {c: SimpleNamespace(state=STATE_RUNNING) for c in clients}
         self.sent: list[tuple[str, Any, str | None]] = []
         self.handlers: dict[str, Any] = {}
@@ -54,10 +56,20 @@ class FakeMaster:
     def register_message(self, name: str, listener: Any, concurrent: bool = False) -> None:
         self.handlers[name] = listener
 
-    def deliver(self, message: m.Message, node: str = "c0") -> None:
-        """As Locust's master does on a message from a worker."""
-        msg = SimpleNamespace(type=message.NAME, data=message.to_dict(), node_id=node)
-        self.handlers[message.NAME](environment=self.environment, msg=msg)
+    def handle_message(self, client_id: str, msg: Any) -> None:
+        pass
+
+    def reset_connection(self) -> None:
+        pass
+
+    def deliver(self, message: m.Message | dict[str, Any], node: str | None = None) -> None:
+        """As Locust's master does on a message from a worker: by default from the client of
+        the worker it names (w0: c0, w1: c1)."""
+        data = message if isinstance(message, dict) else message.to_dict()
+        name = data.pop("NAME", None) or type(message).NAME  # type: ignore[union-attr]
+        node = node or {"w1": "c1"}.get(str(data.get("worker_id")), "c0")
+        msg = SimpleNamespace(type=name, data=data, node_id=node)
+        self.handlers[name](environment=self.environment, msg=msg)
 
 
 class Silent:
@@ -86,7 +98,8 @@ def group(tmp_path: Path) -> Any:
     )
     group.on_init(runner.environment)
     group.workers = {"w0": WorkerState("w0", "c0"), "w1": WorkerState("w1", "c1")}
-    return group
+    yield group
+    runner.server.close(linger=0)
 
 
 def test_configure_ends_when_every_worker_has_confirmed(group):
@@ -173,7 +186,7 @@ def test_a_local_worker_whose_process_exited_is_lost_at_once(group):
     dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     dead.wait()
     group._processes.append(dead)
-    group.runner.deliver(m.WorkerReady("c1", 19744, dead.pid))  # still RUNNING to Locust
+    group.runner.deliver(m.WorkerReady("c1", 19744, dead.pid), "c1")  # still RUNNING to Locust
     group._background.spawn(group._watch_liveness)
     assert group._wait_for(lambda: group.workers["w1"].lost, 5)
     assert not group.workers["w0"].lost
@@ -194,3 +207,48 @@ def test_the_master_waits_longer_than_locusts_3_heartbeats_for_a_busy_worker():
         assert seconds >= WORKER_SILENCE_S > 3
     finally:
         locust.runners.HEARTBEAT_LIVENESS = before
+
+
+def test_raw_files_are_taken_only_by_their_contract_names_from_their_own_worker(group):
+    from results_contract.paths import worker_dir
+
+    group.runner.deliver(m.RawFile("w1", "timeline.csv", b"t,sent\n"))
+    assert (worker_dir(group.run_dir, "w1") / "timeline.csv").read_bytes() == b"t,sent\n"
+    assert not list(worker_dir(group.run_dir, "w1").glob(".*"))  # the temporary file renamed
+    group.runner.deliver(m.RawFile("w1", "../../escape", b"x"))
+    group.runner.deliver(m.RawFile("w1", "/tmp/escape", b"x"))
+    group.runner.deliver(m.RawFile("w0", "timeline.csv", b"forged"), "c1")  # not its worker
+    group.runner.deliver(m.RawFile("../..", "timeline.csv", b"x"), "c1")
+    assert sorted(str(p.relative_to(group.run_dir)) for p in group.run_dir.rglob("*")) == [
+        "raw",
+        "raw/w1",
+        "raw/w1/timeline.csv",
+    ]
+    # Refused and noted once per field: the run lacks what w1 meant to send.
+    assert [r.split(" (field ")[1].split(":")[0] for r in group.partial_reasons] == [
+        "name",
+        "worker_id",
+    ]
+
+
+def test_a_finished_that_does_not_fit_its_type_loses_the_worker_and_is_noted_once(group):
+    notes: list[str] = []
+    group.progress.note = notes.append
+    bad = {"NAME": "finished", "worker_id": "w1", "totals": {"sent": float("nan")}}
+    group.runner.deliver(dict(bad))
+    group.runner.deliver(dict(bad))
+    group.runner.deliver(m.Finished("w0", {"sent": 3}))
+    assert group.workers["w1"].lost and not group.workers["w1"].finished
+    assert group.workers["w0"].finished
+    assert notes == [
+        "warning: refused a finished message from worker w1: field totals['sent']: an integer "
+        "expected, got float"
+    ]
+    assert group.partial_reasons == [
+        "worker w1's totals were refused (field totals['sent']: an integer expected, got float)"
+    ]
+
+
+def test_a_progress_naming_another_worker_is_refused(group):
+    group.runner.deliver(m.ProgressReport("w0", connected=99), "c1")
+    assert group.workers["w0"].progress is None

@@ -1,0 +1,190 @@
+"""The coordinator's port against processes that are not the run's workers (harness/channel.py)
+and against a worker of the run that sends malformed messages (harness/messages.py,
+harness/worker_group.py), each through a real `bench run` on loopback with the delay double
+driver, whose numbers are known without a broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_port
+
+pytestmark = pytest.mark.integration
+
+SECRET = "5f0c" * 16
+MARKER = "rogue-marker-workload"
+"""The workload's name: it travels in the plan, so a rogue that got the plan would hold it."""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _files(tmp_path: Path, consumers: int) -> tuple[Path, Path]:
+    workload = _write(
+        tmp_path / "workload.yaml",
+        f"""
+        name: {MARKER}
+        messageSize: 1024
+        producerRate: 5
+        subscriptionType: Broadcast
+        consumersPerTopic: {consumers}
+        warmupDurationSeconds: 1
+        testDurationSeconds: 3
+        drainSeconds: 1
+        stageSampleFraction: 1.0
+        """,
+    )
+    driver = _write(
+        tmp_path / "double.yaml",
+        """
+        name: delay-double
+        driverClass: tests.doubles.delay_driver:DelayDriver
+        delay:
+          delayMs: 5
+          lagMs: 0
+        """,
+    )
+    return workload, driver
+
+
+def _bench_run(tmp_path: Path, results: Path, port: int, *extra: str) -> subprocess.Popen[str]:
+    workload, driver = _files(tmp_path, consumers=20)
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", str(workload), "--driver", str(driver)]
+        + ["--results", str(results), "--no-analysis", "--workers", "1"]
+        + ["--master-port", str(port), *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"FANOUT_WORKER_SECRET": SECRET},
+    )
+
+
+def _run_dir(results: Path) -> Path:
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
+    return run_dir
+
+
+def _everything_under(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def test_a_rogue_without_the_secret_changes_nothing_and_learns_nothing(tmp_path):
+    # The same run twice, the second with a rogue on its port the whole time.
+    baseline = _bench_run(tmp_path, tmp_path / "baseline", free_port())
+    out, err = baseline.communicate(timeout=120)
+    assert baseline.returncode == 0, err
+    base_manifest = json.loads((_run_dir(tmp_path / "baseline") / "manifest.json").read_text())
+
+    port = free_port()
+    results = tmp_path / "results"
+    escape = tmp_path / "escape-absolute"
+    received_file = tmp_path / "rogue-received.pickle"
+    run = _bench_run(tmp_path, results, port)
+    rogue = subprocess.Popen(
+        [sys.executable, "-m", "tests.doubles.rogue_client", "127.0.0.1", str(port), "20"]
+        + [str(received_file), str(escape)],
+        cwd=ROOT,
+    )
+    # A worker with another secret is refused and says so, in one line.
+    time.sleep(2)  # the coordinator is listening by then
+    wrong = subprocess.run(
+        [sys.executable, "-m", "harness", "worker", "--master", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | {"FANOUT_WORKER_SECRET": "another" * 6},
+    )
+    try:
+        out, err = run.communicate(timeout=120)
+    finally:
+        rogue.wait(timeout=60)
+    assert wrong.returncode == 2, wrong.stderr
+    refused = [line for line in wrong.stderr.splitlines() if "refused this worker" in line]
+    assert len(refused) == 1 and "secret is not the run's" in refused[0], wrong.stderr
+
+    assert run.returncode == 0, err  # not partial
+    run_dir = _run_dir(results)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    # The run's numbers are those of the run without the rogue.
+    assert manifest["workers"] == base_manifest["workers"] == ["w0"]
+    assert manifest["worker_totals"] == base_manifest["worker_totals"]
+    assert manifest["worker_totals"]["w0"]["connected"] == 20
+    # Nothing written outside the run folder, and inside it nothing the rogue named.
+    assert not escape.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["baseline", "results", "workload.yaml", "double.yaml", "rogue-received.pickle"]
+    )
+    assert _everything_under(run_dir) == _everything_under(_run_dir(tmp_path / "baseline"))
+    # The rogue got nothing but the notice that it was refused: no plan, no users.
+    received = pickle.loads(received_file.read_bytes())
+    assert received == [[b"fanout-refused"]]
+    assert MARKER.encode() not in b"".join(b"".join(frames) for frames in received)
+    # Logged once for its address (the wrong-secret worker shares it), counted at the end.
+    logged = [line for line in err.splitlines() if "refused a message from 127.0.0.1" in line]
+    assert len(logged) == 1, err
+    assert any(
+        line.startswith("refused ") and "in all from 127.0.0.1" in line for line in err.splitlines()
+    ), err
+
+
+def test_a_worker_with_the_secret_sending_malformed_messages_is_refused_field_by_field(tmp_path):
+    port = free_port()
+    results = tmp_path / "results"
+    run = _bench_run(tmp_path, results, port, "--remote-workers", "1")
+    bad = subprocess.Popen(
+        [sys.executable, "-m", "tests.doubles.bad_worker", "--master", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=os.environ | {"FANOUT_WORKER_SECRET": SECRET, "FANOUT_SHIP_RAW": "1"},
+    )
+    try:
+        out, err = run.communicate(timeout=150)
+    finally:
+        bad.wait(timeout=60)
+    assert run.returncode == 3, err  # partial: the bad worker's totals were refused
+    run_dir = _run_dir(results)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    lines = [line for line in err.splitlines() if "warning: refused a" in line]
+    bad_id = next(w for w in manifest["workers"] if f"from worker {w}:" in "\n".join(lines))
+    expected = [
+        f"refused a progress message from worker {bad_id}: field connected: -5 is negative",
+        f"refused a progress message from worker {bad_id}: field cpu: nan is not a finite",
+        f"refused a progress message from worker {bad_id}: field e2e_hist: does not decode",
+        f"refused a progress message from worker {bad_id}: field worker_id: missing",
+        f"refused a progress message from worker {bad_id}: field sent: an integer expected",
+        f"refused a raw_file message from worker {bad_id}: field name: '../../escape' is not",
+        f"refused a finished message from worker {bad_id}: field totals['sent']: an integer",
+    ]
+    for text in expected:
+        assert sum(text in line for line in lines) == 1, (text, err)
+    assert len(lines) == len(expected), err
+    # The good worker's results are whole; the bad one's raw files are the contract's only.
+    assert set(manifest["workers"]) == {"w0", "w1"}
+    assert manifest["worker_totals"][bad_id] == {}
+    assert any("totals were refused" in r for r in manifest.get("partial_reasons", [])), manifest
+    for worker_id in manifest["workers"]:
+        assert sorted(p.name for p in (run_dir / "raw" / worker_id).iterdir()) == [
+            "bursts.csv",
+            "connections.csv",
+            "deliveries.csv",
+            "histograms.hlog",
+            "stages.csv",
+            "timeline.csv",
+        ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["double.yaml", "results", "workload.yaml"]
+    assert not list(tmp_path.rglob("escape*"))
