@@ -16,6 +16,7 @@ import math
 import os
 import random
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import greenlet
 from gevent.event import Event
 from gevent.lock import Semaphore
 from gevent.pool import Group
@@ -36,6 +38,7 @@ from drivers.base import (
     load_driver,
 )
 from harness.burst_meter import BurstMeter
+from harness.channel import SECRET_ENV, WorkerRefused, signed_worker_runner
 from harness.message_body import body_pool, stamp
 from harness.messages import (
     ClockPing,
@@ -389,12 +392,26 @@ class WorkerProcess:
         self._current().run_schedule(slot)
 
 
-def run_worker(master_host: str, master_port: int) -> int:
-    """Join a master and serve until it quits; returns the exit code."""
+def run_worker(master_host: str, master_port: int, secret: str) -> int:
+    """Join a master, proving this worker holds the run's `secret` (harness/channel.py), and
+    serve until it quits; returns the exit code (2: the master refused the secret)."""
     process = WorkerProcess()
     environment = Environment(user_classes=user_classes(process))
     environment.events.init.add_listener(process.on_init)
-    runner = environment.create_worker_runner(master_host, master_port)
+    main = greenlet.getcurrent()
+
+    def refused() -> None:  # in Locust's receiving greenlet: end the wait for the master
+        main.throw(WorkerRefused())
+
+    try:
+        runner = signed_worker_runner(environment, master_host, master_port, secret, refused)
+    except WorkerRefused:
+        print(
+            f"bench worker: the coordinator at {master_host}:{master_port} refused this worker: "
+            f"its secret is not the run's (give the run's with --secret-file or {SECRET_ENV})",
+            file=sys.stderr,
+        )
+        return 2
     environment.events.init.fire(environment=environment, runner=runner, web_ui=None)
     runner.greenlet.join()
     return 0
