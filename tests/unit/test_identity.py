@@ -12,6 +12,7 @@ from harness.driver_config import load_driver_file
 from harness.manifest import RunRecord, manifest
 from harness.run_plan import RunPlan
 from harness.workload import load_workload
+from reports.render import render_run
 from results_contract.identity import (
     IDENTITY_KEY,
     SET,
@@ -23,6 +24,7 @@ from results_contract.identity import (
 from results_contract.paths import MANIFEST_FILE
 from results_contract.testbed import collect, write_testbed
 from spark_analysis.inputs import load_manifest
+from tests.samples import sample_summary, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 BED = "Test CPU ×2, Linux 6.1.0"
@@ -125,3 +127,12 @@ def test_the_analysis_derives_the_identity_of_a_manifest_written_before_identiti
     write_testbed(tmp_path, collect(ROOT))  # as `bench run` writes it beside the manifest
     derived = from_record({IDENTITY_KEY: load_manifest(tmp_path).identity}, "summary")
     assert derived is not None and derived.hash == stored.hash
+
+
+def test_the_run_report_shows_the_stored_identity(tmp_path: Path) -> None:
+    summary = sample_summary()
+    stored = compute(summary["workload"], summary["driver"], BED)
+    summary[IDENTITY_KEY] = stored.to_dict()
+    html = render_run(write_run(tmp_path / "run", summary)).read_text()
+    assert f'data-identity="{stored.hash}"' in html
+    assert f"identity sample · bundled [{stored.hash}]" in html
