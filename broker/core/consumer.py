@@ -93,6 +93,9 @@ class Consumer:
     """Key_Shared STICKY: the key hash ranges it asked for (keySharedMeta); None for AUTO_SPLIT."""
     id_varint: bytes = field(init=False, repr=False)
     """The consumer id as its MESSAGE frames carry it (message_template), encoded once."""
+    slot: int = field(default=-1, init=False, repr=False)
+    """Its place in a Broadcast dispatcher's per-consumer arrays (broker.subscriptions.
+    broadcast: a million virtual cursors as arrays, not objects); -1 when it has none."""
 
     def __post_init__(self) -> None:
         self.id_varint = encode_varint(self.consumer_id)

@@ -141,9 +141,7 @@ class Topic:
             cursor = _restored(mark_delete, acked, end)
             sub = self.subscriptions[sub_name] = Subscription(self, sub_name, mode, cursor)
             if own:
-                sub.dispatcher.restore_consumer_cursors(
-                    {name: _restored(mark, ids, end) for name, (mark, ids) in own.items()}
-                )
+                sub.dispatcher.restore_consumer_cursors(own, end)
 
     async def publish(self, payload: bytes, key: bytes, received_us: int, publish_ms: int) -> Entry:
         entry = await self.log.append(payload, key, received_us, publish_ms)

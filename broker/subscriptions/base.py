@@ -185,8 +185,11 @@ class Dispatcher(ABC):
         cursors; None for modes without such cursors (only Broadcast has them)."""
         return None
 
-    def restore_consumer_cursors(self, cursors: dict[str, Cursor]) -> None:  # noqa: B027
-        """Consumers' own cursors as storage saved them (modes that keep one: Broadcast)."""
+    def restore_consumer_cursors(  # noqa: B027
+        self, cursors: dict[str, tuple[int, set[int]]], end: int
+    ) -> None:
+        """Consumers' own cursors as storage saved them, (mark-delete, acked indexes) by
+        consumer name, the log ending before `end` (modes that keep one: Broadcast)."""
 
     def seek(self, index: int) -> None:
         """Reset the cursor so that `index` is the next entry delivered."""

@@ -1,23 +1,37 @@
 """Broadcast (seed 000): one subscription, one dispatcher, every consumer gets every entry.
 
-Each consumer holds only a virtual cursor (a Cursor, kept here, not on the consumer): the next
-entry to send it and its own acknowledgement state. The subscription's cursor, the one
-persisted and the one retention sees, is the slowest virtual cursor. Each entry is read once
-per dispatch round and written to every consumer that has permits; a consumer without permits
-simply falls behind, it never holds up the others, and the entries it still needs stay
-readable from the log.
+Each consumer holds only a virtual cursor, kept here, not on the consumer: the next entry to
+send it and its own acknowledgement state. The subscription's cursor, the one persisted and
+the one retention sees, is the slowest virtual cursor. Each entry is read once per dispatch
+round and written to every consumer that has permits; a consumer without permits simply falls
+behind, it never holds up the others, and the entries it still needs stay readable from the log.
+
+A million virtual cursors are arrays, not objects (docs/benchmarks.md, issue 40): each
+consumer has a slot (`Consumer.slot`, its index in `consumers`) in three arrays of int64, its
+mark-delete, its next read and where its read stood before its last rewind (`Cursor`'s
+`rewound_from`); that is all a cursor without acknowledgement holes is, and the slowest one or
+a skip over them all is one pass in C (numpy over the arrays' buffers). The few cursors with
+more (indexes acknowledged individually above the mark-delete, redelivery counts, the hole
+compensation's times) keep those extras in a `Cursor` object beside their slot; the arrays stay
+the truth for the three positions, and an object is loaded from them and stored back around
+each rare operation (`_load`, `_keep`). A `Cursor` per consumer cost 420 bytes, a slot 25.
 
 A virtual cursor belongs to the consumer's name (the client's consumer name, kept across its
 reconnects): a consumer that leaves keeps its cursor, and with it the retention of what it has
 not acknowledged, for `departed_expiry_s` (broadcastConsumerCursorExpirationSeconds), then the
 cursor expires (counted). A consumer coming back under that name resumes where it stood, after
-a blip or a restart: storage saves the named cursors with the subscription's.
+a blip or a restart: storage saves the named cursors with the subscription's. Departed cursors
+are arrays too (by departure, oldest first), with their names in a dict.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from array import array
+from itertools import compress
+from typing import Any, cast
+
+import numpy as np
 
 from broker.core.consumer import Consumer, ConsumerWire
 from broker.core.entry import Entry
@@ -31,6 +45,37 @@ from pulsar_protocol.message_template import MessageTemplate
 SLICE = 512
 HOLE_SCAN = 10_000
 """Indexes after a consumer's mark-delete position the hole compensation looks at per pass."""
+GONE = 2**63 - 1
+"""A departed slot whose cursor expired or came back: its mark-delete, above every other."""
+FEW_PLACES = 16
+"""Up to this many distinct mark-deletes, named cursors are grouped one C pass per place."""
+
+Groups = list[tuple[int, list[tuple[int, int]], list[str]]]
+
+
+def _view(positions: array[int]) -> np.ndarray:
+    """The array's buffer as int64, no copy; callers drop it before the array grows."""
+    return np.frombuffer(positions, dtype=np.int64)
+
+
+def _grouped(marks: np.ndarray, mask: np.ndarray, names: list[Any]) -> Groups:
+    """(mark-delete, no ranges, names) for the selected slots, one group per mark-delete."""
+    if not mask.any():
+        return []
+    places = np.unique(marks[mask])
+    if len(places) <= FEW_PLACES:  # the common case: consumers ack each entry, few places
+        return [
+            (place, [], list(compress(names, (mask & (marks == place)).tobytes())))
+            for place in places.tolist()
+        ]
+    slots = np.flatnonzero(mask)
+    slots = slots[np.argsort(marks[slots], kind="stable")]
+    ordered = marks[slots]
+    cuts = cast(list[int], (np.flatnonzero(np.diff(ordered)) + 1).tolist())
+    order = cast(list[int], slots.tolist())
+    picked = [names[i] for i in order]
+    starts, ends = [0, *cuts], [*cuts, len(picked)]
+    return [(int(ordered[s]), [], picked[s:e]) for s, e in zip(starts, ends, strict=True)]
 
 
 class BroadcastDispatcher(Dispatcher):
@@ -38,10 +83,17 @@ class BroadcastDispatcher(Dispatcher):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._cursors: dict[Consumer, Cursor] = {}
-        """Each consumer's virtual cursor; `self.cursor` is the main one (the slowest)."""
-        self._positions: dict[Consumer, int] = {}
-        """Where each consumer sits in `self.consumers` (order does not matter here)."""
+        # Each connected consumer's virtual cursor, by slot; `self.cursor` is the main one.
+        self._marks = array("q")
+        self._reads = array("q")
+        self._rewound = array("q")
+        self._names: list[str] = []
+        """Each slot's consumer name (storage groups the named cursors by them)."""
+        self._owns = bytearray()
+        """1 where the slot's consumer owns its name's cursor (saved, kept when it leaves)."""
+        self._holes: dict[Consumer, Cursor] = {}
+        """The extras of the few cursors that have any (acked indexes above the mark-delete,
+        redelivery counts): their positions are in the arrays all the same."""
         self._in_round = False
         self._round: list[Consumer] = []
         self._round_pos = 0
@@ -55,8 +107,16 @@ class BroadcastDispatcher(Dispatcher):
         self._owners: dict[str, Consumer] = {}
         """The connected consumer that owns each name's cursor (a second consumer under a name
         in use gets a cursor of its own, neither saved nor kept when it leaves)."""
-        self._departed: dict[str, tuple[Cursor, float]] = {}
-        """Cursors of named consumers that left, with when (loop time); oldest first."""
+        self._departed: dict[str, int] = {}
+        """Named consumers that left: name → slot in the departed arrays; oldest first."""
+        self._gone_marks = array("q")
+        self._gone_reads = array("q")
+        self._gone_rewound = array("q")
+        self._gone_since = array("d")
+        """When each left (loop time)."""
+        self._gone_names: list[str | None] = []
+        """Each departed slot's name, None once it expired or came back."""
+        self._gone_holes: dict[str, Cursor] = {}
         self._unsaved = False
         """Some named cursor moved (or one came or went) since storage's last snapshot; the
         topic has been told, once."""
@@ -64,102 +124,212 @@ class BroadcastDispatcher(Dispatcher):
         self.expired_cursors = 0
         """Departed consumers' cursors dropped after departed_expiry_s."""
 
+    # -- a cursor as an object, for the few operations that need one ---------------------------
+    def _load(self, slot: int, extras: Cursor | None) -> Cursor:
+        cursor = extras if extras is not None else Cursor()
+        cursor.mark_delete = self._marks[slot]
+        cursor.read_index = self._reads[slot]
+        cursor.rewound_from = self._rewound[slot]
+        return cursor
+
+    def _keep(self, consumer: Consumer, slot: int, cursor: Cursor) -> None:
+        self._marks[slot] = cursor.mark_delete
+        self._reads[slot] = cursor.read_index
+        self._rewound[slot] = cursor.rewound_from
+        if cursor.acked or cursor.redeliver or cursor.redelivery_counts:
+            self._holes[consumer] = cursor
+        else:
+            self._holes.pop(consumer, None)
+
+    def cursor_of(self, consumer: Consumer) -> Cursor | None:
+        """A connected consumer's virtual cursor as a `Cursor` (a copy of its positions; its
+        extras shared): for tests and admin, not for the paths that run per delivery."""
+        slot = consumer.slot
+        if slot < 0:
+            return None
+        holes = self._holes.get(consumer)
+        return self._load(slot, None if holes is None else holes)
+
     # -- consumers and their virtual cursors -------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
         # A newcomer starts where the subscription's (slowest) cursor stands; a consumer that
         # comes back takes its own cursor again, and is sent what it had not acknowledged.
-        cursor = None
-        if consumer.name not in self._owners:
-            self._owners[consumer.name] = consumer
+        name = consumer.name
+        owns = name not in self._owners
+        extras = None
+        back = owns and name in self._departed
+        if back:
+            i = self._departed.pop(name)
+            mark, read = self._gone_marks[i], self._gone_reads[i]
+            rewound = max(self._gone_rewound[i], read)  # Cursor.rewind: read again from mark
+            read = mark + 1
+            extras = self._gone_holes.pop(name, None)
+            if extras is not None:
+                extras.redeliver = None
+            self._forget_departed(i)
+        else:
+            mark = self.mark_delete
+            read = rewound = mark + 1
+        if owns:
+            self._owners[name] = consumer
             self._unsaved = True  # saved at the next snapshot, whenever that comes
-            held = self._departed.pop(consumer.name, None)
-            if held is not None:
-                cursor = held[0]
-                cursor.rewind()
-        self._cursors[consumer] = cursor if cursor is not None else Cursor(self.mark_delete)
-        self._positions[consumer] = len(self.consumers)
+        consumer.slot = len(self.consumers)
         self.consumers.append(consumer)
+        self._marks.append(mark)
+        self._reads.append(read)
+        self._rewound.append(rewound)
+        self._names.append(name)
+        self._owns.append(owns)
+        if extras is not None:
+            self._holes[consumer] = extras
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        cursor = self._cursors.pop(consumer, None)
-        if cursor is None:
+        slot = consumer.slot
+        if slot < 0 or slot >= len(self.consumers) or self.consumers[slot] is not consumer:
             return
+        consumer.slot = -1
+        mark, read, rewound = self._marks[slot], self._reads[slot], self._rewound[slot]
+        owned = self._owns[slot]
+        extras = self._holes.pop(consumer, None)
         # Swap with the last: 100,000 consumers leaving one by one must not cost the square.
-        position = self._positions.pop(consumer)
         last = self.consumers.pop()
+        for positions in (self._marks, self._reads, self._rewound):
+            value = positions.pop()
+            if last is not consumer:
+                positions[slot] = value
+        name, own = self._names.pop(), self._owns.pop()
         if last is not consumer:
-            self.consumers[position] = last
-            self._positions[last] = position
+            self.consumers[slot] = last
+            last.slot = slot
+            self._names[slot] = name
+            self._owns[slot] = own
         self._targets.discard(consumer)
-        if self._owners.get(consumer.name) is consumer:
+        if owned:
             del self._owners[consumer.name]
             if self.departed_expiry_s > 0:
                 # Kept, and still counted in the main cursor: nothing moved. Also when the
                 # broker is stopping (closed): the final save must keep it too.
-                self._departed[consumer.name] = (cursor, self.loop.time())
+                self._depart(consumer.name, mark, read, rewound, extras, self.loop.time())
                 self._schedule_expiry()
                 return
             self._unsaved = True
-        if cursor.mark_delete <= self.cursor.mark_delete:
+        if mark <= self.cursor.mark_delete:
             self._slowest_stale = True
         self._cursor_moved()
 
+    def _depart(
+        self, name: str, mark: int, read: int, rewound: int, extras: Cursor | None, since: float
+    ) -> None:
+        self._departed[name] = len(self._gone_names)
+        self._gone_marks.append(mark)
+        self._gone_reads.append(read)
+        self._gone_rewound.append(rewound)
+        self._gone_since.append(since)
+        self._gone_names.append(name)
+        if extras is not None:
+            self._gone_holes[name] = extras
+
+    def _forget_departed(self, i: int) -> None:
+        """Departed slot `i` expired or came back (its name already out of `_departed`)."""
+        name = self._gone_names[i]
+        if name is not None:
+            self._gone_holes.pop(name, None)
+        self._gone_marks[i] = GONE
+        self._gone_names[i] = None
+        if not self._departed:
+            for positions in (self._gone_marks, self._gone_reads, self._gone_rewound):
+                del positions[:]
+            del self._gone_since[:]
+            self._gone_names = []
+
+    def _compact_departed(self) -> None:
+        """Rewrite the departed arrays without their dead slots, once most are dead."""
+        if len(self._gone_names) < 1024 or len(self._gone_names) < 2 * len(self._departed):
+            return
+        olds = list(self._departed.values())
+        for positions in (self._gone_marks, self._gone_reads, self._gone_rewound):
+            positions[:] = array("q", [positions[i] for i in olds])
+        self._gone_since = array("d", [self._gone_since[i] for i in olds])
+        names = list(self._departed)
+        self._departed = {name: i for i, name in enumerate(names)}
+        self._gone_names = list(names)
+
     def _schedule_expiry(self) -> None:
         if self._expiry_handle is None and self._departed and not self.closed:
-            _, since = next(iter(self._departed.values()))
+            since = self._gone_since[next(iter(self._departed.values()))]
             self._expiry_handle = self.loop.call_at(since + self.departed_expiry_s, self._expire)
 
     def _expire(self) -> None:
         """Drop the cursors of consumers gone longer than departed_expiry_s (oldest first)."""
         self._expiry_handle = None
         deadline = self.loop.time() - self.departed_expiry_s
-        departed = self._departed
-        expired = 0
-        while departed:
-            name, (_, since) = next(iter(departed.items()))
-            if since > deadline:
+        since = self._gone_since
+        expired: list[tuple[str, int]] = []
+        for name, i in self._departed.items():  # one pass: the oldest are first
+            if since[i] > deadline:
                 break
-            del departed[name]
-            expired += 1
+            expired.append((name, i))
+        for name, i in expired:
+            del self._departed[name]
+            self._forget_departed(i)
         if expired:
-            self.expired_cursors += expired
+            self.expired_cursors += len(expired)
             self._slowest_stale = self._unsaved = True
+            self._compact_departed()
             self._cursor_moved()
         self._schedule_expiry()
 
-    def restore_consumer_cursors(self, cursors: dict[str, Cursor]) -> None:
-        """Named cursors read back from storage: departed until their consumers come back, and
-        expiring as if they had left now."""
+    def restore_consumer_cursors(self, cursors: dict[str, tuple[int, set[int]]], end: int) -> None:
+        """Named cursors read back from storage, as (mark-delete, acked indexes) by name:
+        departed until their consumers come back, and expiring as if they had left now.
+        Whatever the log held (up to `end`) may have been sent before the restart, so their
+        acks of it are taken, not refused as never sent (`Cursor.can_ack`)."""
         if self.departed_expiry_s <= 0:
             self._unsaved = True  # not kept: the next save leaves them out
             return
         now = self.loop.time()
-        for name, cursor in cursors.items():
-            self._departed[name] = (cursor, now)
+        for name, (mark, acked) in cursors.items():
+            extras = None
+            if acked:
+                extras = Cursor(mark, acked)
+                mark = extras.mark_delete
+                rewound = max(extras.rewound_from, end)
+                if not extras.acked:
+                    extras = None
+            else:
+                rewound = max(mark + 1, end)
+            self._depart(name, mark, mark + 1, rewound, extras, now)
         self._slowest_stale = True
         self._schedule_expiry()
 
-    def consumer_cursors(self) -> list[tuple[int, list[tuple[int, int]], list[str]]] | None:
+    def consumer_cursors(self) -> Groups | None:
         """Every named cursor as (mark-delete, acked ranges, names) groups, consumers at one
         place in one group; None when none moved since the last call. Storage calls this once
-        per persist interval: one pass over the named cursors then (0.2 µs each), nothing
-        per ack."""
+        per persist interval: a few passes in C over the arrays then (a place is one
+        comparison over them, and one `compress` of the names), nothing per ack."""
         if not self._unsaved:
             return None
         self._unsaved = False
-        plain: dict[int, list[str]] = {}
-        groups: list[tuple[int, list[tuple[int, int]], list[str]]] = []
-        cursors = self._cursors
-        named = [(name, cursors[consumer]) for name, consumer in self._owners.items()]
-        named += [(name, cursor) for name, (cursor, _) in self._departed.items()]
-        for name, cursor in named:
-            if cursor.acked:
-                groups.append((cursor.mark_delete, cursor.acked_ranges(), [name]))
-            elif (names := plain.get(cursor.mark_delete)) is not None:
-                names.append(name)
-            else:
-                plain[cursor.mark_delete] = [name]
-        groups += [(mark, [], names) for mark, names in plain.items()]
+        groups: Groups = []
+        owned = np.frombuffer(self._owns, dtype=np.uint8).astype(bool)
+        for consumer, extras in self._holes.items():
+            if owned[consumer.slot]:
+                owned[consumer.slot] = False
+                cursor = self._load(consumer.slot, extras)
+                groups.append((cursor.mark_delete, cursor.acked_ranges(), [consumer.name]))
+        marks = _view(self._marks)
+        groups += _grouped(marks, owned, self._names)
+        del marks
+        if self._departed:
+            gone = _view(self._gone_marks)
+            live = gone != GONE
+            for name, extras in self._gone_holes.items():
+                i = self._departed[name]
+                live[i] = False
+                extras.mark_delete = self._gone_marks[i]
+                groups.append((extras.mark_delete, extras.acked_ranges(), [name]))
+            groups += _grouped(gone, live, self._gone_names)
+            del gone
         return groups
 
     def close(self) -> None:
@@ -176,12 +346,55 @@ class BroadcastDispatcher(Dispatcher):
         """Acks move only the consumer's virtual cursor, and the main one if it was slowest.
 
         What a consumer still owes is its cursor's state (between mark-delete and the read
-        position, less the acked indexes), so there is nothing else to update per ack."""
-        cursor = self._cursors.get(consumer)
-        if cursor is None:
+        position, less the acked indexes), so there is nothing else to update per ack. A plain
+        cursor moves in its array; the first ack that leaves a hole below it gives it an
+        object for its extras."""
+        slot = consumer.slot
+        if slot < 0:
             return
-        before = cursor.mark_delete
-        acked_before = len(cursor.acked)
+        marks = self._marks
+        before = marks[slot]
+        extras = self._holes.get(consumer)
+        holes_changed = False
+        if extras is None:
+            read, rewound = self._reads[slot], self._rewound[slot]
+            mark = before
+            for k, index in enumerate(indexes):
+                if index >= read and index >= rewound:  # not Cursor.can_ack
+                    self.acks_refused += 1
+                elif index <= mark:
+                    pass
+                elif cumulative or index == mark + 1:
+                    mark = index
+                else:  # a hole below it: the rest on an object
+                    marks[slot] = mark
+                    cursor = self._load(slot, None)
+                    self._ack_each(cursor, cumulative, indexes[k:])
+                    self._keep(consumer, slot, cursor)
+                    holes_changed = True
+                    break
+            else:
+                marks[slot] = mark
+        else:
+            cursor = self._load(slot, extras)
+            acked_before = len(cursor.acked)
+            self._ack_each(cursor, cumulative, indexes)
+            holes_changed = len(cursor.acked) != acked_before
+            self._keep(consumer, slot, cursor)
+        after = marks[slot]
+        # Only a consumer that was the slowest can move the main cursor. The topic is told
+        # once until the main cursor is next read (storage and trimming read it, and that
+        # clears the flag): 10,000 consumers at one position each ack every entry. Storage
+        # is told once until its next snapshot that some consumer's own cursor moved.
+        tell = False
+        if after != before and before <= self.cursor.mark_delete and not self._slowest_stale:
+            self._slowest_stale = tell = True
+        if not self._unsaved and (after != before or holes_changed):
+            self._unsaved = tell = True
+        if tell:
+            self._cursor_moved()
+
+    def _ack_each(self, cursor: Cursor, cumulative: bool, indexes: list[int]) -> None:
         for index in indexes:
             if not cursor.can_ack(index):
                 self.acks_refused += 1
@@ -189,50 +402,35 @@ class BroadcastDispatcher(Dispatcher):
                 cursor.ack_cumulative(index)
             else:
                 cursor.ack(index)
-        # Only a consumer that was the slowest can move the main cursor. The topic is told
-        # once until the main cursor is next read (storage and trimming read it, and that
-        # clears the flag): 10,000 consumers at one position each ack every entry. Storage
-        # is told once until its next snapshot that some consumer's own cursor moved.
-        tell = False
-        if (
-            cursor.mark_delete != before
-            and before <= self.cursor.mark_delete
-            and not self._slowest_stale
-        ):
-            self._slowest_stale = tell = True
-        if not self._unsaved and (
-            cursor.mark_delete != before or len(cursor.acked) != acked_before
-        ):
-            self._unsaved = tell = True
-        if tell:
-            self._cursor_moved()
 
     def on_ack_run(self, consumers: list[Consumer], cumulative: bool, index: int) -> None:
         """`on_ack` for each of `consumers`, with the common case inline: a cumulative ack of
-        the entry after a cursor's mark-delete, nothing acked or handed back above it (each
-        consumer of a broadcast acknowledges each entry, 10,000 a second in harness-cost)."""
+        the entry after a cursor's mark-delete, nothing acked above it (each consumer of a
+        broadcast acknowledges each entry, 10,000 a second in harness-cost)."""
         if not cumulative:
             for consumer in consumers:
                 self.on_ack(consumer, False, [index])
             return
-        cursors = self._cursors
+        marks, reads, rewound, holes = self._marks, self._reads, self._rewound, self._holes
         slowest = self.cursor.mark_delete
         moved_slowest = moved = False
         refused = 0
         for consumer in consumers:
-            cursor = cursors.get(consumer)
-            if cursor is None:
+            slot = consumer.slot
+            if slot < 0:
                 continue
-            before = cursor.mark_delete
+            before = marks[slot]
             if index <= before:
                 continue
-            if index >= cursor.read_index and index >= cursor.rewound_from:  # not can_ack
+            if index >= reads[slot] and index >= rewound[slot]:  # not Cursor.can_ack
                 refused += 1
                 continue
-            if cursor.acked or cursor.redeliver or cursor.redelivery_counts:
+            if holes and consumer in holes:
+                cursor = self._load(slot, holes[consumer])
                 cursor.ack_cumulative(index)
+                self._keep(consumer, slot, cursor)
             else:
-                cursor.mark_delete = index  # what ack_cumulative does with nothing above it
+                marks[slot] = index  # what ack_cumulative does with nothing above it
             moved = True
             if before <= slowest:
                 moved_slowest = True
@@ -247,22 +445,30 @@ class BroadcastDispatcher(Dispatcher):
             self._cursor_moved()
 
     def on_redeliver(self, consumer: Consumer, indexes: list[int] | None) -> None:
-        # Rewind this consumer's virtual cursor only; the others are not affected.
-        cursor = self._cursors.get(consumer)
-        if cursor is None:
+        # Rewind this consumer's virtual cursor only (Cursor.rewind); the others are not affected.
+        slot = consumer.slot
+        if slot < 0:
             return
-        cursor.rewind(None if indexes is None else min(indexes, default=cursor.read_index))
+        first, read = self._marks[slot] + 1, self._reads[slot]
+        to = None if indexes is None else min(indexes, default=read)
+        self._rewound[slot] = max(self._rewound[slot], read)
+        self._reads[slot] = first if to is None else max(first, to)
+        extras = self._holes.get(consumer)
+        if extras is not None:
+            extras.redeliver = None
         self.wake(consumer)
 
     def unacked_messages(self, consumer: Consumer) -> int:
-        cursor = self._cursors.get(consumer)
-        if cursor is None:
+        slot = consumer.slot
+        if slot < 0:
             return 0
-        start, end = cursor.mark_delete + 1, cursor.read_index
+        start, end = self._marks[slot] + 1, self._reads[slot]
         entries = self.log.read(start, end - start) if end > start else []
         # Entries no longer in memory count one message each (admin stats only).
         unread = end - start - len(entries)
-        return unread + sum(e.num_messages for e in entries if not cursor.is_acked(e.index))
+        extras = self._holes.get(consumer)
+        acked = extras.acked if extras is not None else ()
+        return unread + sum(e.num_messages for e in entries if e.index not in acked)
 
     def skip_behind(self, index: int) -> int:
         """Move each virtual cursor behind `index` (connected or departed) to it, as if its
@@ -270,11 +476,29 @@ class BroadcastDispatcher(Dispatcher):
         from the slowest consumers only, those at or past `index` are not touched. Also the
         main cursor, for a subscription with no consumer cursors. How many cursors moved."""
         moved = 0
-        for cursor in [*self._cursors.values(), *(c for c, _ in self._departed.values())]:
+        for consumer, extras in list(self._holes.items()):
+            cursor = self._load(consumer.slot, extras)
             if cursor.ack_cumulative(index):
                 moved += 1
                 if cursor.read_index <= cursor.mark_delete:
                     cursor.read_index = cursor.mark_delete + 1
+            self._keep(consumer, consumer.slot, cursor)
+        for name, extras in list(self._gone_holes.items()):
+            i = self._departed[name]
+            extras.mark_delete = self._gone_marks[i]
+            if extras.ack_cumulative(index):
+                moved += 1
+                self._gone_marks[i] = extras.mark_delete
+                self._gone_reads[i] = max(self._gone_reads[i], extras.mark_delete + 1)
+            if not (extras.acked or extras.redeliver or extras.redelivery_counts):
+                del self._gone_holes[name]
+        for marks, reads in ((self._marks, self._reads), (self._gone_marks, self._gone_reads)):
+            m, r = _view(marks), _view(reads)
+            behind = m < index  # departed slots gone are GONE: never behind
+            moved += int(np.count_nonzero(behind))
+            m[behind] = index
+            r[behind] = np.maximum(r[behind], index + 1)
+            del m, r
         if self.cursor.ack_cumulative(index) and self.cursor.read_index <= index:
             self.cursor.read_index = index + 1
         if moved:
@@ -285,14 +509,10 @@ class BroadcastDispatcher(Dispatcher):
 
     def consumer_hole_ranges(self) -> int:
         """Over connected and departed consumers' cursors: the holes are theirs, the
-        subscription's cursor only follows the slowest. A cursor without individual acks is
-        one attribute test (100,000 of them take a few ms, once per stats request)."""
-        held = (cursor for cursor, _ in self._departed.values())
-        return sum(
-            len(cursor.acked_ranges())
-            for cursor in (*self._cursors.values(), *held)
-            if cursor.acked
-        )
+        subscription's cursor only follows the slowest. Only the few cursors with extras
+        can have any."""
+        cursors = [*self._holes.values(), *self._gone_holes.values()]
+        return sum(len(cursor.acked_ranges()) for cursor in cursors if cursor.acked)
 
     def resend_holes(self, now_ms: int, min_age_ms: int, limit: int) -> int:
         """The acknowledgement-hole compensation (broker.policies.ack_holes) for Broadcast: to
@@ -305,11 +525,12 @@ class BroadcastDispatcher(Dispatcher):
         sent = 0
         dispatch_us = now_us()
         oldest_ms = now_ms - min_age_ms
-        for consumer, cursor in list(self._cursors.items()):
+        for consumer, extras in list(self._holes.items()):
             if sent >= limit:
                 break
-            if not cursor.acked or consumer.permits <= 0 or not consumer.wire.writable:
+            if not extras.acked or consumer.permits <= 0 or not consumer.wire.writable:
                 continue
+            cursor = self._load(consumer.slot, extras)
             first = cursor.mark_delete + 1
             end = min(max(cursor.acked), cursor.read_index, first + HOLE_SCAN)
             room = min(consumer.permits, limit - sent)
@@ -338,22 +559,37 @@ class BroadcastDispatcher(Dispatcher):
         return sent
 
     def seek(self, index: int) -> None:
-        for cursor in self._cursors.values():
+        for consumer, extras in list(self._holes.items()):
+            cursor = self._load(consumer.slot, extras)
             cursor.seek(index)
-        for cursor, _ in self._departed.values():
-            cursor.seek(index)
+            self._keep(consumer, consumer.slot, cursor)
+        for extras in self._gone_holes.values():
+            extras.seek(index)  # their positions are set below
+        # Cursor.seek over the arrays: read again from `index`, everything before it acked.
+        for marks, reads, rewound in (
+            (self._marks, self._reads, self._rewound),
+            (self._gone_marks, self._gone_reads, self._gone_rewound),
+        ):
+            m, r, w = _view(marks), _view(reads), _view(rewound)
+            live = m != GONE
+            np.maximum(w, r, out=w)
+            m[live] = index - 1
+            r[live] = index
+            del m, r, w
         self._slowest_stale = True
         super().seek(index)
 
     @property
     def mark_delete(self) -> int:
-        """The main cursor: the slowest virtual cursor, recomputed only when it may have moved."""
+        """The main cursor: the slowest virtual cursor, recomputed only when it may have moved
+        (one pass in C over the arrays: 1 ms at a million)."""
         if self._slowest_stale:
             self._slowest_stale = False
-            marks = [c.mark_delete for c in self._cursors.values()]
-            marks += [c.mark_delete for c, _ in self._departed.values()]
-            if marks:
-                self.cursor.mark_delete = min(marks)
+            lows = [int(_view(self._marks).min())] if self._marks else []
+            if self._departed:
+                lows.append(int(_view(self._gone_marks).min()))
+            if lows:
+                self.cursor.mark_delete = min(lows)
         return self.cursor.mark_delete
 
     # -- dispatch ------------------------------------------------------------------------------
@@ -405,14 +641,14 @@ class BroadcastDispatcher(Dispatcher):
         # entry, drivers/pulsar), and a consumer gets its entries in order.
         at_tail: dict[ConsumerWire, list[bytes]] = {}
         behind: dict[ConsumerWire, dict[int, list[bytes]]] = {}
-        cursors = self._cursors
+        reads = self._reads
         cache = self._round_entries
         sent = 0
         for consumer in self._round[start:end]:
-            cursor = cursors.get(consumer)
-            if cursor is None:
+            slot = consumer.slot
+            if slot < 0:
                 continue  # left during the round
-            read = cursor.read_index
+            read = reads[slot]
             permits = consumer.permits
             if read >= tail or permits <= 0:
                 continue
@@ -436,7 +672,7 @@ class BroadcastDispatcher(Dispatcher):
                 consumer.permits = permits - n
                 consumer.messages_out += n
                 consumer.bytes_out += len(entry.payload)
-                cursor.read_index = tail
+                reads[slot] = tail
                 frames = at_tail.get(wire)
                 if frames is None:
                     at_tail[wire] = [template.head(consumer.id_varint), entry.payload]
@@ -447,7 +683,7 @@ class BroadcastDispatcher(Dispatcher):
             if not entries:
                 continue
             sent += sum(e.num_messages for e in entries)
-            cursor.read_index = entries[-1].index + 1
+            reads[slot] = read = entries[-1].index + 1
             by_entry = behind.get(wire)
             if by_entry is None:
                 by_entry = behind[wire] = {}
@@ -458,7 +694,7 @@ class BroadcastDispatcher(Dispatcher):
                     by_entry[e.index] = frames[2 * i : 2 * i + 2]
                 else:
                     bucket += frames[2 * i : 2 * i + 2]
-            if cursor.read_index < tail and consumer.permits > 0 and not self._everyone:
+            if read < tail and consumer.permits > 0 and not self._everyone:
                 self._targets.add(consumer)
         for wire, by_entry in behind.items():
             frames = at_tail.pop(wire, None)

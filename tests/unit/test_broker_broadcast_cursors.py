@@ -11,7 +11,6 @@ import pytest
 from broker.core.consumer import Consumer
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import Topic
-from broker.subscriptions.cursor import Cursor
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.payload import encode_payload
 
@@ -64,11 +63,14 @@ def test_a_named_consumer_that_leaves_keeps_its_place_and_holds_the_main_cursor(
     sub.on_ack_run([steady], True, 4)
     assert sub.mark_delete == 1  # the departed cursor still counts
     back = _join(loop, sub, 3, "away")
-    cursor = sub.dispatcher._cursors[back]
+    cursor = sub.dispatcher.cursor_of(back)
     assert (cursor.mark_delete, cursor.read_index) == (1, 5)  # resent from 2, all of it
-    # A second consumer under a name in use gets a cursor of its own.
+    # A second consumer under a name in use gets a cursor of its own: at the slowest one's
+    # place, and its acks move only it.
     twin = _join(loop, sub, 4, "away")
-    assert sub.dispatcher._cursors[twin] is not cursor
+    sub.on_ack_run([twin], True, 3)
+    assert sub.dispatcher.cursor_of(twin).mark_delete == 3
+    assert sub.dispatcher.cursor_of(back).mark_delete == 1
 
 
 def test_a_departed_cursor_expires_counted_and_releases_retention(loop):
@@ -116,5 +118,96 @@ def test_named_cursors_are_handed_to_storage_grouped_and_only_when_moved(loop):
         "t", MemoryEntryLog(), persistent=False, loop=loop, consumer_cursor_expiry_s=60
     )
     again = restored.subscription("all", "Broadcast", initial_earliest=True)
-    again.dispatcher.restore_consumer_cursors({"c0": Cursor(2), "c3": Cursor(-1, [1])})
+    again.dispatcher.restore_consumer_cursors({"c0": (2, set()), "c3": (-1, {1})}, 0)
     assert again.mark_delete == -1
+
+
+# Issue 40: virtual cursors are arrays by consumer slot, with an object only for the extras of
+# the few that have acknowledgement holes; the operations over all of them run on the arrays.
+
+
+def test_a_hole_gives_a_cursor_its_object_until_the_hole_fills(loop):
+    _, sub = _setup(loop, expiry_s=60)
+    plain, holed = _join(loop, sub, 1, "plain"), _join(loop, sub, 2, "holed")
+    dispatcher = sub.dispatcher
+    sub.on_ack(holed, False, [2])  # 0 and 1 not acknowledged: a hole below 2
+    sub.on_ack(plain, False, [0])
+    assert dispatcher.consumer_hole_ranges() == 1
+    cursor = dispatcher.cursor_of(holed)
+    assert (cursor.mark_delete, sorted(cursor.acked)) == (-1, [2])
+    assert dispatcher.unacked_messages(holed) == 4 and dispatcher.unacked_messages(plain) == 4
+    sub.on_ack(holed, False, [0])
+    sub.on_ack(holed, False, [1])  # the hole filled: the mark-delete sweeps over 2
+    assert dispatcher.cursor_of(holed).mark_delete == 2
+    assert dispatcher.consumer_hole_ranges() == 0
+    assert list(dispatcher._holes) == []  # back to its slot alone
+    assert sub.mark_delete == 0
+
+
+def test_named_cursors_at_many_places_are_grouped_by_place(loop):
+    _, sub = _setup(loop, expiry_s=60, entries=30)
+    consumers = [_join(loop, sub, i, f"c{i}") for i in range(60)]
+    for i, consumer in enumerate(consumers):
+        if i % 25:
+            sub.on_ack_run([consumer], True, i % 25)  # 24 places, and -1 for some
+    sub.remove_consumer(consumers[7])  # departed ones are saved too
+    groups = sub.dispatcher.consumer_cursors()
+    assert groups is not None
+    expected: dict[int, list[str]] = {}
+    for i in range(60):
+        expected.setdefault(i % 25 if i % 25 else -1, []).append(f"c{i}")
+    found: dict[int, list[str]] = {}
+    for mark, ranges, names in groups:  # connected and departed ones at one place apart
+        assert ranges == []
+        found.setdefault(mark, []).extend(names)
+    assert {mark: sorted(names) for mark, names in found.items()} == {
+        mark: sorted(names) for mark, names in expected.items()
+    }
+
+
+def test_skip_behind_and_seek_move_every_cursor_on_the_arrays(loop):
+    _, sub = _setup(loop, expiry_s=60, entries=8)
+    consumers = [_join(loop, sub, i, f"c{i}") for i in range(4)]
+    sub.on_ack_run(consumers[:1], True, 1)
+    sub.on_ack_run(consumers[1:2], True, 5)
+    sub.on_ack(consumers[2], False, [6])  # a hole: the object's path
+    sub.remove_consumer(consumers[3])  # departed at -1
+    dispatcher = sub.dispatcher
+    assert dispatcher.skip_behind(3) == 3  # all but the one at 5
+    marks = [dispatcher.cursor_of(c).mark_delete for c in consumers[:3]]
+    assert marks == [3, 5, 3] and sub.mark_delete == 3
+    assert sorted(dispatcher.cursor_of(consumers[2]).acked) == [6]
+    sub.seek(2)
+    for consumer in consumers[:3]:
+        cursor = dispatcher.cursor_of(consumer)
+        assert (cursor.mark_delete, cursor.read_index, cursor.acked) == (1, 2, set())
+    assert sub.mark_delete == 1
+    sub.on_ack_run(consumers[:3], True, 7)  # sent before the seek: taken, not refused
+    assert sub.acks_refused == 0
+
+
+def test_thousands_of_departed_cursors_come_back_or_expire_together(loop):
+    _, sub = _setup(loop, expiry_s=60)
+
+    def join(cid: int, name: str) -> Consumer:
+        consumer = Consumer(consumer_id=cid, name=name, wire=QuietWire())
+        sub.add_consumer(consumer)
+        sub.on_flow(consumer, 1000)
+        return consumer
+
+    consumers = [join(i, f"c{i}") for i in range(3000)]
+    loop.run_until_complete(asyncio.sleep(0.01))  # dispatched
+    sub.on_ack_run(consumers[:1500], True, 2)
+    for consumer in consumers:
+        sub.remove_consumer(consumer)
+    assert sub.departed_cursors == 3000 and sub.consumers == []
+    back = [join(10_000 + i, f"c{i}") for i in range(0, 3000, 2)]
+    assert sub.departed_cursors == 1500
+    assert [sub.dispatcher.cursor_of(c).mark_delete for c in back[:2]] == [2, 2]
+    assert sub.dispatcher.cursor_of(back[-1]).mark_delete == -1
+    sub.dispatcher.departed_expiry_s = 1e-9  # every departed one is past it now
+    sub.dispatcher._expire()
+    assert sub.expired_cursors == 1500 and sub.departed_cursors == 0
+    assert sub.mark_delete == -1  # the consumers back from above 1500 never acked
+    groups = sub.dispatcher.consumer_cursors()
+    assert groups is not None and sum(len(names) for _, _, names in groups) == 1500

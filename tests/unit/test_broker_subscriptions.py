@@ -355,7 +355,7 @@ def test_a_broadcast_ack_run_does_what_one_ack_per_consumer_does(loop):
         sub.on_ack_run(consumers[5:], False, 5) if batched else sub.on_ack(consumers[5], False, [5])
         dispatcher = sub.dispatcher
         assert isinstance(dispatcher, BroadcastDispatcher)
-        cursors = [dispatcher._cursors[c] for c in consumers]
+        cursors = [dispatcher.cursor_of(c) for c in consumers]
         state = [(c.mark_delete, sorted(c.acked), sorted(c.redeliver or ())) for c in cursors]
         return state, sub.mark_delete, sink.moves - before
 
