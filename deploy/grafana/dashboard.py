@@ -53,7 +53,7 @@ def _series(
     return panel
 
 
-HARNESS = [
+HARNESS: list[stat.Panel | timeseries.Panel] = [
     stat.Panel()
     .title("Phase")
     .description("The phase the run is in (fanout_run_phase)")
@@ -130,7 +130,7 @@ HARNESS = [
     ),
 ]
 
-BROKER_PANELS = [
+BROKER_PANELS: list[timeseries.Panel] = [
     _series(
         "Broker CPU",
         "percentunit",

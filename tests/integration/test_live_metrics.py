@@ -246,7 +246,7 @@ def test_prometheus_scrapes_the_run_and_its_rate_matches(live_run):
     assert set(jobs) == {"fanout-bench", "broker"}, targets
     # Both scraped while the run went: the run is over now, so ask for the samples themselves.
     summary = _summary(live_run)
-    manifest = json.loads((live_run.run_dir / "manifest.json").read_text())  # type: ignore[operator]
+    manifest = json.loads((live_run.run_dir / "manifest.json").read_text())
     phases = manifest["phases"]
     start, end = phases["measure_start"], phases["measure_end"]
     for job, metric in (("fanout-bench", "fanout_run_info"), ("broker", "pulsar_consumers_count")):
@@ -273,7 +273,7 @@ def _dashboard_expressions() -> list[str]:
 def test_prometheus_accepts_every_expression_of_the_dashboard(live_run):
     if live_run.prometheus is None:
         pytest.skip(f"no {PROMETHEUS}: install Debian's prometheus (.ci/install-tools.sh)")
-    manifest = json.loads((live_run.run_dir / "manifest.json").read_text())  # type: ignore[operator]
+    manifest = json.loads((live_run.run_dir / "manifest.json").read_text())
     at = manifest["phases"]["measure_end"]
     expressions = _dashboard_expressions()
     assert len(expressions) > 15
