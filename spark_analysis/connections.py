@@ -8,6 +8,7 @@ long tail. Every per-consumer duration is in the CSV, so its percentiles are exa
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from results_contract.columns import CONNECTION_COLUMNS
 from results_contract.summary import PER_CONSUMER_QUANTILES, Connection, Distribution, PerConsumer
-from spark_analysis.inputs import parsers, read_csv, row_error
-from spark_analysis.session import one_row
+from spark_analysis.inputs import parsers, read_columns, read_csv, row_error
+from spark_analysis.session import columns_frame, one_row
 
 COLUMNS = parsers(CONNECTION_COLUMNS, "consumer", "start_us", "end_us", "ok", "error")
 MAX_BINS = 50
@@ -33,20 +34,48 @@ _SCHEMA = StructType(
 )
 
 
-# start_us, end_us (None for a failure), error (None for a success).
-ConnectionRow = tuple[int, int | None, str | None]
+@dataclass(frozen=True, slots=True)
+class ConnectionColumns:
+    """Every consumer's subscribe, by column: a success keeps its end_us and no error, a
+    failure its error and no end_us, so that a failed consumer's end never counts as "last
+    success"."""
+
+    start_us: list[int]
+    end_us: list[int | None]
+    error: list[str | None]
 
 
-def read_connections(files: Iterable[tuple[str, Path]]) -> list[ConnectionRow]:
-    """Parse every connections.csv into (start_us, end_us, error) rows.
+def read_connections(files: Iterable[tuple[str, Path]]) -> ConnectionColumns:
+    """Parse every connections.csv, a column at a time (a million rows at a million
+    consumers); any bad row sends the files through `_check_rows`, which names it."""
+    files = list(files)
+    start: list[int] = []
+    end: list[int | None] = []
+    error: list[str | None] = []
+    seen: set[str] = set()
+    for _worker, path in files:
+        columns = read_columns(path, COLUMNS)
+        starts, ends, oks = columns["start_us"], columns["end_us"], columns["ok"]
+        counted = len(seen)
+        seen.update(columns["consumer"])
+        if len(seen) != counted + len(starts) or any(
+            ok and (e is None or e < s) for s, e, ok in zip(starts, ends, oks, strict=True)
+        ):
+            _check_rows(files)
+        start += starts
+        end += [e if ok else None for e, ok in zip(ends, oks, strict=True)]
+        error += [
+            None if ok else (text.strip() or NO_ERROR_TEXT)
+            for text, ok in zip(columns["error"], oks, strict=True)
+        ]
+    return ConnectionColumns(start, end, error)
 
-    A success keeps its end_us and no error, a failure its error and no end_us, so that a
-    failed consumer's end never counts as "last success".
-    """
-    rows: list[ConnectionRow] = []
+
+def _check_rows(files: list[tuple[str, Path]]) -> None:
+    """Row by row, for the message: the first repeated consumer or inconsistent row raises."""
     first_seen: dict[str, str] = {}
     for _worker, path in files:
-        for line, (consumer, start_us, end_us, ok, error) in read_csv(path, COLUMNS):
+        for line, (consumer, start_us, end_us, ok, _error) in read_csv(path, COLUMNS):
             if consumer in first_seen:
                 raise row_error(path, line, f"consumer {consumer!r} repeats {first_seen[consumer]}")
             first_seen[consumer] = f"{path}: line {line}"
@@ -54,16 +83,14 @@ def read_connections(files: Iterable[tuple[str, Path]]) -> list[ConnectionRow]:
                 raise row_error(path, line, "ok is 1 but end_us is empty")
             if ok and end_us < start_us:
                 raise row_error(path, line, f"end_us {end_us} is before start_us {start_us}")
-            if ok:
-                rows.append((start_us, end_us, None))
-            else:
-                rows.append((start_us, None, error.strip() or NO_ERROR_TEXT))
-    return rows
+    raise AssertionError("connections.csv: a column check failed that no row fails")
 
 
-def analyze_connections(spark: SparkSession, rows: list[ConnectionRow]) -> dict[str, Any]:
+def analyze_connections(spark: SparkSession, rows: ConnectionColumns) -> dict[str, Any]:
     """The summary's `connection` object (times in s, the two instants in epoch µs)."""
-    frame = spark.createDataFrame(rows, _SCHEMA)
+    frame = columns_frame(
+        spark, _SCHEMA, {"start_us": rows.start_us, "end_us": rows.end_us, "error": rows.error}
+    )
     duration_us = F.col("end_us") - F.col("start_us")  # null for failures: aggregates skip it
     totals = one_row(
         frame.agg(

@@ -11,6 +11,7 @@ saw is a duplicate or a reordering; with more, order is not defined and it is no
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from results_contract.columns import DELIVERY_COLUMNS
 from results_contract.summary import Deliveries
-from spark_analysis.inputs import Manifest, parsers, read_csv, row_error
+from spark_analysis.inputs import Manifest, parsers, read_columns, read_csv, row_error
+from spark_analysis.session import columns_frame
 
 COLUMNS = parsers(DELIVERY_COLUMNS, "consumer", "received", "out_of_order")
 
@@ -32,16 +34,41 @@ _SCHEMA = StructType(
 )
 
 
-def read_deliveries(files: Iterable[tuple[str, Path]]) -> list[tuple[int, int]]:
-    rows = []
+@dataclass(frozen=True, slots=True)
+class DeliveryColumns:
+    """Every counted consumer's deliveries and out-of-order ones, by column."""
+
+    received: list[int]
+    out_of_order: list[int]
+
+
+def read_deliveries(files: Iterable[tuple[str, Path]]) -> DeliveryColumns:
+    """Every deliveries.csv, a column at a time (a million rows at a million consumers); a
+    consumer named twice sends the files through `_check_rows`, which names the line."""
+    files = list(files)
+    received: list[int] = []
+    out_of_order: list[int] = []
+    seen: set[str] = set()
+    for _worker, path in files:
+        columns = read_columns(path, COLUMNS)
+        counted = len(seen)
+        seen.update(columns["consumer"])
+        if len(seen) != counted + len(columns["consumer"]):
+            _check_rows(files)
+        received += columns["received"]
+        out_of_order += columns["out_of_order"]
+    return DeliveryColumns(received, out_of_order)
+
+
+def _check_rows(files: list[tuple[str, Path]]) -> None:
+    """Row by row, for the message: the first consumer named twice raises."""
     first_seen: dict[str, str] = {}
     for _worker, path in files:
-        for line, (consumer, received, out_of_order) in read_csv(path, COLUMNS):
+        for line, (consumer, _received, _out_of_order) in read_csv(path, COLUMNS):
             if consumer in first_seen:
                 raise row_error(path, line, f"consumer {consumer!r} repeats {first_seen[consumer]}")
             first_seen[consumer] = f"{path}: line {line}"
-            rows.append((received, out_of_order))
-    return rows
+    raise AssertionError("deliveries.csv: a consumer repeats, yet no row repeats one")
 
 
 def expected_per_consumer(manifest: Manifest, messages_sent: int) -> int | None:
@@ -62,10 +89,12 @@ def order_is_defined(manifest: Manifest) -> bool:
 
 
 def analyze_deliveries(
-    spark: SparkSession, rows: list[tuple[int, int]], manifest: Manifest, messages_sent: int
+    spark: SparkSession, rows: DeliveryColumns, manifest: Manifest, messages_sent: int
 ) -> dict[str, Any]:
     expected = expected_per_consumer(manifest, messages_sent)
-    frame = spark.createDataFrame(rows, _SCHEMA)
+    frame = columns_frame(
+        spark, _SCHEMA, {"received": rows.received, "out_of_order": rows.out_of_order}
+    )
     row = frame.agg(
         F.count(F.lit(1)).alias("consumers"),
         F.min("received").alias("min"),

@@ -32,7 +32,7 @@ from results_contract.hlog import new_histogram
 from results_contract.metrics import BROADCASTING, BROKER_STAGES, PRODUCING, STAGES
 from results_contract.summary import Stages, Tail
 from spark_analysis.inputs import optional_integer, parsers, read_csv, row_error
-from spark_analysis.session import one_row
+from spark_analysis.session import columns_frame, one_row
 
 E2E_COLUMN = "e2e_us"
 COLUMNS = parsers(
@@ -115,8 +115,9 @@ def analyze_stages(
         # "At or above the P99" in HDR terms: in the P99 value's bucket or above it.
         in_tail = F.col(E2E_COLUMN) >= new_histogram().get_lowest_equivalent_value(e2e_p99_us)
     count = F.col(STAGE_COUNT_COLUMN)
+    by_column = dict(zip(COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
     found = one_row(
-        spark.createDataFrame(rows, _SCHEMA).agg(
+        columns_frame(spark, _SCHEMA, by_column).agg(
             *[
                 F.percentile(col, 0.99, count).alias(f"p99_{stage}")
                 for stage, col in present.items()

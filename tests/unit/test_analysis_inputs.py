@@ -13,7 +13,7 @@ import pytest
 from results_contract.hlog import HlogWriter, new_histogram, record
 from spark_analysis import AnalysisError
 from spark_analysis.__main__ import main
-from spark_analysis.connections import read_connections
+from spark_analysis.connections import ConnectionColumns, read_connections
 from spark_analysis.histograms import read_hlogs
 from spark_analysis.inputs import load_manifest, raw_files, second_index
 from spark_analysis.outputs import write_json_atomic
@@ -127,7 +127,9 @@ def test_columns_may_come_in_any_order(tmp_path) -> None:
             "0,refused,,1500,7,c2",
         ],
     )
-    assert read_connections([("w0", path)]) == [(1000, 2000, None), (1500, None, "refused")]
+    assert read_connections([("w0", path)]) == ConnectionColumns(
+        [1000, 1500], [2000, None], [None, "refused"]
+    )
 
 
 def test_timeline_rows(tmp_path) -> None:
