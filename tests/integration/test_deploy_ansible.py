@@ -255,6 +255,15 @@ def test_the_playbooks_deploy_run_and_bring_the_results_home(tmp_path, lan):
         HOSTS["worker"],
     ]
 
+    # run.yml handed the run's worker secret to every client host, for its owner's eyes only,
+    # and it is nowhere in what the run left (docs/security.md, "The coordinator's port").
+    secret_files = [hosts_dir / h / "worker-secret" for h in ("coordinator", "worker")]
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in secret_files)
+    secret = secret_files[0].read_text().strip()
+    assert len(secret) == 64 and secret_files[1].read_text().strip() == secret
+    leaked = [p for p in run_dir.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+
     # The summary counts every delivery: every message reached every consumer.
     headline = json.loads((run_dir / "summary.json").read_text())["headline"]
     assert headline["consumers"] == CONSUMERS
