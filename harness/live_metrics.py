@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -32,13 +32,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from harness.driver_config import DriverFile
-from harness.embedded_broker import EmbeddedBroker
 from harness.messages import PhaseTimes, ProgressReport
 from harness.run_plan import RunPlan
-from harness.worker_group import WorkerGroup
 from results_contract.client_bound import cpu_hot, distorted, loop_lag_too_long, too_many_hot
 from results_contract.hlog import decode, new_histogram
+
+if TYPE_CHECKING:  # worker_group imports Locust, which a test process of reports must not
+    from harness.driver_config import DriverFile
+    from harness.embedded_broker import EmbeddedBroker
+    from harness.worker_group import WorkerGroup
 
 PHASES = ("starting", "connect", "warmup", "measure", "backlog", "drain", "done")
 """The values of `fanout_run_phase`'s `phase` label; the coordinator's progress line shows the
