@@ -4,7 +4,7 @@ checked against the code (issue 37), so that one added to the code without its d
 missing row, by running it on the doc with that row taken out.
 
 The native driver's key table is checked in tests/unit/test_driver_docs.py, the workload keys
-in tests/unit/test_workload.py.
+in tests/unit/test_workload_golden.py.
 """
 
 from __future__ import annotations
