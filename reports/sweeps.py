@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reports import charts
-from reports.charts import PALETTE, Chart, ScalingSeries
-from reports.fits import fit_band
+from reports.charts import EXTRAPOLATE_TO, PALETTE, Chart, ScalingSeries
+from reports.fits import FitBand, fit_band
 from reports.metrics import ratio
 from results_contract.headline import AT_KERNEL, AT_READ, of_case
 
@@ -98,27 +98,63 @@ def _p99_points(cases: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]
     ]
 
 
+MEASURED_ONLY_NOTE = (
+    "Seed 000, figure 4: dots are measured cases, joined in order of consumers. Cases that reach "
+    f"{EXTRAPOLATE_TO:,} consumers (the seed's size) are drawn as measured, without a fit; "
+    "the fit and its prediction interval are in the table below."
+)
+FIT_NOTE = (
+    "Seed 000, figure 4: dots are measured cases; the line is the least-squares fit, "
+    "dashed where it extrapolates (to 100,000 consumers), inside its 95 % prediction "
+    "interval (shaded: where a new case would fall, given the measured cases' scatter). "
+    "A fit through as many cases as it has coefficients has no interval and is not drawn."
+)
+
+
+def drawn_fit(
+    points: Sequence[tuple[float, float]], fit: Mapping[str, Any] | None
+) -> FitBand | None:
+    """The fit figure 4 draws for a series: none when its measured cases reach EXTRAPOLATE_TO.
+
+    The seed's figure extrapolates a small sweep to 100,000 consumers; a sweep that measured
+    that far (workloads/storm-sweep.yaml, 100,000 to 1,000,000) is the figure itself, and a
+    curve or a value "at 100K" drawn among its cases would read as one more measurement.
+    """
+    if points and max(x for x, _ in points) >= EXTRAPOLATE_TO:
+        return None
+    return fit_band(fit)
+
+
 def scaling_charts(named: Sequence[Named], prefix: str = "") -> dict[str, Chart]:
     """Connection time (with fits to 100K) and P99 against consumers, one series per name."""
-    connection = charts.scaling_chart(
-        f"{prefix}connection-vs-consumers",
-        "Connection time against consumers",
-        "s",
-        [
+    series, measured_only = [], []
+    for i, (name, cases, fit) in enumerate(named):
+        points = _points(cases, "connection_time_s")
+        band = drawn_fit(points, fit)
+        if band is None and fit_band(fit) is not None:
+            measured_only.append(name)
+        series.append(
             ScalingSeries(
                 name,
-                _points(cases, "connection_time_s"),
+                points,
                 PALETTE[i % len(PALETTE)],
                 band.coefficients if band else (),
                 band.interval if band else None,
             )
-            for i, (name, cases, fit) in enumerate(named)
-            for band in [fit_band(fit)]
-        ],
-        note="Seed 000, figure 4: dots are measured cases; the line is the least-squares fit, "
-        "dashed where it extrapolates (to 100,000 consumers), inside its 95 % prediction "
-        "interval (shaded: where a new case would fall, given the measured cases' scatter). "
-        "A fit through as many cases as it has coefficients has no interval and is not drawn.",
+        )
+    note = FIT_NOTE
+    if measured_only and not any(s.fit for s in series):
+        note = MEASURED_ONLY_NOTE
+    elif measured_only:
+        note += (
+            f" {', '.join(measured_only)}: measured to {EXTRAPOLATE_TO:,} or more, no fit drawn."
+        )
+    connection = charts.scaling_chart(
+        f"{prefix}connection-vs-consumers",
+        "Connection time against consumers",
+        "s",
+        series,
+        note=note,
     )
     latency = charts.scaling_chart(
         f"{prefix}e2e-p99-vs-consumers",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
+from reports.charts import sig
 from reports.fits import LEVEL, REACH, fit_band, series_headline
 from reports.render import render_sweep
 from reports.sweeps import scaling_charts
@@ -96,3 +97,37 @@ def test_the_sweep_page_has_no_100k_tile_and_draws_the_band(tmp_path: Path) -> N
     charts = scaling_charts([("Broadcast", cases, _fit(POINTS[:2]))])
     lines = [line for p in charts["connection-vs-consumers"].panels for line in p.lines]
     assert lines and not any("fit" in line.title for line in lines)  # no band: no fit drawn
+
+
+# workloads/storm-sweep.yaml's sizes: connection time growing a little faster than linearly.
+STORM = [(100_000, 4.1), (250_000, 11.0), (500_000, 23.5), (750_000, 37.0), (1_000_000, 52.0)]
+
+
+def test_a_sweep_that_reaches_100k_draws_figure_4_from_its_measured_cases_only(
+    tmp_path: Path,
+) -> None:
+    cases = [
+        {
+            "run_id": f"r{x}",
+            "label": f"Broadcast {x}",
+            "subscription_type": "Broadcast",
+            "consumers": x,
+            "connection_time_s": y,
+            "e2e_p99_ms": 900.0,
+            "deliveries_lost": 0,
+            "client_bound": False,
+        }
+        for x, y in STORM
+    ]
+    fit = _fit(STORM, degree=2)
+    assert fit_band(fit) is not None  # a fit that would be drawn below 100K
+    chart = scaling_charts([("Broadcast", cases, fit)])["connection-vs-consumers"]
+    (panel,) = chart.panels
+    assert not any("fit" in line.title for line in panel.lines)
+    assert not panel.labels  # no value "at 100K" among the cases
+    drawn = sorted(dot.title for dot in panel.dots)
+    assert drawn == sorted(f"Broadcast, {x:,} consumers: {sig(y)} s" for x, y in STORM)
+    assert "without a fit" in chart.note
+    sweep = {"schema": SWEEP_SCHEMA, "sweep_id": "s", "cases": cases, "fits": {"Broadcast": fit}}
+    html = render_sweep(write_sweep(tmp_path / "s", sweep)).read_text()
+    assert 'data-fit-at="measured"' in html and 'class="mark band"' not in html
