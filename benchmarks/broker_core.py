@@ -5,7 +5,9 @@ SUBSCRIBE with the Broadcast property, FLOW, then one cumulative ACK per consume
 one buffer per connection as the native driver writes them); their transports only count what
 the broker writes. The topic is persistent, on ledgers in a temporary folder, on the broker's
 event loop (uvloop). What it leaves out is the kernel: the socket writes and reads a real run
-adds. Run: `python -m benchmarks.broker_core [--consumers N] [--per-connection N]
+adds. It also reports the process's peak resident memory (VmHWM, /proc/self/status) per
+consumer, and what storage's save of every cursor and the admin's topic stats cost at that
+size. Run: `python -m benchmarks.broker_core [--consumers N] [--per-connection N]
 [--entries N] [--size BYTES] [--shared]`; numbers in docs/benchmarks.md.
 """
 
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import tempfile
 import time
 
+from broker.admin.stats import topic_stats
 from broker.app import loop_factory
 from broker.config import BrokerConfig
 from broker.server.connection import ServerConnection
@@ -81,6 +85,15 @@ def _client_bytes(first_id: int, count: int, shared: bool) -> bytes:
     return out
 
 
+def _status_kib(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM), in KiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
 def _acks(first_id: int, count: int, ledger_id: int, entry_id: int) -> bytes:
     msg_id = pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id).SerializeToString()
     cumulative = pb.CommandAck.Cumulative
@@ -98,10 +111,26 @@ async def _run(
         service = BrokerService(BrokerConfig(dataDir=data_dir), storage)
         service.loop = asyncio.get_running_loop()
         storage.attach(service.loop)
+        rss_before = _status_kib("VmRSS")
         try:
             await _measure(service, consumers, per_connection, entries, size, shared)
+            peak = _status_kib("VmHWM")  # before the save and the stats below
+            started = time.process_time()
+            await storage.flush_cursors(everything=True)
+            saved = time.process_time() - started
+            started = time.process_time()
+            stats = json.dumps(topic_stats(service.topic(TOPIC)))
+            stats_s = time.process_time() - started
         finally:
             await storage.close()
+        print(
+            f"peak RSS {peak / 1024:.0f} MiB = {1024 * peak / consumers:.0f} B/consumer "
+            f"({1024 * (peak - rss_before) / consumers:.0f} B/consumer above the "
+            f"{rss_before / 1024:.0f} MiB before the first connection); "
+            f"every cursor saved in {1e3 * saved:.0f} ms of CPU; "
+            f"topic stats {len(stats) / 1024:.0f} KiB in {1e3 * stats_s:.0f} ms; "
+            f"peak RSS with them {_status_kib('VmHWM') / 1024:.0f} MiB"
+        )
 
 
 async def _measure(
