@@ -12,14 +12,17 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness.channel import SECRET_ENV
 from tests.conftest import ROOT
 from tests.netns import NamespaceLan, netns_names, unavailable
 
@@ -167,6 +170,7 @@ def test_a_run_spans_broker_coordinator_and_worker_hosts(tmp_path, lan):
 
     _start_broker(lan, tmp_path)
     coordinator_out, coordinator_err = tmp_path / "coordinator.out", tmp_path / "coordinator.err"
+    coordinator_secret, worker_secret = tmp_path / "run-secret", tmp_path / "copied-secret"
     worker_log = tmp_path / "remote-worker.log"
     with (
         open(coordinator_out, "wb") as out,
@@ -194,11 +198,16 @@ def test_a_run_spans_broker_coordinator_and_worker_hosts(tmp_path, lan):
                 "--no-analysis",
                 "--results",
                 str(results),
+                "--secret-file",
+                str(coordinator_secret),
             ],
             cwd=ROOT,
             stdout=out,
             stderr=err,
+            env=_without_secret(),
         )
+        # As the README says: bench run made the secret file; it is copied to the worker host.
+        _copy_secret(coordinator_secret, worker_secret, coordinator, coordinator_err)
         remote = lan.popen(
             "worker",
             [
@@ -208,13 +217,30 @@ def test_a_run_spans_broker_coordinator_and_worker_hosts(tmp_path, lan):
                 "worker",
                 "--master",
                 f"{coordinator_ip}:{MASTER_PORT}",
+                "--secret-file",
+                str(worker_secret),
             ],
             hostname=REMOTE_HOSTNAME,
             cwd=ROOT,
             stdout=wlog,
             stderr=wlog,
-            env={**os.environ, "TMPDIR": str(remote_tmp)},
+            env=_without_secret() | {"TMPDIR": str(remote_tmp)},
         )
+    # A worker with another secret, from the worker host: refused, and it says so in one line.
+    wrong_secret = tmp_path / "wrong-secret"
+    wrong_secret.write_text("0123456789abcdef" * 4 + "\n")
+    wrong_secret.chmod(0o600)
+    wrong = lan.run(
+        "worker",
+        ["env", "-u", SECRET_ENV, sys.executable, "-m", "harness", "worker"]
+        + ["--master", f"{coordinator_ip}:{MASTER_PORT}", "--secret-file", str(wrong_secret)],
+        timeout=60,
+    )
+    assert wrong.returncode == 2, wrong.stderr
+    assert wrong.stderr.strip().splitlines() == [
+        f"bench worker: the coordinator at {coordinator_ip}:{MASTER_PORT} refused this worker: "
+        f"its secret is not the run's (give the run's with --secret-file or {SECRET_ENV})"
+    ], wrong.stderr
 
     def logs() -> str:
         return f"coordinator:\n{_log(coordinator_err)}\nremote worker:\n{_log(worker_log)}"
@@ -235,6 +261,15 @@ def test_a_run_spans_broker_coordinator_and_worker_hosts(tmp_path, lan):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["partial"] is False, manifest["partial_reasons"]
     assert manifest["service_url"] == f"pulsar://{broker_ip}:{BROKER_PORT}"
+    # The wrong-secret worker was refused, logged once with its address, and never joined.
+    refused = [
+        line
+        for line in coordinator_err.read_text().splitlines()
+        if line.startswith(f"refused a message from {worker_ip} ")
+    ]
+    assert len(refused) == 1 and "another secret than the run's" in refused[0], logs()
+    secret = coordinator_secret.read_text().strip()
+    assert not [p for p in run_dir.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert manifest["workers"] == ["w0", "w1"]
     # One kernel, one clock: a worker's answer lies inside the ping's round trip, so no offset
     # can pass the bar of twice its uncertainty, and none is applied.
@@ -287,9 +322,28 @@ def test_a_run_spans_broker_coordinator_and_worker_hosts(tmp_path, lan):
     assert by_worker == {remote_id: {worker_ip}, local_id: {coordinator_ip}}
 
 
+def _without_secret() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+
+
+def _copy_secret(
+    made: Path, copy: Path, coordinator: subprocess.Popen, err: Path, timeout: float = 30
+) -> None:
+    """Copy the secret file `bench run --secret-file` makes (mode 600) once it is there."""
+    deadline = time.monotonic() + timeout
+    while not made.exists() or not made.read_text().endswith("\n"):
+        if coordinator.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"bench run made no secret file {made}\n{_log(err)}")
+        time.sleep(0.1)
+    shutil.copyfile(made, copy)
+    copy.chmod(0o600)
+
+
 def test_remote_workers_reach_the_bundled_broker_on_the_coordinators_address(tmp_path, lan):
     """No driver file: the run starts the bundled broker itself, and with workers joining from
-    other hosts it listens where they reach the master, not on loopback."""
+    other hosts it listens where they reach the master, not on loopback. The secret reaches
+    both through the environment (FANOUT_WORKER_SECRET), the other way docs/security.md gives."""
+    with_secret = _without_secret() | {SECRET_ENV: "c0ffee" * 8}
     coordinator_ip = lan["coordinator"].address
     workload = _write(
         tmp_path / "workload.yaml",
@@ -315,6 +369,7 @@ def test_remote_workers_reach_the_bundled_broker_on_the_coordinators_address(tmp
             cwd=ROOT,
             stdout=out,
             stderr=err,
+            env=with_secret,
         )
         remote = lan.popen(
             "worker",
@@ -324,6 +379,7 @@ def test_remote_workers_reach_the_bundled_broker_on_the_coordinators_address(tmp
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=with_secret,
         )
     try:
         coordinator.wait(RUN_TIMEOUT)
