@@ -13,13 +13,14 @@ import ast
 import importlib
 import pkgutil
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path, PurePath
 
 import pytest
 
 import results_contract
+from broker.admin.http import ROUTES, Route
 from broker.config import BrokerConfig
 from harness.broker_command import _KEYS as EMBEDDED_BROKER_KEYS
 from harness.driver_config import HARNESS_KEYS
@@ -87,6 +88,54 @@ def test_a_setting_without_its_doc_is_caught() -> None:
     assert "listenBacklog: 128 (code: 4096)" in wrong_setting_defaults(
         readme.replace("`listenBacklog` (default 4096)", "`listenBacklog` (default 128)")
     )
+
+
+# -- the bundled broker's admin paths: README's "The bundled broker" ------------------------
+ADMIN_PATHS = {
+    "_clock": "`/admin/v2/brokers/clock`",
+    "_metrics": "`/metrics`",
+    "_health": "`/admin/v2/brokers/health`",
+    "_version": "`/admin/v2/brokers/version`",
+    "_policy_get": "`…/{topic}/{policy}`",
+    "_policy_post": "`…/{topic}/{policy}`",
+    "_policy_delete": "`…/{topic}/{policy}`",
+    "_topic_list": "`GET /admin/v2/persistent/{tenant}/{ns}`",
+    "_stats": "`…/{topic}/stats`",
+    "_internal_stats": "`…/{topic}/internalStats`",
+    "_partitions": "`…/{topic}/partitions`",
+    "_create_partitioned": "`…/{topic}/partitions` (PUT",
+    "_create_subscription": "`PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{name}",
+}
+"""How README names each route of broker/admin/http.py's ROUTES, by its handler."""
+
+
+def undocumented_routes(readme: str, routes: Sequence[Route] = ROUTES) -> list[str]:
+    """Routes of the admin API README's "The bundled broker" does not name (or that this
+    test does not know yet: a new route needs its README words and its line above)."""
+    section = _between(readme, "## The bundled broker", "\n## ")
+    problems = []
+    for route in routes:
+        name = route.handler.__name__
+        if name not in ADMIN_PATHS:
+            problems.append(f"{route.method} {route.path.pattern}: not in ADMIN_PATHS")
+        elif ADMIN_PATHS[name] not in section:
+            problems.append(f"{route.method} {route.path.pattern}")
+    return problems
+
+
+def test_every_admin_path_is_in_the_readme() -> None:
+    assert undocumented_routes(_read("README.md")) == []
+
+
+def test_an_admin_path_without_its_doc_is_caught() -> None:
+    readme = _read("README.md")
+    assert undocumented_routes(readme.replace("`/admin/v2/brokers/health`", "health")) == [
+        "GET ^/admin/v2/brokers/health$"
+    ]
+    extra = Route("GET", re.compile("^/admin/v2/brokers/leader$"), lambda admin, request: (200, ""))
+    assert undocumented_routes(readme, (*ROUTES, extra)) == [
+        "GET ^/admin/v2/brokers/leader$: not in ADMIN_PATHS"
+    ]
 
 
 # -- the driver file's harness keys and embeddedBroker keys (docs/workloads.md) ----------------
