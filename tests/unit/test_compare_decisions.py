@@ -4,6 +4,7 @@ series against series (B's Broadcast against A's Broadcast)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,18 @@ def test_compare_of_alike_runs_shows_their_identity_and_no_warning(tmp_path: Pat
     html = out.read_text()
     assert 'data-warning="identity"' not in html
     assert html.count("identity sample · bundled [") == 2
+
+
+def test_compare_of_sweeps_refuses_a_case_unlike_every_case_of_a(tmp_path: Path, capsys) -> None:
+    a = write_sweep(tmp_path / "a", sample_sweep(sweep_id="a")).parent
+    b = write_sweep(tmp_path / "b", sample_sweep(sweep_id="b")).parent
+    out = tmp_path / "cmp.html"
+    assert compare_main([str(a), str(b), "--out", str(out)]) == 0  # alike case by case
+    for summary in sorted(b.glob("*/summary.json"))[:1]:
+        data = json.loads(summary.read_text())
+        data["workload"]["messageSize"] = 64
+        summary.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert compare_main([str(a), str(b), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "case " in err and "workload.messageSize is 10240 in A and 64 in B" in err
