@@ -15,6 +15,7 @@ import pkgutil
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from enum import StrEnum
 from pathlib import Path, PurePath
 
 import pytest
@@ -27,7 +28,7 @@ from harness.driver_config import HARNESS_KEYS
 from reports.changes import DERIVED
 from reports.gate import DEFAULT_RULES, EXACT_METRICS
 from reports.metrics import METRICS
-from results_contract import client_bound, paths
+from results_contract import client_bound, paths, summary
 from results_contract.metrics import STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -235,6 +236,39 @@ def test_a_file_without_its_tree_line_is_caught(monkeypatch: pytest.MonkeyPatch)
     assert missing_from_tree(tree.replace("  raw/<worker-id>/bursts.csv\n", "")) == ["bursts.csv"]
     monkeypatch.setattr(paths, "NEW_FILE", "new.json", raising=False)
     assert missing_from_tree(tree) == ["new.json"]
+
+
+# -- summary.json's keys (docs/results.md; OMB's closed loops in docs/workloads.md) -----------
+def summary_keys() -> dict[str, list[str]]:
+    """Every key results_contract/summary.py spells, by its StrEnum."""
+    return {
+        name: [member.value for member in value]
+        for name, value in vars(summary).items()
+        if isinstance(value, type) and issubclass(value, StrEnum) and value is not StrEnum
+    }
+
+
+def undocumented_summary_keys(*pages: str) -> list[str]:
+    """summary.json keys no page names, as a JSON key or inside a code span (`a.b.c`)."""
+    named: set[str] = set()
+    for text in pages:
+        named.update(re.findall(r'"(\w+)"\s*:', text))
+        for span in _named(text):
+            named.update(re.split(r"[.\s,/()\[\]]+", span))
+    return [
+        f"{enum}.{key}" for enum, keys in summary_keys().items() for key in keys if key not in named
+    ]
+
+
+def test_every_summary_key_is_documented() -> None:
+    assert undocumented_summary_keys(_read("docs/results.md"), _read("docs/workloads.md")) == []
+
+
+def test_a_summary_key_without_its_doc_is_caught() -> None:
+    results, workloads = _read("docs/results.md"), _read("docs/workloads.md")
+    assert undocumented_summary_keys(results.replace("`burst_wait`", "burst wait"), workloads) == [
+        "ClientBound.burst_wait"
+    ]
 
 
 # -- the gate's metrics (docs/reports.md) -----------------------------------------------------
