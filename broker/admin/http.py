@@ -26,7 +26,12 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
 from broker.admin.process_metrics import VERSION_PATH, broker_version
-from broker.admin.stats import internal_stats, prometheus_text, topic_stats
+from broker.admin.stats import (
+    CONSUMERS_PER_REPLY,
+    internal_stats,
+    prometheus_text,
+    topic_stats,
+)
 from broker.core.namespace import topics_of_namespace
 from broker.policies import admin_routes
 from broker.server.service import ADMIN_STEP, BrokerService, LimitExceeded, TopicExists
@@ -131,7 +136,19 @@ def _stats(admin: AdminServer, request: Request) -> Reply:
     if found is None:
         return 404, {"reason": f"topic {full} not found"}
     persistence = admin.service.cursor_persistence().get(full)
-    return 200, admin.on_loop(topic_stats, found, persistence)
+    offset = _count_param(request, "consumersOffset", 0)
+    limit = _count_param(request, "consumersLimit", CONSUMERS_PER_REPLY)
+    return 200, admin.on_loop(topic_stats, found, persistence, offset, limit)
+
+
+def _count_param(request: Request, name: str, default: int) -> int:
+    """A query parameter that must be a whole number ≥ 0 (the consumer list's paging)."""
+    value = request.params.get(name)
+    if value is None:
+        return default
+    if not value.isdigit():
+        raise BadRequest(400, f"{name} must be a whole number, got {value[:32]!r}")
+    return int(value)
 
 
 def _internal_stats(admin: AdminServer, request: Request) -> Reply:

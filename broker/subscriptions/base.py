@@ -185,6 +185,12 @@ class Dispatcher(ABC):
         cursors; None for modes without such cursors (only Broadcast has them)."""
         return None
 
+    def cursor_summary(self) -> dict[str, int] | None:
+        """Where the consumers' own cursors stand: `markDeleteMin` and `markDeleteMax` (entry
+        indexes), how many are `behindTail` (not sent the newest entry yet) and `withHoles`;
+        None for modes without such cursors (only Broadcast has them)."""
+        return None
+
     def restore_consumer_cursors(  # noqa: B027
         self, cursors: dict[str, tuple[int, set[int]]], end: int
     ) -> None:

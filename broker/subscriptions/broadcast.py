@@ -514,6 +514,19 @@ class BroadcastDispatcher(Dispatcher):
         cursors = [*self._holes.values(), *self._gone_holes.values()]
         return sum(len(cursor.acked_ranges()) for cursor in cursors if cursor.acked)
 
+    def cursor_summary(self) -> dict[str, int] | None:
+        if not self.consumers:
+            return None
+        marks, reads = _view(self._marks), _view(self._reads)
+        summary = {
+            "markDeleteMin": int(marks.min()),
+            "markDeleteMax": int(marks.max()),
+            "behindTail": int(np.count_nonzero(reads < self.log.next_index)),
+            "withHoles": len(self._holes),
+        }
+        del marks, reads
+        return summary
+
     def resend_holes(self, now_ms: int, min_age_ms: int, limit: int) -> int:
         """The acknowledgement-hole compensation (broker.policies.ack_holes) for Broadcast: to
         each connected consumer with holes (entries it was sent and never acknowledged, below

@@ -1,0 +1,111 @@
+"""Issue 40: topic stats of a subscription with more consumers than one reply lists are a page
+of them, their count and a summary; a small subscription keeps Pulsar's shape. Over the real
+admin HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from broker.admin.http import AdminServer
+from broker.admin.stats import CONSUMERS_PER_REPLY
+from broker.config import BrokerConfig
+from broker.core.consumer import Consumer
+from broker.server.service import BrokerService
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.payload import encode_payload
+
+TOPIC = "persistent://public/default/many"
+SECTION = encode_payload(
+    pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"body"
+)
+MANY = 2 * CONSUMERS_PER_REPLY + 500
+
+
+class QuietWire:
+    writable = True
+    sends_broker_entry_metadata = False
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        pass
+
+    def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
+        pass
+
+
+def _fetch(queries: list[str]) -> list[tuple[int, Any]]:
+    """GET the topic's stats once per query (and /metrics last), with MANY consumers on one
+    Broadcast subscription, 3 on a Shared one; two entries sent, the first half acked."""
+
+    async def run() -> list[tuple[int, Any]]:
+        service = BrokerService(BrokerConfig())
+        service.loop = asyncio.get_running_loop()
+        topic = service.topic(TOPIC)
+        wide = topic.subscription("wide", "Broadcast", initial_earliest=True)
+        narrow = topic.subscription("narrow", "Shared", initial_earliest=True)
+        consumers = []
+        for i in range(MANY):
+            consumer = Consumer(consumer_id=i, name=f"c{i}", wire=QuietWire())
+            wide.add_consumer(consumer)
+            wide.on_flow(consumer, 10)
+            consumers.append(consumer)
+        for i in range(3):
+            narrow.add_consumer(Consumer(consumer_id=i, name=f"n{i}", wire=QuietWire()))
+        for _ in range(2):
+            await topic.publish(SECTION, b"", 1, 1)
+        await asyncio.sleep(0.2)  # dispatched
+        wide.on_ack_run(consumers[: MANY // 2], True, 1)
+        admin = AdminServer(service, "127.0.0.1", 0)
+        admin.start()
+        base = f"http://127.0.0.1:{admin.httpd.server_address[1]}"
+        path = "/admin/v2/persistent/public/default/many/stats"
+
+        def get(url: str) -> tuple[int, Any]:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as resp:
+                    body = resp.read().decode()
+                    return resp.status, body if url.endswith("/metrics") else json.loads(body)
+            except urllib.error.HTTPError as exc:
+                return exc.code, None
+
+        try:
+            urls = [f"{base}{path}{query}" for query in queries] + [f"{base}/metrics"]
+            return [await asyncio.to_thread(get, url) for url in urls]
+        finally:
+            admin.stop()
+            for t in service.topics.values():
+                t.close()
+
+    return asyncio.run(run())
+
+
+def test_many_consumers_are_paged_and_summarised_a_few_listed_as_pulsar_does() -> None:
+    pages = ["", *(f"?consumersOffset={o}" for o in range(CONSUMERS_PER_REPLY, MANY, 1000))]
+    replies = _fetch([*pages, "?consumersOffset=10&consumersLimit=5", "?consumersLimit=-1"])
+    *stats, small_page, bad, (status, metrics) = replies
+    assert bad == (400, None)
+    first = stats[0][1]["subscriptions"]
+    assert set(first["narrow"]) >= {"type", "msgBacklog", "consumers"}
+    assert "consumerCount" not in first["narrow"] and len(first["narrow"]["consumers"]) == 3
+    wide = first["wide"]
+    assert wide["consumerCount"] == MANY and len(wide["consumers"]) == CONSUMERS_PER_REPLY
+    assert wide["consumersPage"] == {
+        "offset": 0,
+        "limit": CONSUMERS_PER_REPLY,
+        "next": CONSUMERS_PER_REPLY,
+    }
+    summary = wide["consumersSummary"]
+    assert summary["msgOutCounter"] == 2 * MANY == wide["msgOutCounter"]
+    assert summary["availablePermits"] == 8 * MANY
+    cursors = summary["virtualCursors"]
+    assert cursors["behindTail"] == 0 and cursors["withHoles"] == 0
+    assert cursors["markDeleteMin"] == "-1:-1" and cursors["markDeleteMax"].endswith(":1")
+    # Walking the pages lists every consumer once; the last page says there is no next.
+    names = [c["consumerName"] for _, s in stats for c in s["subscriptions"]["wide"]["consumers"]]
+    assert sorted(names) == sorted(f"c{i}" for i in range(MANY))
+    assert stats[-1][1]["subscriptions"]["wide"]["consumersPage"]["next"] is None
+    assert len(small_page[1]["subscriptions"]["wide"]["consumers"]) == 5
+    assert status == 200 and f'subscription="wide"}} {MANY}' in metrics
