@@ -84,28 +84,32 @@ def _hidden(key: str) -> bool:
     return any(word in low for word in _SECRET_WORDS) or low.endswith(_ADDRESS_SUFFIXES)
 
 
-def _value(key: str, value: Any) -> Any:
+def _whole(key: str, value: Any) -> Any:
     """A setting's value as the identity keeps it: addresses and secrets as whether they are
-    set, file paths as the file's name, lists as lists."""
-    low = key.lower()
+    set, file paths as the file's name, at any depth of a value kept whole."""
     if value is None:
         return None
     if _hidden(key):
         return SET
-    if low.endswith(_FILE_SUFFIXES) and isinstance(value, str):
+    if isinstance(value, Mapping):
+        return {str(k): _whole(str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_whole(key, v) for v in value]
+    if key.lower().endswith(_FILE_SUFFIXES) and isinstance(value, str):
         return PurePath(value).name
-    if isinstance(value, tuple):
-        return list(value)
     return value
 
 
-def _flatten(prefix: str, section: Mapping[str, Any], out: dict[str, Any]) -> None:
+def _flatten(prefix: str, section: Mapping[str, Any], out: dict[str, Any], depth: int) -> None:
+    """Keys `prefix.key`; a mapping `depth` levels down is flattened too (a driver file's
+    sections), deeper ones are kept whole, so a key that is null in one run and an object in
+    another (`topicPolicies`) is one key with two values."""
     for key, value in section.items():
         name = f"{prefix}.{key}"
-        if isinstance(value, Mapping) and not _hidden(str(key)):
-            _flatten(name, value, out)
+        if depth > 0 and isinstance(value, Mapping) and not _hidden(str(key)):
+            _flatten(name, value, out, depth - 1)
         else:
-            out[name] = _value(str(key), value)
+            out[name] = _whole(str(key), value)
 
 
 def compute(
@@ -114,12 +118,12 @@ def compute(
     """The identity of a run of the resolved `workload` (Workload.to_dict) with the resolved
     `driver` file (DriverFile.to_dict) on `testbed` (Testbed.key; None: not recorded)."""
     keys: dict[str, Any] = {}
-    _flatten("workload", {k: v for k, v in workload.items() if k not in _LABELS}, keys)
+    _flatten("workload", {k: v for k, v in workload.items() if k not in _LABELS}, keys, 0)
     settings = {k: v for k, v in driver.items() if k not in _LABELS}
     embedded = settings.get("embeddedBroker")
     if isinstance(embedded, Mapping):
         settings["embeddedBroker"] = {k: v for k, v in embedded.items() if k not in _LOCATORS}
-    _flatten("driver", settings, keys)
+    _flatten("driver", settings, keys, 1)
     if testbed:
         keys[TESTBED] = testbed
     label = f"{workload.get('name', '?')} · {driver.get('name', '?')}"

@@ -136,3 +136,11 @@ def test_the_run_report_shows_the_stored_identity(tmp_path: Path) -> None:
     html = render_run(write_run(tmp_path / "run", summary)).read_text()
     assert f'data-identity="{stored.hash}"' in html
     assert f"identity sample · bundled [{stored.hash}]" in html
+
+
+def test_a_workload_key_null_in_one_run_and_an_object_in_the_other_differs() -> None:
+    driver = load_driver_file(None).to_dict()
+    plain = compute(_ci_gate(), driver, BED)
+    with_ttl = compute({**_ci_gate(), "topicPolicies": {"messageTTL": 60}}, driver, BED)
+    (d,) = differences(plain, with_ttl)
+    assert (d.key, d.a, d.b) == ("workload.topicPolicies", None, {"messageTTL": 60})
