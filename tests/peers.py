@@ -25,12 +25,27 @@ import pytest
 from results_contract.hlog import decode, new_histogram, read_intervals
 from tests.conftest import ROOT, free_port
 
-PROGRAMS = {"nats": "nats-server", "redis": "redis-server", "mqtt": "mosquitto"}
+PROGRAMS = {
+    "nats": "nats-server",
+    "redis": "redis-server",
+    "mqtt": "mosquitto",
+    "rabbitmq": "rabbitmq-server",
+}
+SCHEMES = {"rabbitmq": "amqp"}
+START_S = {"rabbitmq": 90.0}
+"""How long a server may take to listen: an Erlang node takes 7-15 s here, more under load."""
 SEARCH = f"/usr/sbin:/usr/local/sbin:/sbin:{Path(sys.executable).parent}"
 
 
 def program(kind: str) -> str:
     """The server program's path; skips the test when it is not installed."""
+    if kind == "rabbitmq":  # RabbitMQ's own start script, which drivers/rabbitmq/server.py runs
+        from drivers.rabbitmq.server import INSTALL, rabbitmq_script
+
+        try:
+            return rabbitmq_script(None)
+        except SystemExit:
+            pytest.skip(f"rabbitmq-server is not installed ({INSTALL})")
     name = PROGRAMS[kind]
     found = shutil.which(name) or shutil.which(name, path=SEARCH)
     if found is None:
@@ -46,7 +61,7 @@ class Server:
 
     @property
     def url(self) -> str:
-        return f"{self.kind}://127.0.0.1:{self.port}"
+        return f"{SCHEMES.get(self.kind, self.kind)}://127.0.0.1:{self.port}"
 
 
 @contextmanager
@@ -57,28 +72,48 @@ def running(kind: str, tmp_path: Path) -> Iterator[Server]:
         "nats": [path, "-a", "127.0.0.1", "-p", str(port)],
         "redis": [path, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp_path)],
         "mqtt": [path, "-p", str(port)],
+        # The launcher the harness runs for drivers/rabbitmq.yaml: its own epmd, its own folder.
+        "rabbitmq": [
+            sys.executable,
+            "-m",
+            "drivers.rabbitmq.server",
+            "--port",
+            str(port),
+            "--dist-port",
+            str(_another_port(port)),
+            "--data-dir",
+            str(tmp_path / "rabbitmq"),
+        ],
     }[kind]
     log = open(tmp_path / f"{kind}.log", "ab")  # noqa: SIM115 - the child writes it
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 10
+        start_s = START_S.get(kind, 10.0)
+        deadline = time.monotonic() + start_s
         while True:
             assert process.poll() is None, (tmp_path / f"{kind}.log").read_text()
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 break
             except OSError:
-                assert time.monotonic() < deadline, f"{kind} did not listen in 10 s"
+                assert time.monotonic() < deadline, f"{kind} did not listen in {start_s:g} s"
                 time.sleep(0.05)
         yield Server(kind, port, process)
     finally:
         process.terminate()
         try:
-            process.wait(10)
+            process.wait(15)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
         log.close()
+
+
+def _another_port(taken: int) -> int:
+    """A free port other than `taken` (free_port hands out the same one until it is bound)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", taken))
+        return free_port()
 
 
 # -- a run through the harness -------------------------------------------------------------------

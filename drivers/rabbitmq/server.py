@@ -44,8 +44,8 @@ STOP_TIMEOUT_S = 8.0
 EPMD_READY_S = 10.0
 
 CONFIG = """\
-# Written by drivers/rabbitmq/server.py for one benchmark run.
-listeners.tcp.default = {host}:{port}
+# Written by drivers/rabbitmq/server.py for one benchmark run; the listener is
+# RABBITMQ_NODE_IP_ADDRESS:RABBITMQ_NODE_PORT (a listener here too would bind the port twice).
 tcp_listen_options.backlog = 4096
 tcp_listen_options.nodelay = true
 num_acceptors.tcp = 10
@@ -111,7 +111,7 @@ def node_env(args: argparse.Namespace, epmd_port: int) -> dict[str, str]:
         "plugins": data / "enabled_plugins",
         "flags": data / "feature_flags",
     }
-    files["config"].write_text(CONFIG.format(host=args.host, port=args.port))
+    files["config"].write_text(CONFIG)
     files["plugins"].write_text("[].\n")
     env = {
         key: value
@@ -186,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         node = subprocess.Popen([script], env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         while not stopping and node.poll() is None:
             time.sleep(0.1)
-        if node.poll() is not None:
-            code = node.returncode
-            print(f"rabbitmq-server exited with {code}", file=sys.stderr)
+        if node.poll() is not None:  # on its own (killed, crashed): never 0
+            code = node.returncode or 1
+            print(f"rabbitmq-server exited on its own ({node.returncode})", file=sys.stderr)
         else:
             code = 0
     finally:
