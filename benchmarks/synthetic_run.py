@@ -284,7 +284,7 @@ def _write_worker(
     with open(folder / STAGES_FILE, "w", encoding="utf-8", newline="") as f:
         rows = csv.writer(f)
         rows.writerow(header(STAGE_COLUMNS))
-        stage = rng.lognormal(math.log(13_000), 0.8, (len(send_ts), reads, 6)).astype(np.int64)
+        stage = rng.lognormal(math.log(20_000), 0.8, (len(send_ts), reads, 6)).astype(np.int64)
         for m, ts in enumerate(send_ts):
             for r in range(reads):
                 cells = stage[m, r].tolist()
