@@ -13,7 +13,7 @@ import ast
 import importlib
 import pkgutil
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path, PurePath
@@ -28,10 +28,16 @@ from harness.driver_config import HARNESS_KEYS
 from reports.changes import DERIVED
 from reports.gate import DEFAULT_RULES, EXACT_METRICS
 from reports.metrics import METRICS
-from results_contract import client_bound, paths, summary
+from results_contract import client_bound, columns, paths, summary
 from results_contract.metrics import STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
+COLUMNS = {
+    name: value
+    for name, value in vars(columns).items()
+    if name.endswith("_COLUMNS") and isinstance(value, Mapping)
+}
+"""Every column list of results_contract/columns.py, by its constant's name."""
 
 
 def _read(page: str) -> str:
@@ -236,6 +242,57 @@ def test_a_file_without_its_tree_line_is_caught(monkeypatch: pytest.MonkeyPatch)
     assert missing_from_tree(tree.replace("  raw/<worker-id>/bursts.csv\n", "")) == ["bursts.csv"]
     monkeypatch.setattr(paths, "NEW_FILE", "new.json", raising=False)
     assert missing_from_tree(tree) == ["new.json"]
+
+
+# -- the raw CSV files' columns (docs/results.md, a section per file) -------------------------
+COLUMN_FILES = {
+    "CONNECTION_COLUMNS": paths.CONNECTIONS_FILE,
+    "TIMELINE_COLUMNS": paths.TIMELINE_FILE,
+    "STAGE_COLUMNS": paths.STAGES_FILE,
+    "DELIVERY_COLUMNS": paths.DELIVERIES_FILE,
+    "BURST_COLUMNS": paths.BURSTS_FILE,
+    "BROKER_PROCESS_COLUMNS": paths.BROKER_PROCESS_FILE,
+    "MACHINE_SPEED_COLUMNS": paths.MACHINE_SPEED_FILE,
+}
+"""The file of each column list of results_contract/columns.py."""
+
+
+def column_problems(text: str, tables: Mapping[str, Mapping[str, object]]) -> list[str]:
+    """Columns the section of their file does not name, in header order, in its code spans."""
+    problems = []
+    for constant, header in tables.items():
+        if constant not in COLUMN_FILES:
+            problems.append(f"{constant}: not in COLUMN_FILES")
+            continue
+        heading = next(
+            (
+                ln
+                for ln in text.splitlines()
+                if ln.startswith("## ") and ln.endswith(COLUMN_FILES[constant])
+            ),
+            None,
+        )
+        if heading is None:
+            problems.append(f"{COLUMN_FILES[constant]}: no section")
+            continue
+        spans = re.findall(r"`([^`\n]+)`", _between(text, heading, "\n## "))
+        named = iter(token for span in spans for token in span.split(","))
+        missing = [column for column in header if column not in named]  # in order
+        problems += [f"{COLUMN_FILES[constant]}: {column}" for column in missing]
+    return problems
+
+
+def test_every_raw_column_is_documented_in_order() -> None:
+    assert column_problems(_read("docs/results.md"), COLUMNS) == []
+
+
+def test_a_column_without_its_doc_is_caught() -> None:
+    text = _read("docs/results.md")
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `wait_ms`"))
+    assert column_problems(text.replace(row + "\n", ""), COLUMNS) == ["bursts.csv: wait_ms"]
+    added = {**COLUMNS, "BURST_COLUMNS": {**columns.BURST_COLUMNS, "steal_ms": None}}
+    assert column_problems(text, added) == ["bursts.csv: steal_ms"]
+    assert column_problems(text, {"QUEUE_COLUMNS": {}}) == ["QUEUE_COLUMNS: not in COLUMN_FILES"]
 
 
 # -- summary.json's keys (docs/results.md; OMB's closed loops in docs/workloads.md) -----------
