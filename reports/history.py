@@ -1,5 +1,6 @@
-"""`bench history`: run summaries kept per branch and testbed in one SQLite file, a gate against
-the last K runs of a branch, change points over each metric's series, and a trend page.
+"""`bench history`: run summaries kept per branch, testbed and identity in one SQLite file, a
+gate against the last K runs of a run's own series, change points over each metric's series,
+and a trend page.
 
 - **One file** (`bench-history.sqlite` by default; sqlite3 is in the standard library): CI can
   cache it or commit it. Each stored run keeps its whole summary.json, so every metric the gate
@@ -433,7 +434,8 @@ def trend(db_path: Path, out: Path, metrics: Sequence[str] = TREND_METRICS) -> P
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="bench history",
-        description="Runs over time per branch and testbed: add, gate, trend.",
+        description="Runs over time per branch, testbed and identity (workload, driver, broker "
+        "settings): add, gate, trend. Only add creates the database.",
     )
     parser.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"default {DEFAULT_DB}")
     sub = parser.add_subparsers(dest="command", required=True)
