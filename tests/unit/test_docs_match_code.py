@@ -28,7 +28,7 @@ from harness.driver_config import HARNESS_KEYS
 from reports.changes import DERIVED
 from reports.gate import DEFAULT_RULES, EXACT_METRICS
 from reports.metrics import METRICS
-from results_contract import client_bound, columns, paths, summary
+from results_contract import client_bound, columns, metrics, paths, summary
 from results_contract.metrics import STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,6 +293,27 @@ def test_a_column_without_its_doc_is_caught() -> None:
     added = {**COLUMNS, "BURST_COLUMNS": {**columns.BURST_COLUMNS, "steal_ms": None}}
     assert column_problems(text, added) == ["bursts.csv: steal_ms"]
     assert column_problems(text, {"QUEUE_COLUMNS": {}}) == ["QUEUE_COLUMNS: not in COLUMN_FILES"]
+
+
+# -- the metric names (docs/results.md, the histogram log's tags) -----------------------------
+def metric_tag_problems(text: str, metrics: Sequence[str]) -> list[str]:
+    """Tags (results_contract/metrics.py METRICS) missing from the histograms.hlog section's
+    list, or listed there but not a tag, or out of order."""
+    section = _between(text, "Tags are the metric names", ". Only")
+    listed = re.findall(r"`([\w.]+)`", section)
+    return [] if listed == list(metrics) else [f"listed {listed}, code {list(metrics)}"]
+
+
+def test_every_metric_tag_is_documented_in_order() -> None:
+    assert metric_tag_problems(_read("docs/results.md"), metrics.METRICS) == []
+
+
+def test_a_tag_without_its_doc_is_caught() -> None:
+    text = _read("docs/results.md")
+    assert metric_tag_problems(text, (*metrics.METRICS, "ack")) != []
+    assert metric_tag_problems(
+        text.replace("`client_delay`, `publish`", "`publish`"), metrics.METRICS
+    )
 
 
 # -- summary.json's keys (docs/results.md; OMB's closed loops in docs/workloads.md) -----------
