@@ -244,6 +244,26 @@ def test_a_file_without_its_tree_line_is_caught(monkeypatch: pytest.MonkeyPatch)
     assert missing_from_tree(tree) == ["new.json"]
 
 
+# -- results_contract's modules (docs/results.md's table) ------------------------------------
+def unlisted_contract_modules(text: str) -> list[str]:
+    """Modules of results_contract/ without a row in docs/results.md's module table."""
+    rows = set(re.findall(r"^\| `(results_contract/\w+\.py)` \|", text, re.M))
+    modules = {
+        f"results_contract/{m.name}.py" for m in pkgutil.iter_modules(results_contract.__path__)
+    }
+    return sorted(modules - rows)
+
+
+def test_every_contract_module_has_its_row() -> None:
+    assert unlisted_contract_modules(_read("docs/results.md")) == []
+
+
+def test_a_module_without_its_row_is_caught() -> None:
+    text = _read("docs/results.md")
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `results_contract/testbed.py`"))
+    assert unlisted_contract_modules(text.replace(row, "")) == ["results_contract/testbed.py"]
+
+
 # -- the raw CSV files' columns (docs/results.md, a section per file) -------------------------
 COLUMN_FILES = {
     "CONNECTION_COLUMNS": paths.CONNECTIONS_FILE,
