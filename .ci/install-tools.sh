@@ -7,7 +7,9 @@
 #   iproute2           network namespaces as separate hosts
 #   openssh-server     sshd in each namespace for the Ansible deploy test
 #   prometheus         a real Prometheus scraping a run (tests/integration/test_live_metrics.py)
-#   nats-server redis-server mosquitto   the peer brokers the peer drivers' tests start
+#   nats-server redis-server mosquitto rabbitmq-server   the peer brokers the peer drivers'
+#                      tests start (RabbitMQ brings Debian's Erlang; its tests start the node
+#                      through drivers/rabbitmq/server.py, never the system service)
 set -uo pipefail
 
 missing=()
@@ -19,7 +21,7 @@ have sshd || missing+=(openssh-server)
 peers=()
 # A system service once installed, as the peer brokers are: disabled below like them.
 have prometheus || peers+=(prometheus)
-for peer in nats-server redis-server mosquitto; do
+for peer in nats-server redis-server mosquitto rabbitmq-server; do
   have "$peer" || peers+=("$peer")
 done
 missing+=("${peers[@]}")
