@@ -145,6 +145,34 @@ def test_an_admin_path_without_its_doc_is_caught() -> None:
     ]
 
 
+# -- the top-level folders: README's "Layout" --------------------------------------------------
+def unlisted_folders(readme: str, folders: set[str]) -> list[str]:
+    """Top-level folders of the checkout (tracked ones) without a row in README's Layout."""
+    rows = set(re.findall(r"^\| `(\w+)/` \|", _between(readme, "## Layout", "\n## "), re.M))
+    return sorted(folders - rows)
+
+
+def project_folders() -> set[str]:
+    """The checkout's top-level folders that hold Python or YAML (not hidden ones, docs/)."""
+    return {
+        path.name
+        for path in ROOT.iterdir()
+        if path.is_dir()
+        and not path.name.startswith((".", "_"))
+        and path.name not in {"docs", "results", "data"}
+        and not path.name.endswith(".egg-info")
+        and any(path.glob("*.py")) | any(path.glob("*.yaml")) | any(path.glob("*/*.py"))
+    }
+
+
+def test_every_top_level_folder_is_in_the_layout() -> None:
+    assert unlisted_folders(_read("README.md"), project_folders()) == []
+
+
+def test_a_folder_without_its_row_is_caught() -> None:
+    assert unlisted_folders(_read("README.md"), {*project_folders(), "tools"}) == ["tools"]
+
+
 # -- the driver file's harness keys and embeddedBroker keys (docs/workloads.md) ----------------
 def text_after(text: str, heading: str) -> str:
     """From `heading` to the end of its first table."""
