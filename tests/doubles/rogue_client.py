@@ -3,14 +3,16 @@ network can: with Locust's own client it says client_ready and worker_ready, sen
 named to climb out of the run folder, forged progress and forged totals, and writes down every
 frame it receives (tests/integration/test_rogue_worker.py).
 
-    python -m tests.doubles.rogue_client HOST PORT SECONDS RECEIVED_FILE ESCAPE_PATH
+    python -m tests.doubles.rogue_client HOST PORT STOP_FILE RECEIVED_FILE ESCAPE_PATH
+
+It keeps sending until STOP_FILE exists, then writes what it received to RECEIVED_FILE.
 """
 
 from __future__ import annotations
 
 import pickle
 import sys
-import time
+from pathlib import Path
 
 import zmq
 from locust import __version__
@@ -18,7 +20,7 @@ from locust.rpc.protocol import Message
 from locust.rpc.zmqrpc import Client
 
 
-def main(host: str, port: int, seconds: float, received_file: str, escape: str) -> None:
+def main(host: str, port: int, stop: Path, received_file: str, escape: str) -> None:
     me = "rogue_0"
     client = Client(host, port, me)
     forged = [
@@ -34,8 +36,7 @@ def main(host: str, port: int, seconds: float, received_file: str, escape: str) 
         Message("spawning_complete", {"user_classes_count": {}, "user_count": 0}, me),
     ]
     received: list[list[bytes]] = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while not stop.exists():
         for message in forged:
             client.send(message)
         while client.socket.poll(200, zmq.POLLIN):
@@ -45,4 +46,4 @@ def main(host: str, port: int, seconds: float, received_file: str, escape: str) 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5])
+    main(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], sys.argv[5])

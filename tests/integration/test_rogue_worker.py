@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -82,24 +82,23 @@ def _everything_under(folder: Path) -> set[str]:
 
 
 def test_a_rogue_without_the_secret_changes_nothing_and_learns_nothing(tmp_path):
-    # The same run twice, the second with a rogue on its port the whole time.
-    baseline = _bench_run(tmp_path, tmp_path / "baseline", free_port())
-    out, err = baseline.communicate(timeout=120)
-    assert baseline.returncode == 0, err
-    base_manifest = json.loads((_run_dir(tmp_path / "baseline") / "manifest.json").read_text())
-
-    port = free_port()
+    # The same run twice at once, one with a rogue on its port the whole time.
+    base_port = free_port()
+    with socket.socket() as held:  # so that the second port is another one
+        held.bind(("127.0.0.1", base_port))
+        port = free_port()
+    baseline = _bench_run(tmp_path, tmp_path / "baseline", base_port)
     results = tmp_path / "results"
     escape = tmp_path / "escape-absolute"
     received_file = tmp_path / "rogue-received.pickle"
+    stop = tmp_path / "rogue-stop"
     run = _bench_run(tmp_path, results, port)
     rogue = subprocess.Popen(
-        [sys.executable, "-m", "tests.doubles.rogue_client", "127.0.0.1", str(port), "20"]
+        [sys.executable, "-m", "tests.doubles.rogue_client", "127.0.0.1", str(port), str(stop)]
         + [str(received_file), str(escape)],
         cwd=ROOT,
     )
     # A worker with another secret is refused and says so, in one line.
-    time.sleep(2)  # the coordinator is listening by then
     wrong = subprocess.run(
         [sys.executable, "-m", "harness", "worker", "--master", f"127.0.0.1:{port}"],
         cwd=ROOT,
@@ -110,8 +109,12 @@ def test_a_rogue_without_the_secret_changes_nothing_and_learns_nothing(tmp_path)
     )
     try:
         out, err = run.communicate(timeout=120)
+        _, base_err = baseline.communicate(timeout=120)
     finally:
-        rogue.wait(timeout=60)
+        stop.touch()
+        rogue.wait(timeout=30)
+    assert baseline.returncode == 0, base_err
+    base_manifest = json.loads((_run_dir(tmp_path / "baseline") / "manifest.json").read_text())
     assert wrong.returncode == 2, wrong.stderr
     refused = [line for line in wrong.stderr.splitlines() if "refused this worker" in line]
     assert len(refused) == 1 and "secret is not the run's" in refused[0], wrong.stderr
@@ -126,7 +129,14 @@ def test_a_rogue_without_the_secret_changes_nothing_and_learns_nothing(tmp_path)
     # Nothing written outside the run folder, and inside it nothing the rogue named.
     assert not escape.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["baseline", "results", "workload.yaml", "double.yaml", "rogue-received.pickle"]
+        [
+            "baseline",
+            "results",
+            "workload.yaml",
+            "double.yaml",
+            "rogue-received.pickle",
+            "rogue-stop",
+        ]
     )
     assert _everything_under(run_dir) == _everything_under(_run_dir(tmp_path / "baseline"))
     # The rogue got nothing but the notice that it was refused: no plan, no users.
