@@ -24,6 +24,7 @@ import results_contract
 from broker.admin.http import ROUTES, Route
 from broker.config import BrokerConfig
 from harness.broker_command import _KEYS as EMBEDDED_BROKER_KEYS
+from harness.cli import COMMANDS, USAGE
 from harness.driver_config import HARNESS_KEYS
 from reports.changes import DERIVED
 from reports.gate import DEFAULT_RULES, EXACT_METRICS
@@ -142,6 +143,29 @@ def test_an_admin_path_without_its_doc_is_caught() -> None:
     extra = Route("GET", re.compile("^/admin/v2/brokers/leader$"), lambda admin, request: (200, ""))
     assert undocumented_routes(readme, (*ROUTES, extra)) == [
         "GET ^/admin/v2/brokers/leader$: not in ADMIN_PATHS"
+    ]
+
+
+# -- the bench commands: README's table and `bench --help` ------------------------------------
+def undocumented_commands(readme: str, usage: str, commands: Sequence[str]) -> list[str]:
+    """`bench` commands (harness/cli.py COMMANDS) without a row in README's table or a line
+    in `bench --help`."""
+    table = _between(readme, "## The `bench` command", "\n## ")
+    rows = set(re.findall(r"^\| `bench (\w+)", table, re.M))
+    lines = set(re.findall(r"^  (\w+) ", _between(usage, "commands:", "options:"), re.M))
+    return [f"README: {c}" for c in commands if c not in rows] + [
+        f"bench --help: {c}" for c in commands if c not in lines
+    ]
+
+
+def test_every_bench_command_is_documented() -> None:
+    assert undocumented_commands(_read("README.md"), USAGE, COMMANDS) == []
+
+
+def test_a_command_without_its_row_is_caught() -> None:
+    assert undocumented_commands(_read("README.md"), USAGE, (*COMMANDS, "profile")) == [
+        "README: profile",
+        "bench --help: profile",
     ]
 
 
