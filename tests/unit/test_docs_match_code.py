@@ -81,6 +81,56 @@ def wrong_setting_defaults(readme: str) -> list[str]:
     ]
 
 
+def _default(shown: str) -> object:
+    """A default as a settings table writes it: `false`, `""`, empty, 30, 5 MiB."""
+    shown = shown.strip().strip("`")
+    if shown.startswith("empty"):
+        return None
+    if shown in ('""', "true", "false"):
+        return {'""': "", "true": True, "false": False}[shown]
+    number = re.fullmatch(r"(-?[\d.]+)( MiB)?", shown)
+    if number:
+        return float(number.group(1)) * (1024 * 1024 if number.group(2) else 1)
+    return shown
+
+
+def wrong_table_defaults(text: str) -> list[str]:
+    """Rows `| `setting`[, `setting`] | default[, default] (note) |` of a page whose default
+    is not the broker's; one default given for several settings applies to each."""
+    defaults = {f.name: f.default for f in fields(BrokerConfig)}
+    problems = []
+    for names, shown in re.findall(r"^\| ((?:`\w+`(?:, )?)+) \| ([^|]+) \|", text, re.M):
+        settings = re.findall(r"`(\w+)`", names)
+        if not all(name in defaults for name in settings):
+            continue  # another table: keys of a driver file, policies
+        values = [_default(v) for v in re.sub(r"\([^)]*\)", "", shown).split(",")]
+        if len(values) == 1:
+            values *= len(settings)
+        for name, value in zip(settings, values, strict=False):
+            code = defaults[name]
+            same = (
+                value == code
+                if isinstance(code, str | bool) or code is None
+                else (value == float(code))
+            )
+            if len(values) != len(settings) or not same:
+                problems.append(f"{name}: {shown.strip()} (code: {code!r})")
+    return problems
+
+
+def test_the_settings_tables_give_the_brokers_defaults() -> None:
+    for page in ("docs/security.md", "docs/policies.md"):
+        assert wrong_table_defaults(_read(page)) == [], page
+    assert len(re.findall(r"^\| `maxProducersPerTopic` \|", _read("docs/security.md"), re.M)) == 1
+
+
+def test_a_wrong_default_in_a_table_is_caught() -> None:
+    text = _read("docs/policies.md")
+    assert wrong_table_defaults(text.replace("| true, 60 |", "| true, 30 |")) == [
+        "backlogQuotaCheckIntervalInSeconds: true, 30 (code: 60.0)"
+    ]
+
+
 def test_every_broker_setting_is_documented() -> None:
     readme = _read("README.md")
     assert undocumented_settings(readme) == []
