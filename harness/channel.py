@@ -25,6 +25,7 @@ import logging
 import os
 import secrets
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,12 +175,14 @@ class MasterChannel:
         """Sign and check everything `runner` (a MasterRunner) sends and receives, before its
         listener greenlet first runs (no switch between its creation and this call)."""
         runner.server = SignedServer(runner.server, self)
+        runner.server.limit_message_size()  # after: it yields, and the listener may run
         reset = runner.reset_connection
 
         def reset_connection() -> None:
             reset()
             if not isinstance(runner.server, SignedServer):
                 runner.server = SignedServer(runner.server, self)
+                runner.server.limit_message_size()
 
         runner.reset_connection = reset_connection
         handle = runner.handle_message
@@ -261,7 +264,24 @@ class SignedServer:
     def __init__(self, raw: Any, channel: MasterChannel) -> None:
         self.raw = raw
         self.channel = channel
-        raw.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+
+    def limit_message_size(self) -> None:
+        """MAX_MESSAGE_BYTES for the connections accepted from now on: ZeroMQ's listener
+        copies its options at bind time, so bind again (the port is released asynchronously:
+        try again for up to 2 s). A peer that connected before keeps no limit."""
+        sock = self.raw.socket
+        endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        sock.unbind(endpoint)
+        for _ in range(200):
+            try:
+                sock.bind(endpoint)
+                return
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EADDRINUSE:
+                    raise
+                time.sleep(0.01)
+        sock.bind(endpoint)
 
     def __getattr__(self, name: str) -> Any:  # close(), port, socket, ...
         return getattr(self.raw, name)

@@ -80,9 +80,10 @@ def test_a_worker_with_the_secret_joins_through_the_challenge_and_messages_flow_
     try:
         worker = pair.client("w-1", SECRET, [])
         worker.send(_message("client_ready", "2.47.0", "w-1"))
-        received: list[Any] = []
-        reader = gevent.spawn(lambda: _pump(worker, lambda: bool(received), 3.0))
+        joined: list[Any] = []
+        reader = gevent.spawn(lambda: _pump(worker, lambda: bool(joined), 3.0))
         got = pair.receive()  # the first hello was answered with the challenge, not passed on
+        joined.append(got)
         assert got is not None and got[0] == "w-1" and got[1].type == "client_ready"
         assert got[1].data == "2.47.0"
         reader.join()
@@ -174,3 +175,19 @@ def test_secret_files_are_checked_naming_the_file_and_the_fix(tmp_path: Path):
         ch.read_secret_file(short)
     with pytest.raises(ch.SecretError, match="no such file"):
         ch.read_secret_file(tmp_path / "missing")
+
+
+def test_a_peer_sending_a_message_over_the_limit_is_disconnected(monkeypatch):
+    monkeypatch.setattr(ch, "MAX_MESSAGE_BYTES", 4096)
+    pair = Pair()
+    try:
+        pair.server.limit_message_size()
+        # Unsigned: each one that arrives is refused and counted.
+        pair.client("big", None, []).send(_message("client_ready", "x" * 10_000, "big"))
+        pair.client("small", None, []).send(_message("client_ready", "2.47.0", "small"))
+        assert pair.receive(1.0) is None
+        assert pair.channel.refusals.counts == {"127.0.0.1": 1}
+        [note] = pair.notes
+        assert "(Locust id b'small')" in note
+    finally:
+        pair.close()
