@@ -108,11 +108,10 @@ def wrong_table_defaults(text: str) -> list[str]:
             values *= len(settings)
         for name, value in zip(settings, values, strict=False):
             code = defaults[name]
-            same = (
-                value == code
-                if isinstance(code, str | bool) or code is None
-                else (value == float(code))
-            )
+            if isinstance(code, int | float) and not isinstance(code, bool):
+                same = value == float(code)
+            else:
+                same = value == code
             if len(values) != len(settings) or not same:
                 problems.append(f"{name}: {shown.strip()} (code: {code!r})")
     return problems
