@@ -6,11 +6,12 @@ process reports is the client's alone. `--consumers` consumers of one Broadcast 
 
 - `--via driver`: a greenlet per consumer calling `PulsarDriver.subscribe` under a semaphore
   of connectConcurrency (500), nothing of the harness;
-- `--via worker`: a greenlet per consumer calling a real `WorkerRun.subscribe_one` (the
-  semaphore, the recorder's connection row);
-- `--via locust` (the default): a Locust `ConsumerUser` per consumer started as Locust's
-  spawner starts them (`User.start` → `run_user` → `on_start` → `subscribe_one`, then parked):
-  the whole path of a real run but the master.
+- `--via worker`: a greenlet per group of consumers (a Locust user's worth,
+  `RunPlan.consumers_per_user`) calling a real `WorkerRun.subscribe_group` (the semaphore,
+  the recorder's connection rows);
+- `--via locust` (the default): a Locust `ConsumerUser` per group started as Locust's
+  spawner starts them (`User.start` → `run_user` → `on_start` → `subscribe_group`, then
+  parked): the whole path of a real run but the master.
 
 It prints the client's CPU (time.process_time of this process) per consumer over the storm,
 and the wall time from the first subscribe to the last answer. What it leaves out is the
@@ -27,6 +28,7 @@ import pstats
 import socket
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,12 @@ class QuietRunner:
 
 
 def _run(
-    consumers: int, per_connection: int, via: str, profile: str | None, concurrency: int = 500
+    consumers: int,
+    per_connection: int,
+    via: str,
+    profile: str | None,
+    concurrency: int = 500,
+    trace: bool = False,
 ) -> None:
     driver_file = load_driver_file(None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,17 +95,33 @@ def _run(
             env.create_local_runner()  # Locust's request stats listen on env.events.request
             run = WorkerRun(config, QuietRunner(), env.events.request)
             try:
-                _measure(run, env, consumers, via, profile)
+                _measure(run, env, consumers, via, profile, trace)
             finally:
                 run.finish()
         finally:
             broker.stop()
 
 
-def _measure(run: WorkerRun, env: Environment, consumers: int, via: str, profile: str | None):
+def _rss() -> int:
+    """This process's resident set now (bytes), from /proc."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _measure(
+    run: WorkerRun,
+    env: Environment,
+    consumers: int,
+    via: str,
+    profile: str | None,
+    trace: bool = False,
+):
     recorder = run.recorder
     spec = ConsumerSpec(0, "warm", run.plan.topics[0], "sub-warm", "Broadcast")
     run.driver.subscribe(spec)  # the topic exists and its code is warm before the clock starts
+    recorder.connected = 0
     slots = Semaphore(run.plan.workload.connect_concurrency)
     counter = iter(range(1, consumers + 1))
     first = run.plan.topics[0]
@@ -119,6 +142,10 @@ def _measure(run: WorkerRun, env: Environment, consumers: int, via: str, profile
             collecting[2] += 1
 
     gc.callbacks.append(on_gc)
+    gc.collect()
+    rss_before = _rss()
+    if trace:
+        tracemalloc.start(4)
     profiler = cProfile.Profile() if profile else None
     started_cpu, started = time.process_time(), time.perf_counter()
     if profiler:
@@ -127,17 +154,23 @@ def _measure(run: WorkerRun, env: Environment, consumers: int, via: str, profile
     if via == "driver":
         greenlets = [gevent.spawn(driver_only) for _ in range(consumers)]
     elif via == "worker":
-        greenlets = [gevent.spawn(run.subscribe_one) for _ in range(consumers)]
+        groups = run.plan.consumer_users(1)
+        greenlets = [gevent.spawn(run.subscribe_group) for _ in range(groups)]
     else:
         env.user_classes = user_classes(run)
         assert env.runner is not None
-        env.runner.spawn_users({"ConsumerUser": consumers})  # as a worker's spawner does
+        # As a worker's spawner does, a user per group (harness/users.py).
+        env.runner.spawn_users({"ConsumerUser": run.plan.consumer_users(1)})
     while recorder.connected + recorder.failed < consumers:
         gevent.sleep(0.01)
     if profiler:
         profiler.disable()
     cpu, wall = time.process_time() - started_cpu, time.perf_counter() - started
     gc.callbacks.remove(on_gc)
+    gc.collect()
+    held = _rss() - rss_before
+    snapshot = tracemalloc.take_snapshot() if trace else None
+    tracemalloc.stop()
     gevent.joinall(greenlets)
     if env.runner is not None:
         env.runner.user_greenlets.kill(block=True)
@@ -145,8 +178,19 @@ def _measure(run: WorkerRun, env: Environment, consumers: int, via: str, profile
         f"{consumers} Broadcast consumers, {run.plan.workload.consumers_per_connection} per "
         f"connection, via {via}: client CPU {1e6 * cpu / consumers:.1f} us/consumer "
         f"({cpu:.2f} s; {collecting[1]:.2f} s in {collecting[2]} garbage collections), "
-        f"wall {wall:.2f} s, {recorder.failed} failed"
+        f"wall {wall:.2f} s, {recorder.failed} failed; resident memory held "
+        f"{held / 2**20:.1f} MiB = {held / consumers / 1024:.2f} KiB/consumer"
     )
+    if snapshot is not None:
+        stats = snapshot.statistics("lineno")
+        total = sum(stat.size for stat in stats)
+        print(f"tracemalloc: {total / consumers:.0f} B/consumer traced; the largest:")
+        for stat in stats[:25]:
+            frame = stat.traceback[0]
+            print(
+                f"  {stat.size / consumers:8.1f} B/consumer {stat.count / consumers:6.2f} "
+                f"blocks/consumer  {frame.filename.split('site-packages/')[-1]}:{frame.lineno}"
+            )
     if profiler and profile:
         profiler.dump_stats(profile)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
@@ -161,8 +205,18 @@ def main() -> None:
     parser.add_argument(
         "--concurrency", type=int, default=500, help="connectConcurrency: subscribes in flight"
     )
+    parser.add_argument(
+        "--tracemalloc", action="store_true", help="where the storm's memory went, by line"
+    )
     args = parser.parse_args()
-    _run(args.consumers, args.per_connection, args.via, args.profile, args.concurrency)
+    _run(
+        args.consumers,
+        args.per_connection,
+        args.via,
+        args.profile,
+        args.concurrency,
+        args.tracemalloc,
+    )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+import gevent
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerStamps:
@@ -256,6 +258,33 @@ class BenchmarkDriver(Protocol[ConfigT]):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class GroupSubscriber(Protocol):
+    """A driver that subscribes a group of consumers in one go (optional): their SUBSCRIBEs
+    leave together and are answered together, with no greenlet per consumer (a Locust user
+    stands for a group: harness/users.py). Without it, `subscribe_all` calls `subscribe` in a
+    greenlet per consumer, which lives only until its answer."""
+
+    def subscribe_group(self, specs: Sequence[ConsumerSpec]) -> list[SubscribeResult]:
+        """`subscribe` of each of `specs`, their results in the same order; never raises for
+        a refused subscribe."""
+        ...
+
+
+def subscribe_all(
+    driver: BenchmarkDriver[Any], specs: Sequence[ConsumerSpec]
+) -> list[SubscribeResult]:
+    """Subscribe every one of `specs` at once, blocking the calling greenlet until all are
+    answered: the driver's own `subscribe_group` when it has one."""
+    if isinstance(driver, GroupSubscriber):
+        return driver.subscribe_group(specs)
+    if len(specs) == 1:
+        return [driver.subscribe(specs[0])]
+    jobs = [gevent.spawn(driver.subscribe, spec) for spec in specs]
+    gevent.joinall(jobs, raise_error=True)
+    return [job.get() for job in jobs]
 
 
 class DriverError(Exception):

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import psutil
@@ -170,6 +171,13 @@ Read = tuple[int, int, int, "BrokerStamps | None"]
 a read and its times (drivers.base.BatchConsumerCallback)."""
 
 
+class ConsumerNames(Protocol):
+    """A consumer's name by its index (a dict, or harness.worker.ConsumerNames, which makes
+    them when asked rather than keep one per consumer)."""
+
+    def get(self, index: int, default: str, /) -> str: ...
+
+
 @dataclass
 class Phases:
     """Absolute epoch seconds of the phase boundaries, sent by the coordinator."""
@@ -196,7 +204,7 @@ class Recorder:
         self,
         directory: Path,
         stage_sample_fraction: float,
-        consumer_names: dict[int, str],
+        consumer_names: ConsumerNames,
         *,
         clock_offset_us: int = 0,
     ) -> None:

@@ -22,6 +22,11 @@ from drivers.base import DriverConfig
 from harness.driver_config import DriverFile
 from harness.workload import Workload
 
+MAX_CONSUMERS_PER_USER = 100
+"""The largest group of consumers one Locust user stands for (RunPlan.consumers_per_user)."""
+SPAWNS_PER_SECOND = 10
+"""Users a second Locust should start at least, when the workload's spawnRate paces them."""
+
 SOURCE_ADDRESSES_FIELD = "source_addresses"
 """The field of the drivers' `client` section for loopback source addresses (its key is
 `sourceAddresses`, docs/workloads.md)."""
@@ -102,6 +107,37 @@ class RunPlan:
         spread = dataclasses.replace(client, **{SOURCE_ADDRESSES_FIELD: count})
         config = dataclasses.replace(self.driver_config, client=spread)  # type: ignore[type-var]
         return dataclasses.replace(self, driver_config=config)
+
+    @property
+    def consumers_per_user(self) -> int:
+        """How many consumers one Locust user stands for (harness/users.py): a group, so that
+        a worker holds a greenlet and a user per group, not per consumer (at 100,000 consumers
+        those were two thirds of a worker's 13 KiB per consumer, benchmarks/client_connect.py).
+        Whole connections where they fit (a connection of the multiplexed layout holds
+        consumersPerConnection consumers; one user's subscribes then share its connections),
+        at most MAX_CONSUMERS_PER_USER; fewer when the workload's spawnRate is slow, so that
+        Locust still starts about SPAWNS_PER_SECOND users a second and the consumers subscribe
+        at an even pace rather than in rare bursts."""
+        w = self.workload
+        per_connection = max(1, w.consumers_per_connection)
+        size = MAX_CONSUMERS_PER_USER // per_connection * per_connection or MAX_CONSUMERS_PER_USER
+        if w.spawn_rate > 0:
+            size = min(size, max(1, int(w.spawn_rate // SPAWNS_PER_SECOND)))
+        return size
+
+    def consumer_users(self, worker_count: int) -> int:
+        """Locust consumer users for `worker_count` workers: the same number on each (Locust's
+        dispatcher deals users round-robin, so a multiple of the worker count lands evenly),
+        enough for the largest share (`worker_share`) in groups of `consumers_per_user`."""
+        workers = max(1, worker_count)
+        largest = -(-self.workload.total_consumers // workers)
+        return workers * -(-largest // self.consumers_per_user)
+
+    def worker_share(self, worker_index: int, worker_count: int) -> range:
+        """The global numbers of the consumers worker `worker_index` holds: every
+        `worker_count`-th from its index, so workers need no coordination; its n-th local
+        consumer is the share's n-th."""
+        return range(worker_index, self.workload.total_consumers, max(1, worker_count))
 
     def consumer_placement(self, global_index: int) -> tuple[str, str]:
         """Consumer number → (topic, subscription), filling subscriptions in order."""

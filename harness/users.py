@@ -1,8 +1,12 @@
-"""Locust user classes: one ConsumerUser per consumer, one ProducerUser per producer.
+"""Locust user classes: one ConsumerUser per group of consumers, one ProducerUser per producer.
 
-Locust's spawn rate is the consumers' subscribe rate; its master/worker runners spread the
-users over processes and hosts. The users only ask their process's `Fanout` to act: the
-driver does the protocol and the recorder the timing.
+A ConsumerUser stands for up to `RunPlan.consumers_per_user` consumers (a connection's worth
+of the multiplexed layout): a user and its greenlet per consumer held 8 of a worker's 13 KiB
+per consumer (benchmarks/client_connect.py, docs/benchmarks.md), so a million consumers would
+not fit. Locust's spawn rate, in users a second, is the workload's consumers a second divided
+by the group size (harness/coordinator.py); its master/worker runners spread the users over
+processes and hosts. The users only ask their process's `Fanout` to act: the worker numbers
+the consumers, the driver does the protocol and the recorder the timing.
 
 Per-run settings reach the users through classes made for the run (`user_classes`), never by
 changing these classes' attributes: the master's producer count, and the worker's Fanout.
@@ -20,7 +24,8 @@ from locust import User, constant, task
 class Fanout(Protocol):
     """What a worker process offers its users (harness/worker.py)."""
 
-    def subscribe_one(self) -> None: ...
+    def subscribe_group(self) -> None:
+        """Subscribe this process's next group of consumers (none once all are taken)."""
 
     def create_producer(self) -> Any:
         """A producer slot, handed back to run_schedule."""
@@ -34,7 +39,7 @@ class ConsumerUser(User):
     weight = 1
 
     def on_start(self) -> None:
-        self.fanout.subscribe_one()
+        self.fanout.subscribe_group()
         # A consumer's work happens in the driver's reader greenlets, not here: the user waits
         # until Locust stops it (GreenletExit). A Waiter nobody wakes costs no timer and no
         # link, where a task sleeping in a loop cost a libev timer per user and a pass through

@@ -36,6 +36,7 @@ from drivers.base import (
     ConsumerSpec,
     DriverError,
     load_driver,
+    subscribe_all,
 )
 from harness.burst_meter import BurstMeter
 from harness.channel import SECRET_ENV, WorkerRefused, signed_worker_runner
@@ -72,6 +73,20 @@ two), which took 45% of a worker's connect CPU (benchmarks/client_connect.py). Y
 collected every 100,000 allocations instead of 10,000 (0.41 -> 0.23 s of collection per 50,000
 consumers), older ones wait for the end of the phase."""
 
+
+class ConsumerNames:
+    """Consumer names by local index, made when asked (`<worker>-c<index>`): a dict of them
+    was a string and an entry per consumer for the whole run."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, worker_id: str) -> None:
+        self.prefix = f"{worker_id}-c"
+
+    def get(self, index: int, default: str = "", /) -> str:
+        return f"{self.prefix}{index}"
+
+
 ProducerSlot = tuple[BenchmarkProducer, str, int]
 """A producer, its topic and its global index (which seeds its keys and payload choice)."""
 
@@ -90,9 +105,10 @@ class WorkerRun:
         """This host's clock minus the coordinator's, as applied (harness/clock.py)."""
         self.phases_known = Event()
         self._deliveries_seen = Event()
-        self._consumer_counter = itertools.count()
+        self._group_counter = itertools.count()
         self._producer_counter = itertools.count()
-        self._names: dict[int, str] = {}
+        self._share = self.plan.worker_share(config.worker_index, config.worker_count)
+        self._names = ConsumerNames(self.worker_id)
         self._background = Group()
         # FANOUT_SHIP_RAW=1 makes a local worker behave as a remote one (tests use it).
         same_host = config.coordinator_host == socket.gethostname() and not os.environ.get(
@@ -126,7 +142,10 @@ class WorkerRun:
         if config.worker_index == 0:  # before any user spawns: the master waits for us
             for topic in self.plan.topics:
                 self.driver.create_topic(topic, workload.partitions_per_topic)
-        self._slots = Semaphore(workload.connect_concurrency)
+        # connectConcurrency counts subscribes in flight; a user's group is in flight at once.
+        self._slots = Semaphore(
+            max(1, workload.connect_concurrency // self.plan.consumers_per_user)
+        )
         # Before any user spawns: what the process holds now (modules, Locust, the driver)
         # stays to the end, and the connect phase's full collections are put off.
         gc.freeze()
@@ -157,31 +176,40 @@ class WorkerRun:
         self.driver.pause_consumers(message.paused)
 
     # -- consumers -------------------------------------------------------------------------------
-    def subscribe_one(self) -> None:
+    def subscribe_group(self) -> None:
+        """Subscribe the next `consumers_per_user` consumers of this worker's share (a Locust
+        user stands for them: harness/users.py); nothing once the share is taken (Locust may
+        start more users than a share needs when it is not a multiple of the group)."""
+        size = self.plan.consumers_per_user
+        first = next(self._group_counter) * size
+        locals_ = range(first, min(first + size, len(self._share)))
+        if not locals_:
+            return
+        specs = [self._spec(local) for local in locals_]
+        # Not timed through Locust's request event, as sends are: its stats are never read
+        # (the recorder's connections.csv is the connection time), and at 50,000 consumers a
+        # worker they were 5% of the storm's CPU (py-spy, benchmarks.client_connect). A
+        # driver that raises fails the user, which Locust logs.
+        with self._slots:
+            results = subscribe_all(self.driver, specs)
+        for outcome in results:
+            self.recorder.subscribed(outcome)
+
+    def _spec(self, local: int) -> ConsumerSpec:
+        """Local consumer `local`: the share's `local`-th (unique across workers)."""
         plan = self.plan
-        local = next(self._consumer_counter)
-        # Interleaved global numbering: unique across workers without coordination.
-        global_index = self.config.worker_index + local * self.config.worker_count
+        global_index = self._share[local]
         topic, subscription = plan.consumer_placement(global_index)
-        name = f"{self.worker_id}-c{local}"
-        self._names[local] = name
         workload = plan.workload
-        spec = ConsumerSpec(
+        return ConsumerSpec(
             local,
-            name,
+            self._names.get(local, ""),
             topic,
             subscription,
             workload.subscription_type,
             read_rate=workload.read_rate(global_index),
             ack_skip_every=workload.ack_skip_every(global_index),
         )
-        # Not timed through Locust's request event, as sends are: its stats are never read
-        # (the recorder's connections.csv is the connection time), and at 50,000 consumers a
-        # worker they were 5% of the storm's CPU (py-spy, benchmarks.client_connect). A
-        # driver that raises fails the user, which Locust logs.
-        with self._slots:
-            outcome = self.driver.subscribe(spec)
-        self.recorder.subscribed(outcome)
 
     # -- producers -------------------------------------------------------------------------------
     def create_producer(self) -> ProducerSlot:
@@ -382,8 +410,8 @@ class WorkerProcess:
             send(self.runner, Finished(self.worker_id, {}))
 
     # -- users.Fanout ----------------------------------------------------------------------------
-    def subscribe_one(self) -> None:
-        self._current().subscribe_one()
+    def subscribe_group(self) -> None:
+        self._current().subscribe_group()
 
     def create_producer(self) -> ProducerSlot:
         return self._current().create_producer()

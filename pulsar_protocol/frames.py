@@ -103,6 +103,38 @@ _LATEST_RUN: list[_Run | None] = [None]
 compared, not parsed, on every connection they reach."""
 
 
+class ReadBuffers:
+    """Read buffers lent to the decoders of one process between their reads.
+
+    A decoder's buffer is sized by its largest read (up to 1 MiB for a client connection of
+    100 consumers), and each connection kept its own for the whole run: with one connection
+    per consumer 64 KiB each, 96 % of what a client held per consumer (tracemalloc,
+    benchmarks/client_connect.py). A process that reads its sockets one after another (the
+    driver's receive engine) needs only a few: a decoder given this pool takes one for a
+    read and hands it back once the read's frames are consumed (`FrameDecoder.release`),
+    keeping only a partial frame's bytes of its own."""
+
+    __slots__ = ("_spare", "keep")
+
+    def __init__(self, keep: int = 4) -> None:
+        self._spare: list[bytearray] = []
+        self.keep = keep
+        """Spare buffers kept at most; more given back are dropped."""
+
+    def take(self) -> bytearray:
+        """A spare buffer (its bytes are stale), or an empty one."""
+        return self._spare.pop() if self._spare else bytearray()
+
+    def give(self, buf: bytearray) -> None:
+        if len(self._spare) < self.keep:
+            self._spare.append(buf)
+
+
+_KEEP_LEFTOVER = 64 * 1024
+"""A decoder lending its buffer back keeps up to this many bytes not yet consumed, copied; a
+larger partial frame keeps the buffer."""
+
+
 class FrameDecoder:
     """Buffers bytes and yields whole frames, committing only once a frame is complete.
 
@@ -110,8 +142,12 @@ class FrameDecoder:
     its body is buffered (Pulsar sizes are 32-bit; buffering first would let a peer ask for 4 GB).
     """
 
-    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self, max_frame_size: int = MAX_FRAME_SIZE, buffers: ReadBuffers | None = None
+    ) -> None:
         self._buffer = bytearray()
+        self._buffers = buffers
+        """Where the buffer comes from for a read and goes back to after it (`release`)."""
         self._pos = 0  # consumed bytes not yet cut off the front: cut once per read, not per frame
         self._end = 0
         """Bytes [_pos, _end) of the buffer are received and not yet consumed; the room after
@@ -144,6 +180,13 @@ class FrameDecoder:
         self._compact()
         self._room = size
         buf, end = self._buffer, self._end
+        if len(buf) < end + size and self._buffers is not None:
+            spare = self._buffers.take()
+            if len(spare) > len(buf):  # the pool's, with what this one holds copied in
+                spare[:end] = buf[:end]
+                self._buffer = buf = spare
+            else:
+                self._buffers.give(spare)
         if len(buf) < end + size:
             buf += bytes(end + size - len(buf))
         with memoryview(buf) as view:
@@ -152,6 +195,17 @@ class FrameDecoder:
     def buffer_updated(self, nbytes: int) -> None:
         """`nbytes` were read into the view `get_buffer` gave."""
         self._end += nbytes
+
+    def release(self) -> None:
+        """The frames of the last read are handled: lend the buffer back to the pool (if the
+        decoder has one), keeping a copy of the bytes not yet consumed (a partial frame) when
+        they are few."""
+        buf, pos, end = self._buffer, self._pos, self._end
+        if self._buffers is None or not buf or end - pos > _KEEP_LEFTOVER:
+            return
+        self._buffer = bytearray(buf[pos:end])
+        self._pos, self._end = 0, end - pos
+        self._buffers.give(buf)
 
     def _compact(self) -> None:
         """Move the bytes not yet consumed (at most a frame's worth) to the front; hand back a

@@ -28,13 +28,12 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
 import gevent
 from gevent import socket
-from gevent.event import AsyncResult, Event
+from gevent.event import AsyncResult
 from gevent.lock import Semaphore
 from gevent.pool import Group
 
@@ -46,6 +45,7 @@ from drivers.net.sockets import connect_socket, send_now
 from drivers.net.tls import EncryptingWire, PlainSource, TlsChannel, TlsFailure
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.consumer import ConsumerState, subscribe_template
+from drivers.pulsar.deadlines import Deadlines
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
@@ -57,6 +57,7 @@ from pulsar_protocol.connection import Connection as ProtocolConnection
 from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
 from pulsar_protocol.events import NEED_DATA, Message, MessageRun
 from pulsar_protocol.extensions import now_us
+from pulsar_protocol.frames import ReadBuffers
 from pulsar_protocol.state import CLIENT
 from pulsar_protocol.state import ConsumerState as WireState
 
@@ -84,6 +85,10 @@ RECV_START = 64 * 1024
 """A connection's first reads ask this much, doubling after each read that fills it up to
 RECV_SIZE: a connect storm's reads are answers of a few bytes, and 1,000 buffers of 1 MB,
 zeroed as they grow, cost the storm 5 % of its CPU (py-spy, benchmarks/client_connect.py)."""
+
+READ_BUFFERS = ReadBuffers()
+"""The read buffers of every connection of the process, lent for a read at a time: the
+receive engine reads one socket after another (pulsar_protocol.frames.ReadBuffers)."""
 
 CLIENT_VERSION = "fanout-bench"
 PROTOCOL_VERSION = MAX_PROTOCOL_VERSION
@@ -133,6 +138,10 @@ def _refused(result: AsyncResult[tuple[pb.BaseCommand, int]]) -> bool:
     return answer is None or answer[0].type == T.ERROR
 
 
+SentSubscribe = tuple[int, int, "AsyncResult[tuple[pb.BaseCommand, int]]"]
+"""A SUBSCRIBE on its way: (consumer id, request id, the answer to come)."""
+
+
 class Connection:
     def __init__(
         self,
@@ -147,6 +156,7 @@ class Connection:
         deliveries: Deliveries | None = None,
         decoder: DeliveryDecoder | None = None,
         engine: Reactor | None = None,
+        deadlines: Deadlines | None = None,
     ) -> None:
         """`acks` flushes the grouped acks of this connection with those of its pool's others,
         `decoder` decodes each distinct message once for all of them (one of its own when
@@ -186,7 +196,10 @@ class Connection:
         """Whether reads ask for the kernel's receive time (SO_TIMESTAMPING is on)."""
         self._write_lock = Semaphore()
         self._protocol = ProtocolConnection(
-            CLIENT, individual_acks=settings.consumer.ack_mode == "individual", message_runs=True
+            CLIENT,
+            individual_acks=settings.consumer.ack_mode == "individual",
+            message_runs=True,
+            read_buffers=READ_BUFFERS,
         )
         self._wire: PlainSource = self._protocol
         """Where the bytes to write come from: the codec, or (TlsConnection) the codec
@@ -196,27 +209,17 @@ class Connection:
         self._ready: AsyncResult[None] = AsyncResult()
         self._waiting: dict[int, AsyncResult[tuple[pb.BaseCommand, int]]] = {}
         """request_id → the greenlet's result waiting for its answer."""
-        self._deadlines: deque[tuple[float, int, AsyncResult[tuple[pb.BaseCommand, int]]]] = deque()
-        """(monotonic deadline, request_id, result) of each request, oldest first: one
-        greenlet (`_sweep`) times them all out, instead of a gevent Timeout per request."""
-        self._sweeper: gevent.Greenlet | None = None
+        self._own_deadlines = deadlines is None
+        self._deadlines = deadlines or Deadlines(group)
+        """Times out the requests unanswered after operationTimeoutSeconds: the pool's, for
+        every connection of the process."""
         self._opening = False
-        self._write_wanted = Event()
+        self._write_wanted = False
         self._writer: gevent.Greenlet | None = None
         self._object_ids = itertools.count(1)
         self._partition_counts: dict[str, AsyncResult[int]] = {}
         self._own_acks = acks is None
         self._acks = acks or AckFlusher(settings.consumer.ack_group_time_ms, group)
-        self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
-            ev.Message: self._on_message,
-            ev.Response: self._on_response,
-            ev.SendReceipt: self._on_send_receipt,
-            ev.SendError: self._on_send_error,
-            ev.Notice: self._on_notice,
-            ev.Connected: self._on_connected,
-            ev.ConnectionRefused: self._on_refused,
-            ev.ConnectionClosed: self._on_closed_by_peer,
-        }
 
     @property
     def closed(self) -> bool:
@@ -322,20 +325,24 @@ class Connection:
         raise RequestFailed(f"protocol error on {self.address}: {exc}") from None
 
     def _write_soon(self) -> None:
+        self._write_wanted = True
         if self._writer is None:
             self._writer = self._group.spawn(self._write_loop)
-        if not self._write_wanted.is_set():
-            self._write_wanted.set()
 
     def _write_loop(self) -> None:
-        """The writer of `send_soon`: one write of everything queued, each time it is woken."""
-        while True:
-            self._write_wanted.wait()
-            self._write_wanted.clear()
-            try:
-                self._flush()
-            except RequestFailed:
-                return
+        """The writer of `send_soon`: one write of everything queued, again while more was
+        queued meanwhile; then it ends. A writer parked per connection for the whole run held
+        3.2 KB (with one connection per consumer, as much again as the consumer), and a
+        steady run writes from the reader and the ack flusher, not here."""
+        try:
+            while self._write_wanted:
+                self._write_wanted = False
+                try:
+                    self._flush()
+                except RequestFailed:
+                    return
+        finally:
+            self._writer = None
 
     def _flush(self) -> None:
         """Write everything the codec queued. Drained under the lock, so whatever one greenlet
@@ -427,38 +434,19 @@ class Connection:
 
     def _expect(self, request_id: int, result: AsyncResult[tuple[pb.BaseCommand, int]]) -> None:
         """Time out `result` if no answer settled it within operationTimeoutSeconds."""
-        self._deadlines.append(
-            (time.monotonic() + self._settings.client.operation_timeout_seconds, request_id, result)
-        )
-        if self._sweeper is None:
-            self._sweeper = self._group.spawn(self._sweep)
+        timeout = self._settings.client.operation_timeout_seconds
+        self._deadlines.expect(self, request_id, result, timeout)
 
-    def _sweep(self) -> None:
-        """Settle each request still unanswered at its deadline with RequestTimeout; one timer
-        at a time, for the oldest (every request has the same timeout, so the deque is in
-        deadline order). Ends when none is left; the next request starts it again."""
-        deadlines, waiting = self._deadlines, self._waiting
-        try:
-            while deadlines:
-                deadline, request_id, result = deadlines[0]
-                if result.ready():
-                    deadlines.popleft()
-                    continue
-                delay = deadline - time.monotonic()
-                if delay > 0:
-                    gevent.sleep(delay)
-                    continue
-                deadlines.popleft()
-                if waiting.get(request_id) is result:
-                    del waiting[request_id]
-                result.set_exception(RequestTimeout())
-        finally:
-            self._sweeper = None
+    def timed_out(self, request_id: int, result: AsyncResult[Any]) -> None:
+        """The deadline keeper's call: `request_id` had no answer in time."""
+        if self._waiting.get(request_id) is result:
+            del self._waiting[request_id]
+        result.set_exception(RequestTimeout())
 
     def _await(
         self, request_id: int, result: AsyncResult[tuple[pb.BaseCommand, int]]
     ) -> tuple[pb.BaseCommand, int]:
-        """The answer to `request_id`: settled by the reader, by the sweeper at the deadline
+        """The answer to `request_id`: settled by the reader, by the deadline keeper at the deadline
         (RequestTimeout), or by the connection failing (RequestFailed)."""
         try:
             got = result.get()
@@ -517,18 +505,32 @@ class Connection:
         broker owns) at once, as the official clients do, and give each its permits; returns
         the wire time of the last SUCCESS and the consumer ids. If one is refused, the others
         are closed again and the whole raises."""
-        sent: list[tuple[int, int, AsyncResult[tuple[pb.BaseCommand, int]]]] = []
+        return self.finish_subscribe(spec, topics, self.send_subscribe(spec, topics))
+
+    def send_subscribe(self, spec: ConsumerSpec, topics: list[str]) -> list[SentSubscribe]:
+        """The first half of `subscribe`: the SUBSCRIBEs leave (at the next write), nothing
+        waits. A group's consumers are sent all before any answer is awaited
+        (drivers.pulsar.driver.PulsarDriver.subscribe_group)."""
+        sent: list[SentSubscribe] = []
         try:
             for topic in topics:
                 consumer_id = self.next_object_id()
                 rid = self.next_request_id()
                 sent.append((consumer_id, rid, self._send_subscribe(spec, topic, consumer_id, rid)))
+        except RequestFailed:
+            self._give_up(sent)
+            raise
+        return sent
+
+    def finish_subscribe(
+        self, spec: ConsumerSpec, topics: list[str], sent: list[SentSubscribe]
+    ) -> tuple[int, list[int]]:
+        """The second half of `subscribe`: wait for the answers of what `send_subscribe`
+        sent, then keep the consumers and give them their permits."""
+        try:
             success_us = max(self._await(rid, result)[1] for _, rid, result in sent)
         except RequestFailed:
-            for cid, rid, result in sent:
-                self._waiting.pop(rid, None)
-                if not _refused(result):
-                    self._abandon(cid)  # answered SUCCESS, or may still
+            self._give_up(sent)
             raise
         ids = [cid for cid, _, _ in sent]
         for cid, topic in zip(ids, topics, strict=True):
@@ -543,6 +545,13 @@ class Connection:
             )
         )
         return success_us, ids
+
+    def _give_up(self, sent: list[SentSubscribe]) -> None:
+        """One of a consumer's SUBSCRIBEs failed: close those that may still succeed."""
+        for cid, rid, result in sent:
+            self._waiting.pop(rid, None)
+            if not _refused(result):
+                self._abandon(cid)  # answered SUCCESS, or may still
 
     def close_consumers(self, consumer_ids: list[int]) -> None:
         """Close consumers that subscribed (a consumer refused on another broker's partition)."""
@@ -592,13 +601,13 @@ class Connection:
         self._waiting.clear()
         for producer in list(self.producers.values()):
             producer.connection_lost(error)
-        self._deadlines.clear()
         if self._fd >= 0:
             self._reactor.remove(self._fd)
         current = gevent.getcurrent()
-        for greenlet in (self._sweeper, self._writer):
-            if greenlet is not None and greenlet is not current:
-                greenlet.kill(block=False)
+        if self._writer is not None and self._writer is not current:
+            self._writer.kill(block=False)
+        if self._own_deadlines:
+            self._deadlines.close()
         if self._own_acks:
             self._acks.close()
         if self._sock is not None:
@@ -632,6 +641,7 @@ class Connection:
             if nbytes == size and size < RECV_SIZE:
                 self._recv_size = size * 2
             self._handle_read(receive_us)
+            protocol.release_buffer()
         except Exception as exc:
             self._read_failed(exc)
 
@@ -657,7 +667,7 @@ class Connection:
     def _handle_read(self, receive_us: int) -> None:
         """Everything one recv put in the codec's buffer: handle its events, write what they
         queued."""
-        protocol, handlers = self._protocol, self._handlers
+        protocol, handlers = self._protocol, _HANDLERS
         next_event, on_run, flush = protocol.next_event, self._on_run, self._deliveries.flush
         while (event := next_event()) is not NEED_DATA:
             if type(event) is MessageRun:
@@ -666,7 +676,7 @@ class Connection:
                 self._on_message(event, receive_us)
             else:
                 flush()  # deliveries first, in the order they came
-                handlers[type(event)](event, receive_us)
+                handlers[type(event)](self, event, receive_us)
         self._after_batch()
 
     def _kernel_times_changed(self, stamped: bool) -> None:
@@ -830,6 +840,20 @@ class Connection:
                 pass  # _fail has recorded why
 
 
+_HANDLERS: dict[type[ev.Event], Callable[[Any, Any, int], None]] = {
+    ev.Message: Connection._on_message,
+    ev.Response: Connection._on_response,
+    ev.SendReceipt: Connection._on_send_receipt,
+    ev.SendError: Connection._on_send_error,
+    ev.Notice: Connection._on_notice,
+    ev.Connected: Connection._on_connected,
+    ev.ConnectionRefused: Connection._on_refused,
+    ev.ConnectionClosed: Connection._on_closed_by_peer,
+}
+"""What the reader does with each event other than deliveries: one table for every connection
+(a table of bound methods per connection was 350 bytes of each)."""
+
+
 def tls_refusal(address: str, reason: str, trust: str | None) -> str:
     """A failed handshake, with what decides it: for a certificate refused, the driver file's
     keys (`trust`: its client.tlsTrustCertsFilePath); else, most often, a port that does not
@@ -900,6 +924,7 @@ class TlsConnection(Connection):
                     break
                 protocol.buffer_updated(n)
                 self._handle_read(plain_us)
+            protocol.release_buffer()
             if not nbytes or tls.closed:
                 protocol.buffer_updated(0)  # the end: the codec says ConnectionClosed
                 self._handle_read(receive_us)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -55,6 +55,15 @@ log = logging.getLogger("drivers.pulsar")
 # Where the harness's topics live: Pulsar's default tenant and namespace, which a standalone
 # Pulsar and the bundled broker both have.
 TENANT, NAMESPACE = "public", "default"
+
+
+def _refused_result(
+    spec: ConsumerSpec, conn: Connection | None, start_us: int, exc: RequestFailed
+) -> SubscribeResult:
+    """A subscribe that failed, timed from `start_us` to now."""
+    return SubscribeResult(
+        spec.index, conn.id if conn else -1, start_us, max(start_us, now_us()), False, str(exc)
+    )
 
 
 class PulsarDriver:
@@ -280,15 +289,78 @@ class PulsarDriver:
             conn = next(iter(by_owner))
             end_us = self._subscribe_on(spec, by_owner)
         except RequestFailed as exc:
-            return SubscribeResult(
-                spec.index,
-                conn.id if conn else -1,
-                start_us,
-                max(start_us, now_us()),
-                False,
-                str(exc),
-            )
+            return _refused_result(spec, conn, start_us, exc)
         return SubscribeResult(spec.index, conn.id, start_us, max(start_us, end_us), True)
+
+    def subscribe_group(self, specs: Sequence[ConsumerSpec]) -> list[SubscribeResult]:
+        """`subscribe` of every spec (drivers.base.GroupSubscriber). Per connection, the first
+        consumer subscribes as `subscribe` does (it opens the connection and learns the topic's
+        partitions and owner, once per connection), then the others' SUBSCRIBEs leave together
+        and their answers are awaited together: no greenlet per consumer, one write for the
+        lot. Several connections (fewer consumers to one than the group holds) go on at once,
+        a greenlet each."""
+        pool, _ = self._ready()
+        results: list[SubscribeResult | None] = [None] * len(specs)
+        by_conn: dict[Connection, list[int]] = {}
+        for position, spec in enumerate(specs):
+            by_conn.setdefault(pool.for_consumer(spec.index), []).append(position)
+
+        def one_connection(positions: list[int]) -> None:
+            first, *rest = positions
+            results[first] = self.subscribe(specs[first])
+            if rest:
+                self._subscribe_pipelined(specs, rest, results)
+
+        if len(by_conn) == 1:
+            one_connection(next(iter(by_conn.values())))
+        else:
+            jobs = [gevent.spawn(one_connection, positions) for positions in by_conn.values()]
+            gevent.joinall(jobs, raise_error=True)
+        assert all(result is not None for result in results)
+        return results  # type: ignore[return-value]
+
+    def _subscribe_pipelined(
+        self,
+        specs: Sequence[ConsumerSpec],
+        positions: list[int],
+        results: list[SubscribeResult | None],
+    ) -> None:
+        """`subscribe` of specs[p] for each of `positions`, on a connection whose partitions
+        and owners are known: every SUBSCRIBE is sent before any answer is awaited. A consumer
+        whose partitions have several owners subscribes on its own."""
+        pool, _ = self._ready()
+        sent = []
+        alone = []
+        for position in positions:
+            spec = specs[position]
+            start_us = now_us()
+            conn: Connection | None = None
+            try:
+                conn = pool.for_consumer(spec.index)
+                conn.wait_ready()
+                names = partition_names(spec.topic, conn.partitions(spec.topic)) or [spec.topic]
+                owners = {self._owner(spec.index, conn, name) for name in names}
+                if len(owners) > 1:
+                    alone.append(position)
+                    continue
+                owner = owners.pop()
+                conn = owner
+                sent.append((position, owner, names, owner.send_subscribe(spec, names), start_us))
+            except RequestFailed as exc:
+                results[position] = _refused_result(spec, conn, start_us, exc)
+        for position, owner, names, on_way, start_us in sent:
+            spec = specs[position]
+            try:
+                success_us, ids = owner.finish_subscribe(spec, names, on_way)
+            except RequestFailed as exc:
+                results[position] = _refused_result(spec, owner, start_us, exc)
+                continue
+            self._pacer.pace(owner, ids, spec)
+            results[position] = SubscribeResult(
+                spec.index, owner.id, start_us, max(start_us, success_us), True
+            )
+        for position in alone:
+            results[position] = self.subscribe(specs[position])
 
     def _owner(self, index: int, conn: Connection, topic: str) -> Connection:
         """Consumer `index`'s ready connection to the broker that owns `topic`. The lookup is

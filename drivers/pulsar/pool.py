@@ -21,6 +21,7 @@ from drivers.net.sockets import FD_MARGIN, socket_budget, source_address
 from drivers.pulsar.ack_flusher import AckFlusher
 from drivers.pulsar.connection import Connection, TlsConnection
 from drivers.pulsar.consumer import ConsumerState
+from drivers.pulsar.deadlines import Deadlines
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
@@ -49,6 +50,7 @@ class ConnectionPool:
         self._pinger = group.spawn(keep_alive, lambda: self._live, PING_INTERVAL_SECONDS)
         self._on_consumers_lost = on_consumers_lost
         self._acks = AckFlusher(settings.consumer.ack_group_time_ms, group)
+        self._deadlines = Deadlines(group)
         # One of each for every connection: a message read on many sockets is decoded once and
         # handed to the harness once per receive pass (drivers.net.deliveries).
         self._decoder = DeliveryDecoder(settings.consumer.verify_checksum)
@@ -106,6 +108,7 @@ class ConnectionPool:
             self._deliveries,
             self._decoder,
             self._producers_engine if producers else None,
+            self._deadlines,
         )
         self._live.add(conn)
         conn.will_open()
@@ -125,3 +128,4 @@ class ConnectionPool:
             conn.close()
         self._pinger.kill(block=False)
         self._acks.close()
+        self._deadlines.close()

@@ -490,7 +490,7 @@ def test_of_concurrent_subscribes_only_the_unanswered_one_times_out(make_wire):
     # A late SUCCESS for the abandoned consumer does not bring it back.
     wire.broker.send(encode_frame(command(T.SUCCESS, request_id=subs[2].request_id)))
     assert sorted(wire.conn.consumers) == sorted(s.consumer_id for s in subs[:2])
-    assert not wire.conn._waiting and not wire.conn._deadlines
+    assert not wire.conn._waiting and not wire.conn._deadlines._pending
 
 
 class RecordingSocket:
