@@ -375,8 +375,11 @@ class Coordinator:
             group.start(more=self._more_workers)
             group.sync_clocks()
             group.configure(self._run_config)
-            total_users = w.total_consumers + w.total_producers
-            rate = w.spawn_rate if w.spawn_rate > 0 else max(total_users, 1)
+            # A consumer user stands for a group (harness/users.py): spawnRate, consumers a
+            # second, is that many users a second over the group size.
+            total_users = self.plan.consumer_users(len(group.workers)) + w.total_producers
+            per_user = self.plan.consumers_per_user
+            rate = w.spawn_rate / per_user if w.spawn_rate > 0 else max(total_users, 1)
             spawner = gevent.spawn(runner.start, total_users, rate)
             self._connect_phase(group)
             self._timed_phases(group)
