@@ -646,12 +646,12 @@ class BroadcastDispatcher(Dispatcher):
         end = min(start + SLICE, len(self._round))
         dispatch_us = now_us()
         templates: dict[tuple[int, bool, int], MessageTemplate] = {}
-        newest_templates: list[MessageTemplate | None] = [None, None]  # by with_bem
-        # The common case is a consumer at the tail, sent the newest entry: its frames go in
-        # `at_tail`, per connection. Consumers catching up go in `behind`, per connection and
-        # grouped by entry, and a connection with both gets them merged by entry: a reader
-        # finds each entry's deliveries to its consumers one after another (one parse per
-        # entry, drivers/pulsar), and a consumer gets its entries in order.
+        # The common case is a consumer at the tail, sent the newest entry: its id goes in
+        # `at_tail`, per connection, and each connection's frames of it are made in one go
+        # after the loop (MessageTemplate.frames). Consumers catching up go in `behind`, per
+        # connection and grouped by entry, and a connection with both gets them merged by
+        # entry: a reader finds each entry's deliveries to its consumers one after another
+        # (one parse per entry, drivers/pulsar), and a consumer gets its entries in order.
         at_tail: dict[ConsumerWire, list[bytes]] = {}
         behind: dict[ConsumerWire, dict[int, list[bytes]]] = {}
         reads = self._reads
@@ -670,27 +670,18 @@ class BroadcastDispatcher(Dispatcher):
                 continue
             if read == newest and (entry := cache.get(read)) is not None:
                 # The common case, inline (consumer.frames_for, as a unit test checks): one
-                # new entry, read for an earlier consumer of the slice.
-                with_bem = wire.sends_broker_entry_metadata
-                template = newest_templates[with_bem]
-                if template is None:
-                    template = templates.get((read, with_bem, 0))
-                    if template is None:
-                        template = templates[read, with_bem, 0] = entry.message_template(
-                            dispatch_us if with_bem else None
-                        )
-                    newest_templates[with_bem] = template
+                # new entry, read for an earlier consumer of the round.
                 n = entry.num_messages
                 sent += n
                 consumer.permits = permits - n
                 consumer.messages_out += n
                 consumer.bytes_out += len(entry.payload)
                 reads[slot] = tail
-                frames = at_tail.get(wire)
-                if frames is None:
-                    at_tail[wire] = [template.head(consumer.id_varint), entry.payload]
+                ids = at_tail.get(wire)
+                if ids is None:
+                    at_tail[wire] = [consumer.id_varint]
                 else:
-                    frames += (template.head(consumer.id_varint), entry.payload)
+                    ids.append(consumer.id_varint)
                 continue  # at the tail now: nothing left for a later round
             entries = self._entries_from(read, min(READ_BATCH, permits))
             if not entries:
@@ -709,14 +700,24 @@ class BroadcastDispatcher(Dispatcher):
                     bucket += frames[2 * i : 2 * i + 2]
             if read < tail and consumer.permits > 0 and not self._everyone:
                 self._targets.add(consumer)
+        if at_tail:  # each connection's ids at the tail become its frames of the newest entry
+            entry = cache[newest]
+            for wire, ids in at_tail.items():
+                with_bem = wire.sends_broker_entry_metadata
+                template = templates.get((newest, with_bem, 0))
+                if template is None:
+                    template = templates[newest, with_bem, 0] = entry.message_template(
+                        dispatch_us if with_bem else None
+                    )
+                at_tail[wire] = template.frames(ids, entry.payload)
         for wire, by_entry in behind.items():
-            frames = at_tail.pop(wire, None)
-            if frames is not None:
+            newest_frames = at_tail.pop(wire, None)
+            if newest_frames is not None:
                 bucket = by_entry.get(newest)
                 if bucket is None:
-                    by_entry[newest] = frames
+                    by_entry[newest] = newest_frames
                 else:
-                    bucket += frames
+                    bucket += newest_frames
             if len(by_entry) == 1:
                 (buffers,) = by_entry.values()
             else:
