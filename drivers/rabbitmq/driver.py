@@ -74,6 +74,7 @@ REFUSED = {
     "Key_Shared": "RabbitMQ routes by key to queues, not to the consumers of one queue",
 }
 ACCESS_REFUSED, NOT_ALLOWED = 403, 530
+MAX_MESSAGE_SIZE = 134_217_728
 STREAM_PROBE_S = 0.2
 """Between two attempts to attach to a new stream."""
 
@@ -174,6 +175,12 @@ class RabbitMqConfig(PeerUrls):
             "consumer": section_dict(self.consumer, _CONSUMER),
             "stream": section_dict(self.stream, _STREAM),
         }
+
+    @property
+    def max_message_size(self) -> int:
+        """RabbitMQ 3.10's default `max_message_size` (128 MiB), which the embedded node
+        keeps: drivers.base.MessageSizeLimit, checked before a run."""
+        return MAX_MESSAGE_SIZE
 
     def partitions_problem(self, partitions: int) -> str | None:
         if partitions <= 1:

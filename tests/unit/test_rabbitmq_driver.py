@@ -24,6 +24,7 @@ from drivers.rabbitmq.driver import (
 )
 from drivers.rabbitmq.protocol import ConnectionClosed
 from harness.driver_config import load_driver_file
+from harness.workload import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 W = "f.yaml: "
@@ -141,3 +142,20 @@ def test_the_launcher_without_rabbitmq_names_the_package(monkeypatch, tmp_path) 
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SystemExit, match="apt-get install rabbitmq-server"):
         server.rabbitmq_script(None)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "tests/data/omb").glob("*.yaml")))
+def test_omb_workload_files_run_unchanged_or_are_refused_naming_the_key(name) -> None:
+    """As OMB's own RabbitMQ driver: one-partition files pass the checks a run makes before
+    it starts (harness/run_command.py, _checked_driver); a partitioned topic is refused there,
+    its message saying why."""
+    cases = load_workload(ROOT / "tests/data/omb" / name).cases
+    driver = load_driver_file(ROOT / "drivers/rabbitmq.yaml")
+    assert all(driver.mode_problem(case.subscription_type) is None for case in cases)
+    assert all(case.message_size <= driver.config.max_message_size for case in cases)
+    partitions = max(case.partitions_per_topic for case in cases)
+    problem = driver.config.partitions_problem(partitions)
+    if partitions == 1:
+        assert problem is None
+    else:
+        assert problem is not None and "no partitions" in problem

@@ -5,6 +5,7 @@ refused early; the publish frames as pamqp reads them."""
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from pamqp import commands, frame, header
@@ -46,9 +47,9 @@ def deliver(channel: int, tag: int, body: bytes, frame_max: int = 131072) -> byt
     return b"".join(out)
 
 
-def events(parser: ClientParser, data: bytes, step: int | None = None) -> list[object]:
+def events(parser: ClientParser, data: bytes, step: int | None = None) -> list[Any]:
     """Every event of `data`, fed whole (step None) or `step` bytes at a time."""
-    found: list[object] = []
+    found: list[Any] = []
     chunks = [data] if step is None else [data[at : at + step] for at in range(0, len(data), step)]
     for chunk in chunks:
         parser.receive_data(chunk)
@@ -57,8 +58,9 @@ def events(parser: ClientParser, data: bytes, step: int | None = None) -> list[o
     return found
 
 
-def pamqp_frames(data: bytes) -> list[tuple[int, object]]:
-    out, at = [], 0
+def pamqp_frames(data: bytes) -> list[tuple[int, Any]]:
+    out: list[tuple[int, Any]] = []
+    at = 0
     while at < len(data):
         used, channel, value = frame.unmarshal(data[at:])
         out.append((channel, value))
