@@ -152,6 +152,7 @@ def test_omb_workload_files_run_unchanged_or_are_refused_naming_the_key(name) ->
     cases = load_workload(ROOT / "tests/data/omb" / name).cases
     driver = load_driver_file(ROOT / "drivers/rabbitmq.yaml")
     assert all(driver.mode_problem(case.subscription_type) is None for case in cases)
+    assert isinstance(driver.config, RabbitMqConfig)
     assert all(case.message_size <= driver.config.max_message_size for case in cases)
     partitions = max(case.partitions_per_topic for case in cases)
     problem = driver.config.partitions_problem(partitions)
