@@ -270,13 +270,14 @@ def test_a_worker_whose_clock_is_3_s_ahead_is_measured_and_corrected(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "FANOUT_WORKER_SECRET": "5ce4" * 16},  # the run's, for both
     )
     skewed = subprocess.Popen(
         [sys.executable, "-m", "harness", "worker"] + ["--master", f"127.0.0.1:{master_port}"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=clock_ahead(3),
+        env=clock_ahead(3) | {"FANOUT_WORKER_SECRET": "5ce4" * 16},
     )
     try:
         out, err = run.communicate(timeout=180)
