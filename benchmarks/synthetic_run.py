@@ -21,6 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -235,7 +236,7 @@ def _write_worker(
     names = [f"c{i}" for i in index.tolist()]
     with open(folder / CONNECTIONS_FILE, "w", encoding="utf-8", newline="") as f:
         f.write(",".join(header(CONNECTION_COLUMNS)) + "\r\n")
-        columns = (names, connection.tolist(), start_us.tolist(), end_us.tolist(), ok.tolist())
+        columns = (names, _ints(connection), _ints(start_us), _ints(end_us), _ints(ok))
         f.writelines(
             f"{name},{conn},{start},{end},1,\r\n" if good else f"{name},{conn},{start},,0,{failed}"
             for name, conn, start, end, good in zip(*columns, strict=True)
@@ -245,7 +246,7 @@ def _write_worker(
         f.writelines(
             f"{name},{got},{late}\r\n"
             for name, got, late, good in zip(
-                names, received.tolist(), out_of_order.tolist(), ok.tolist(), strict=True
+                names, _ints(received), _ints(out_of_order), _ints(ok), strict=True
             )
             if good
         )
@@ -256,12 +257,12 @@ def _write_worker(
         log = HlogWriter(stream, phases["connect_start"])
         # connect: every success, in the second its subscribe ended, at 1 ms resolution.
         ended_s = (end_us[ok] // 1_000_000).astype(np.int64)
-        for second in np.unique(ended_s).tolist():
+        for second in _ints(np.unique(ended_s)):
             hist = new_histogram()
             values, counts = np.unique(
                 duration_us[ok][ended_s == second] // 1000, return_counts=True
             )
-            for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            for value, count in zip(_ints(values), _ints(counts), strict=True):
                 hist.record_value(value * 1000 + 500, count)
             log.write(CONNECT, second, 1.0, hist)
         for ts in send_ts:
@@ -270,7 +271,7 @@ def _write_worker(
             base = rng.lognormal(math.log(80_000), 0.7, 64).astype(np.int64) + 100
             for tag, scale in ((E2E, 1.0), (E2E_ACTUAL, 0.98), (E2E_KERNEL, 0.9)):
                 hist = new_histogram()
-                for value in base.tolist():
+                for value in _ints(base):
                     hist.record_value(int(value * scale), max(1, subscribed // 64))
                 log.write(tag, ts - 1, 1.0, hist)
             delay = new_histogram()
@@ -287,7 +288,7 @@ def _write_worker(
         stage = rng.lognormal(math.log(20_000), 0.8, (len(send_ts), reads, 6)).astype(np.int64)
         for m, ts in enumerate(send_ts):
             for r in range(reads):
-                cells = stage[m, r].tolist()
+                cells = _ints(stage[m, r])
                 count = min(per_connection, subscribed - r * per_connection)
                 rows.writerow((ts * 1_000_000, sum(cells), *cells, count))
     # The timeline: a message's deliveries in its second; duplicates less losses in the last.
@@ -298,7 +299,7 @@ def _write_worker(
     with open(folder / TIMELINE_FILE, "w", encoding="utf-8", newline="") as f:
         rows = csv.writer(f)
         rows.writerow(header(TIMELINE_COLUMNS))
-        for ts, up in zip(range(first_ts, last_ts + 1), connected.tolist(), strict=True):
+        for ts, up in zip(range(first_ts, last_ts + 1), _ints(connected), strict=True):
             rss = 200 * 1024 * 1024 + up * 4096
             rows.writerow(
                 (
@@ -318,6 +319,11 @@ def _write_worker(
         rows.writerow(header(BURST_COLUMNS))
         for ts in send_ts:
             rows.writerow((ts, 300.0, 150.0, 5.0))
+
+
+def _ints(values: np.ndarray) -> list[int]:
+    """A 1-d array's values as Python ints (numpy types `tolist()` as any nesting)."""
+    return cast(list[int], values.tolist())
 
 
 def _phase(ts: int, phases: dict[str, float]) -> str:
