@@ -44,8 +44,7 @@ def test_promtool_accepts_the_deploys_prometheus_config(tmp_path: Path):
         "bench_address": "10.0.1.11",
         "bench_metrics_port": common["bench_metrics_port"],
         "bench_admin_port": common["bench_admin_port"],
-        "hostvars": {"bench-broker": {"bench_address": "10.0.1.10"}},
-        "groups": {"broker": ["bench-broker"]},
+        "bench_broker_address": "10.0.1.10",  # bench_common's fact
     }
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     for key in ("bench_prometheus_scrape_interval", "bench_prometheus_harness_target"):
