@@ -16,8 +16,15 @@ import json
 import sys
 from pathlib import Path
 
-from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.builders import common, dashboard, prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import (
+    BigValueGraphMode,
+    BigValueTextMode,
+    LegendDisplayMode,
+    LegendPlacement,
+    TooltipDisplayMode,
+)
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
     DataSourceRef,
@@ -47,6 +54,13 @@ def _series(
         .datasource(DATASOURCE)
         .height(8)
         .span(8)
+        .legend(
+            common.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(LegendDisplayMode.LIST)
+            .placement(LegendPlacement.BOTTOM)
+        )
+        .tooltip(common.VizTooltipOptions().mode(TooltipDisplayMode.MULTI))
     )
     for ref, (expr, legend) in zip("ABCDEFGH", queries, strict=False):
         panel = panel.with_target(_query(expr, legend, ref))
@@ -59,6 +73,9 @@ HARNESS: list[stat.Panel | timeseries.Panel] = [
     .description("The phase the run is in (fanout_run_phase)")
     .datasource(DATASOURCE)
     .with_target(_query(f"fanout_run_phase{{{RUN}}} == 1", "{{case}}: {{phase}}"))
+    .graph_mode(BigValueGraphMode.NONE)
+    .text_mode(BigValueTextMode.NAME)
+    .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
     .height(4)
     .span(24),
     _series(
