@@ -47,6 +47,9 @@ HOLE_SCAN = 10_000
 """Indexes after a consumer's mark-delete position the hole compensation looks at per pass."""
 GONE = 2**63 - 1
 """A departed slot whose cursor expired or came back: its mark-delete, above every other."""
+START_REFRESH_S = 0.05
+"""With MANY consumers, how stale the place a newcomer starts at may be (`_start_mark`)."""
+MANY = 10_000
 FEW_PLACES = 16
 """Up to this many distinct mark-deletes, named cursors are grouped one C pass per place."""
 
@@ -104,6 +107,8 @@ class BroadcastDispatcher(Dispatcher):
         self._everyone = False
         self._targets: set[Consumer] = set()
         self._slowest_stale = False
+        self._start_checked = 0.0
+        """When `_start_mark` last brought the main cursor up to date (loop time)."""
         self._owners: dict[str, Consumer] = {}
         """The connected consumer that owns each name's cursor (a second consumer under a name
         in use gets a cursor of its own, neither saved nor kept when it leaves)."""
@@ -168,7 +173,7 @@ class BroadcastDispatcher(Dispatcher):
                 extras.redeliver = None
             self._forget_departed(i)
         else:
-            mark = self.mark_delete
+            mark = self._start_mark()
             read = rewound = mark + 1
         if owns:
             self._owners[name] = consumer
@@ -182,6 +187,21 @@ class BroadcastDispatcher(Dispatcher):
         self._owns.append(owns)
         if extras is not None:
             self._holes[consumer] = extras
+
+    def _start_mark(self) -> int:
+        """Where a newcomer starts: the main cursor, the slowest virtual one. Bringing it up
+        to date is a pass over every cursor (1 ms at a million), and in a subscribe storm
+        while the consumers acknowledge an entry each ack run leaves it stale again: once per
+        subscribe, that pass made the storm quadratic. With MANY consumers it is brought up
+        to date at most every START_REFRESH_S; until then the main cursor as last computed,
+        never ahead of the slowest (the slowest only moves forward), so a newcomer misses
+        nothing, at most it is sent again an entry the others have all acknowledged."""
+        if self._slowest_stale and len(self.consumers) >= MANY:
+            now = self.loop.time()
+            if now - self._start_checked < START_REFRESH_S:
+                return self.cursor.mark_delete
+            self._start_checked = now
+        return self.mark_delete
 
     def remove_consumer(self, consumer: Consumer) -> None:
         slot = consumer.slot

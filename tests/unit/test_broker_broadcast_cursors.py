@@ -211,3 +211,22 @@ def test_thousands_of_departed_cursors_come_back_or_expire_together(loop):
     assert sub.mark_delete == -1  # the consumers back from above 1500 never acked
     groups = sub.dispatcher.consumer_cursors()
     assert groups is not None and sum(len(names) for _, _, names in groups) == 1500
+
+
+def test_in_a_storm_a_newcomer_starts_at_the_main_cursor_as_last_brought_up_to_date(
+    loop, monkeypatch
+):
+    from broker.subscriptions import broadcast
+
+    monkeypatch.setattr(broadcast, "MANY", 2)  # as with 10,000 consumers
+    _, sub = _setup(loop, expiry_s=60)
+    first = [_join(loop, sub, i, f"c{i}") for i in range(3)]
+    assert sub.mark_delete == -1  # read: up to date
+    sub.on_ack_run(first, True, 2)  # every cursor moved: the main one is stale
+    early = _join(loop, sub, 3, "early")
+    assert sub.dispatcher.cursor_of(early).mark_delete in (-1, 2)  # never past the slowest
+    sub.on_ack_run([*first, early], True, 3)
+    loop.run_until_complete(asyncio.sleep(2 * broadcast.START_REFRESH_S))
+    late = _join(loop, sub, 4, "late")
+    assert sub.dispatcher.cursor_of(late).mark_delete == 3
+    assert sub.mark_delete == 3
