@@ -19,7 +19,7 @@ import json
 import tempfile
 import time
 
-from broker.admin.stats import topic_stats
+from broker.admin.stats import prometheus_text, topic_stats
 from broker.app import loop_factory
 from broker.config import BrokerConfig
 from broker.server.connection import ServerConnection
@@ -121,6 +121,9 @@ async def _run(
             started = time.process_time()
             stats = json.dumps(topic_stats(service.topic(TOPIC)))
             stats_s = time.process_time() - started
+            started = time.process_time()
+            metrics = prometheus_text(service.topics, len(service.connections))
+            metrics_s = time.process_time() - started
         finally:
             await storage.close()
         print(
@@ -129,6 +132,7 @@ async def _run(
             f"{rss_before / 1024:.0f} MiB before the first connection); "
             f"every cursor saved in {1e3 * saved:.0f} ms of CPU; "
             f"topic stats {len(stats) / 1024:.0f} KiB in {1e3 * stats_s:.0f} ms; "
+            f"/metrics {len(metrics) / 1024:.0f} KiB in {1e3 * metrics_s:.0f} ms; "
             f"peak RSS with them {_status_kib('VmHWM') / 1024:.0f} MiB"
         )
 
