@@ -121,9 +121,9 @@ class ReadBuffers:
         self.keep = keep
         """Spare buffers kept at most; more given back are dropped."""
 
-    def take(self) -> bytearray:
-        """A spare buffer (its bytes are stale), or an empty one."""
-        return self._spare.pop() if self._spare else bytearray()
+    def take(self) -> bytearray | None:
+        """A spare buffer (its bytes are stale), if there is one."""
+        return self._spare.pop() if self._spare else None
 
     def give(self, buf: bytearray) -> None:
         if len(self._spare) < self.keep:
@@ -182,10 +182,10 @@ class FrameDecoder:
         buf, end = self._buffer, self._end
         if len(buf) < end + size and self._buffers is not None:
             spare = self._buffers.take()
-            if len(spare) > len(buf):  # the pool's, with what this one holds copied in
+            if spare is not None and len(spare) > len(buf):  # with what this one holds, copied
                 spare[:end] = buf[:end]
                 self._buffer = buf = spare
-            else:
+            elif spare is not None:
                 self._buffers.give(spare)
         if len(buf) < end + size:
             buf += bytes(end + size - len(buf))

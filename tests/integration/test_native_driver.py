@@ -184,6 +184,36 @@ def test_broadcast_to_200_consumers_over_4_connections(broker, native):
     assert stats(broker, "bcast")["subscriptions"]["all"]["msgBacklog"] == 0
 
 
+@pytest.mark.parametrize("per_connection,subscription_type", [(100, "Broadcast"), (1, "Shared")])
+def test_a_group_subscribes_in_one_go_as_consumers_one_by_one(
+    broker, native, per_connection, subscription_type
+):
+    """PulsarDriver.subscribe_group (a Locust user's group): every consumer answered, in the
+    order given, on the connections `subscribe` would use; a refused one fails alone."""
+    driver, deliveries = native(consumers_per_connection=per_connection)
+    topic = f"group-{per_connection}"
+    names = [f"sub-{i}" if subscription_type == "Shared" else "all" for i in range(150)]
+    specs = [ConsumerSpec(i, f"c{i}", topic, names[i], subscription_type) for i in range(150)]
+    with at_most(WAIT):
+        results = driver.subscribe_group(specs)
+    assert [r.index for r in results] == list(range(150))
+    assert [r.error for r in results if not r.ok] == []
+    assert all(r.start_us <= r.end_us for r in results)
+    expected = {i // per_connection for i in range(150)}
+    assert len({r.connection for r in results}) == len(expected)
+    producer = driver.create_producer(topic)
+    assert send_all(producer, [b"one", b"two"]) == [None, None]
+    deliveries.wait_for(150 * 2)
+    assert all(
+        [body for body, _, _ in deliveries.by_consumer[i]] == [b"one", b"two"] for i in range(150)
+    )
+    # Three Exclusive consumers of one subscription: one wins, the others are refused alone.
+    lone = [ConsumerSpec(200 + i, f"x{i}", topic, "excl", "Exclusive") for i in range(3)]
+    outcomes = driver.subscribe_group(lone)
+    assert sorted(r.ok for r in outcomes) == [False, False, True]
+    assert all(r.error for r in outcomes if not r.ok)
+
+
 def test_shared_with_one_subscription_per_consumer(broker, native):
     cfg = config(ack_mode="individual")
     cfg = dataclasses.replace(cfg, client=dataclasses.replace(cfg.client, source_addresses=2))

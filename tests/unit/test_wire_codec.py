@@ -21,6 +21,7 @@ from pulsar_protocol.commands import (
 from pulsar_protocol.errors import RemoteProtocolError
 from pulsar_protocol.frames import (
     FrameDecoder,
+    ReadBuffers,
     encode_frame,
     encode_raw_frame,
     frame_head,
@@ -290,3 +291,47 @@ def test_mangled_payload_sections_raise_only_the_codecs_own_errors():
             except Exception as exc:  # what the codec must never let out
                 escaped.append(f"{type(exc).__name__}: {exc}")
     assert escaped == []
+
+
+def _read_through_pool(decoder: FrameDecoder, data: bytes, chunk: int, room: int) -> list:
+    """Feed `data` as a socket read into get_buffer would, `chunk` bytes per read, releasing
+    the buffer after each read's frames are taken (as the driver's reader does)."""
+    frames = []
+    for at in range(0, len(data), chunk):
+        piece = data[at : at + chunk]
+        with decoder.get_buffer(room) as view:
+            view[: len(piece)] = piece
+        decoder.buffer_updated(len(piece))
+        frames += decoder.frames()
+        decoder.release()
+    return frames
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 100, 4096])
+def test_decoders_sharing_read_buffers_decode_as_a_decoder_alone(chunk):
+    data = b"".join(encode_frame(*case) for case in CASES) * 3
+    pool = ReadBuffers()
+    first, second = FrameDecoder(buffers=pool), FrameDecoder(buffers=pool)
+    alone = _feed([data])[0]
+    # Two decoders reading in turn from one pool: each keeps its partial frame.
+    mixed_a, mixed_b = [], []
+    for at in range(0, len(data), chunk):
+        mixed_a += _read_through_pool(first, data[at : at + chunk], chunk, 8192)
+        mixed_b += _read_through_pool(second, data[at : at + chunk], chunk, 8192)
+    for got in (mixed_a, mixed_b):
+        assert [(f.command, f.payload, f.broker_entry_metadata) for f in got] == [
+            (f.command, f.payload, f.broker_entry_metadata) for f in alone
+        ]
+
+
+def test_a_decoder_gives_its_read_buffer_back_once_its_frames_are_taken():
+    pool = ReadBuffers()
+    decoder = FrameDecoder(buffers=pool)
+    data = encode_frame(*CASES[2])
+    _read_through_pool(decoder, data, len(data), 64 * 1024)
+    assert decoder.buffered == 0 and len(pool._spare) == 1
+    assert len(pool._spare[0]) >= 64 * 1024  # the big buffer is the pool's, not the decoder's
+    # A partial frame is kept, copied, and the big buffer still goes back.
+    _read_through_pool(decoder, data[:10], 10, 64 * 1024)
+    assert decoder.buffered == 10 and len(pool._spare) == 1
+    assert _read_through_pool(decoder, data[10:], len(data), 64 * 1024)[0].command == CASES[2][0]

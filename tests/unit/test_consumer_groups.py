@@ -1,0 +1,76 @@
+"""A Locust user per group of consumers (harness/users.py): every consumer of the workload is
+subscribed exactly once, on whichever worker Locust's own dispatcher puts the users."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from harness.driver_config import load_driver_file
+from harness.run_plan import MAX_CONSUMERS_PER_USER, RunPlan
+from harness.workload import Workload
+
+pytestmark = pytest.mark.locust
+
+
+def _plan(consumers: int, per_connection: int, spawn_rate: float = 0) -> RunPlan:
+    workload = Workload(
+        name="groups",
+        message_size=1024,
+        producer_rate=1,
+        subscription_type="Broadcast",
+        consumer_per_subscription=consumers,
+        consumers_per_connection=per_connection,
+        spawn_rate=spawn_rate,
+    )
+    return RunPlan.make("g", workload, load_driver_file(None))
+
+
+def _dispatched(users: int, producers: int, workers: int) -> dict[str, int]:
+    """Consumer users per worker, as Locust's dispatcher deals them out (spawn rate high
+    enough for one dispatch)."""
+    from locust.dispatch import UsersDispatcher
+    from locust.runners import WorkerNode
+
+    from harness.users import user_classes
+
+    nodes = [WorkerNode(f"w{i}") for i in range(workers)]
+    dispatcher = UsersDispatcher(nodes, user_classes(None, producers=producers))
+    dispatcher.new_dispatch(users + producers, users + producers)
+    dispatcher._wait_between_dispatch = 0
+    final: dict[str, dict[str, int]] = {}
+    for final in dispatcher:
+        pass
+    return {node: counts["ConsumerUser"] for node, counts in final.items()}
+
+
+@pytest.mark.parametrize(
+    "consumers,per_connection,workers,producers",
+    [(1, 1, 1, 1), (250, 100, 2, 1), (1000, 100, 3, 2), (999, 1, 2, 1), (5003, 30, 4, 3)],
+)
+def test_every_consumer_is_in_one_share_and_every_share_gets_its_users(
+    consumers, per_connection, workers, producers
+):
+    plan = _plan(consumers, per_connection)
+    shares = [plan.worker_share(i, workers) for i in range(workers)]
+    numbers = sorted(itertools.chain.from_iterable(shares))
+    assert numbers == list(range(consumers))  # each consumer once, on one worker
+    users = plan.consumer_users(workers)
+    assert users % workers == 0
+    size = plan.consumers_per_user
+    per_worker = _dispatched(users, producers, workers)
+    assert sum(per_worker.values()) == users
+    # Whichever worker gets which users, each gets enough groups for its share.
+    for got in per_worker.values():
+        assert all(got * size >= len(share) for share in shares)
+
+
+def test_a_group_is_whole_connections_and_a_slow_spawn_rate_makes_it_smaller():
+    assert _plan(10_000, 100).consumers_per_user == 100
+    assert _plan(10_000, 30).consumers_per_user == 90  # three whole connections
+    assert _plan(10_000, 1).consumers_per_user == MAX_CONSUMERS_PER_USER
+    assert _plan(10_000, 250).consumers_per_user == 100  # a connection holds 2.5 groups
+    # 50 consumers a second: Locust still starts 10 users a second, of 5 consumers each.
+    assert _plan(10_000, 100, spawn_rate=50).consumers_per_user == 5
+    assert _plan(10_000, 100, spawn_rate=3).consumers_per_user == 1
