@@ -40,8 +40,8 @@ def _dispatched(users: int, producers: int, workers: int) -> dict[str, int]:
     dispatcher.new_dispatch(users + producers, users + producers)
     dispatcher._wait_between_dispatch = 0
     final: dict[str, dict[str, int]] = {}
-    for final in dispatcher:
-        pass
+    for dispatch in dispatcher:
+        final = dispatch
     return {node: counts["ConsumerUser"] for node, counts in final.items()}
 
 
