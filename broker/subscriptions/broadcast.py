@@ -43,6 +43,8 @@ from pulsar_protocol.message_template import MessageTemplate
 # Consumers served per slice before yielding to the event loop, so acks, flows and new
 # subscribes are handled during a broadcast to tens of thousands.
 SLICE = 512
+"""A slice also runs on to the end of the connection it stops in (at most SLICE more), so that
+each connection's frames of an entry leave in one write."""
 HOLE_SCAN = 10_000
 """Indexes after a consumer's mark-delete position the hole compensation looks at per pass."""
 GONE = 2**63 - 1
@@ -81,6 +83,10 @@ def _grouped(marks: np.ndarray, mask: np.ndarray, names: list[Any]) -> Groups:
     return [(int(ordered[s]), [], picked[s:e]) for s, e in zip(starts, ends, strict=True)]
 
 
+def _wire_id(consumer: Consumer) -> int:
+    return id(consumer.wire)
+
+
 class BroadcastDispatcher(Dispatcher):
     mode = "Broadcast"
 
@@ -100,6 +106,12 @@ class BroadcastDispatcher(Dispatcher):
         self._in_round = False
         self._round: list[Consumer] = []
         self._round_pos = 0
+        self._by_wire: dict[ConsumerWire, list[Consumer]] = {}
+        """The consumers of each connection: a round serves them connection by connection
+        (consumers join interleaved across connections in a storm; in join order, each of
+        the round's slices wrote to every connection, 100 writes of an entry per connection)."""
+        self._left_in_groups = 0
+        """Consumers gone from `consumers` still in their group (`_regroup` drops them)."""
         self._round_entries: dict[int, Entry] = {}
         # What the next round serves: everyone (new entries) or only the consumers that got
         # permits or room to write. A FLOW from one of 20,000 consumers must not cost a pass
@@ -180,6 +192,11 @@ class BroadcastDispatcher(Dispatcher):
             self._unsaved = True  # saved at the next snapshot, whenever that comes
         consumer.slot = len(self.consumers)
         self.consumers.append(consumer)
+        group = self._by_wire.get(consumer.wire)
+        if group is None:
+            self._by_wire[consumer.wire] = [consumer]
+        else:
+            group.append(consumer)
         self._marks.append(mark)
         self._reads.append(read)
         self._rewound.append(rewound)
@@ -224,6 +241,12 @@ class BroadcastDispatcher(Dispatcher):
             self._names[slot] = name
             self._owns[slot] = own
         self._targets.discard(consumer)
+        # Left in its connection's group (a round skips it: slot -1) until most of the groups
+        # are such leftovers: removing it there is a search, and one connection may hold
+        # tens of thousands of consumers, all leaving at once when it closes.
+        self._left_in_groups += 1
+        if self._left_in_groups > 1024 + len(self.consumers):
+            self._regroup()
         if owned:
             del self._owners[consumer.name]
             if self.departed_expiry_s > 0:
@@ -236,6 +259,16 @@ class BroadcastDispatcher(Dispatcher):
         if mark <= self.cursor.mark_delete:
             self._slowest_stale = True
         self._cursor_moved()
+
+    def _regroup(self) -> None:
+        self._left_in_groups = 0
+        self._by_wire = {}
+        for consumer in self.consumers:
+            group = self._by_wire.get(consumer.wire)
+            if group is None:
+                self._by_wire[consumer.wire] = [consumer]
+            else:
+                group.append(consumer)
 
     def _depart(
         self, name: str, mark: int, read: int, rewound: int, extras: Cursor | None, since: float
@@ -655,7 +688,10 @@ class BroadcastDispatcher(Dispatcher):
         (benchmarks/broker_core.py, docs/benchmarks.md)."""
         if not self._in_round:
             self._in_round = True
-            self._round = list(self.consumers) if self._everyone else list(self._targets)
+            if self._everyone:
+                self._round = [c for group in self._by_wire.values() for c in group]
+            else:
+                self._round = sorted(self._targets, key=_wire_id)
             self._everyone = False
             self._targets = set()
             self._round_pos = 0
@@ -664,6 +700,10 @@ class BroadcastDispatcher(Dispatcher):
         newest = tail - 1
         start = self._round_pos
         end = min(start + SLICE, len(self._round))
+        if end < len(self._round):  # on to the end of the connection it stops in
+            round_, wire, stop = self._round, self._round[end - 1].wire, end + SLICE
+            while end < len(round_) and end < stop and round_[end].wire is wire:
+                end += 1
         dispatch_us = now_us()
         templates: dict[tuple[int, bool, int], MessageTemplate] = {}
         # The common case is a consumer at the tail, sent the newest entry: its id goes in

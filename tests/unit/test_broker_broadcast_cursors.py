@@ -230,3 +230,30 @@ def test_in_a_storm_a_newcomer_starts_at_the_main_cursor_as_last_brought_up_to_d
     late = _join(loop, sub, 4, "late")
     assert sub.dispatcher.cursor_of(late).mark_delete == 3
     assert sub.mark_delete == 3
+
+
+class CountingWire(QuietWire):
+    def __init__(self) -> None:
+        self.writes: list[int] = []
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        self.writes.append(len(frames) // 2)
+
+
+def test_consumers_joined_interleaved_get_an_entry_in_one_write_per_connection(loop, monkeypatch):
+    from broker.subscriptions import broadcast
+
+    monkeypatch.setattr(broadcast, "SLICE", 4)  # slices shorter than a connection's six
+    topic, sub = _setup(loop, expiry_s=60, entries=0)
+    wires = [CountingWire() for _ in range(3)]
+    consumers = []
+    for i in range(18):  # joined in turn over the three connections, as in a storm
+        consumer = Consumer(consumer_id=i, name=f"c{i}", wire=wires[i % 3])
+        sub.add_consumer(consumer)
+        sub.on_flow(consumer, 10)
+        consumers.append(consumer)
+    sub.remove_consumer(consumers[4])  # a leftover in its connection's group
+    loop.run_until_complete(topic.publish(SECTION, b"", 1, 1))
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert [w.writes for w in wires] == [[6], [5], [6]]
+    assert sub.messages_out == 17
