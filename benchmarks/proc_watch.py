@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             if got is not None:
                 role, hwm, cpu = got
                 old = seen.get(pid)
+                if old is not None and role == "other":
+                    role = old[0]  # an exiting process's command line reads empty
                 seen[pid] = (role, max(hwm, old[1] if old else 0), cpu)
                 names.setdefault(pid, _cmd(pid))
         time.sleep(1.0)
