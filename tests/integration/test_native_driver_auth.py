@@ -113,6 +113,10 @@ def test_a_run_with_the_token_in_the_driver_file_completes(tmp_path, broker) -> 
     # The manifest names the token file, never the token.
     assert manifest["driver"]["client"]["authentication"]["data"] == f"file://{token_file}"
     assert token_file.read_text() not in (run_dir / "manifest.json").read_text()
+    # Nor any other file the run wrote (logs, raw files, broker stats), nor its terminal lines.
+    token = token_file.read_text().encode()
+    assert [p for p in run_dir.rglob("*") if p.is_file() and token in p.read_bytes()] == []
+    assert token.decode() not in result.stdout + result.stderr
     # The coordinator's topic stats came through the admin API with the token: each of the
     # two partitions (created through it too) answered.
     stats = json.loads((run_dir / "broker" / "topic-stats.json").read_text())
