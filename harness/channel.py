@@ -47,6 +47,8 @@ CHALLENGE = "fanout_challenge"
 """The master's answer to a message signed without this run's nonce (never reaches Locust)."""
 REFUSED = b"fanout-refused"
 """The one unsigned frame: the master's notice to a peer whose message it could not verify."""
+NOTICES = 1024
+"""Refused peers told so (one notice each); later ones are only counted."""
 MAX_MESSAGE_BYTES = 1 << 30
 """ZeroMQ refuses (and disconnects) a peer that sends a bigger message: a raw file travels in
 one message (harness/worker_group.py bounds files by RAW_FILE_LIMIT, below this)."""
@@ -229,7 +231,7 @@ class MasterChannel:
             return None
         if not self._seen.setdefault(identity, SeenNumbers()).take(int.from_bytes(seq, "big")):
             self._refuse(
-                identity, address, shown, "a message replayed (its sequence number went back)"
+                identity, address, shown, "a message replayed (a sequence number already taken)"
             )
             return None
         try:
@@ -253,7 +255,8 @@ class MasterChannel:
 
     def _refuse(self, identity: bytes, address: str, shown: str, why: str) -> None:
         self.refusals.refuse(address, why, shown)
-        if identity not in self._noticed:  # once: a refused peer is not answered again
+        # Once per peer, and to the first NOTICES peers only: what a flood of new ids costs.
+        if identity not in self._noticed and len(self._noticed) < NOTICES:
             self._noticed.add(identity)
             self.outbox.append([identity, REFUSED])
 
