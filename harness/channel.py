@@ -290,7 +290,8 @@ class SignedServer:
         return getattr(self.raw, name)
 
     def send_to_client(self, msg: Any) -> None:
-        self.raw.socket.send_multipart(self.channel.sign(msg.node_id.encode(), msg.serialize()))
+        frames = self.channel.sign(msg.node_id.encode(), msg.serialize())
+        _send(self.raw.socket, frames, 0)
 
     def recv_from_client(self) -> tuple[str, Any]:
         from locust.exception import RPCError
@@ -309,6 +310,20 @@ class SignedServer:
                     pass  # a peer gone, or not reading: nothing to tell it
             if checked is not None:
                 return checked
+
+
+def _send(sock: Any, frames: list[bytes], flags: int) -> None:
+    """As Locust's sockets send: tried again after 1, 3 and 5 s, then RPCSendError."""
+    from locust.exception import RPCSendError
+
+    for delay in (1, 3, 5, None):
+        try:
+            sock.send_multipart(frames, flags)
+            return
+        except zmq.ZMQError as exc:
+            if delay is None:
+                raise RPCSendError("ZMQ sent failure") from exc
+            time.sleep(delay)
 
 
 class WorkerRefused(Exception):
@@ -341,8 +356,6 @@ class SignedClient:
         return getattr(self.raw, name)
 
     def send(self, msg: Any) -> None:
-        from locust.exception import RPCSendError
-
         c = self.channel
         if msg.type == "client_ready":
             c.hello = msg
@@ -350,10 +363,7 @@ class SignedClient:
         seq = c._seq.to_bytes(SEQ_BYTES, "big")
         payload = msg.serialize()
         mac = _mac(c.key, b"w2m", c.nonce or b"", self.identity, seq, payload)
-        try:
-            self.raw.socket.send_multipart([payload, seq + mac], zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
-            raise RPCSendError("ZMQ sent failure") from exc
+        _send(self.raw.socket, [payload, seq + mac], zmq.NOBLOCK)
 
     def recv(self) -> Any:
         from locust.exception import RPCError
