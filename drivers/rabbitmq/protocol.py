@@ -13,7 +13,8 @@ One path does not go through pamqp: a delivery (basic.deliver, its content heade
 read once per consumer per message, where pamqp's generic decoding of each field (and of the
 stream's `x-stream-offset` header table) cost more than the rest of the read. The fast path
 takes the three fields a consumer needs (channel, delivery tag, body) by their offsets in the
-spec, and `tests/unit/test_rabbitmq_protocol.py` checks it against pamqp's decoding of the same
+spec, all three frames in one step when they are whole in the buffer (as RabbitMQ writes
+them), frame by frame otherwise; and `tests/unit/test_rabbitmq_protocol.py` checks it against pamqp's decoding of the same
 bytes; anything else on the wire is pamqp's. The acknowledgement the consumer sends back per
 read is built the same way (`ack`), checked against pamqp's marshalling.
 """
@@ -165,6 +166,9 @@ class ClientParser:
                 event = self._body(channel, start, end)
             elif kind == FRAME_METHOD:
                 if buf[start : start + 4] == _DELIVER:
+                    whole = self._whole_delivery(channel, start, end)
+                    if whole is not None:
+                        return whole
                     self._deliver(channel, start, end)
                     continue
                 event = self._method(channel, pos, end)
@@ -179,6 +183,42 @@ class ClientParser:
                 return event
 
     # -- the frames ------------------------------------------------------------------------------
+    def _whole_delivery(self, channel: int, start: int, end: int) -> Delivery | None:
+        """The common case in one step: basic.deliver, its header and its one body frame,
+        whole in the buffer, on one channel (RabbitMQ writes them together); None for
+        anything else, which the frame-by-frame path then reads."""
+        buf = self._buf
+        at = start + 4
+        at += 1 + buf[at]  # consumer tag (a shortstr)
+        head = end + 1  # the content header frame
+        if at + 9 > end or len(buf) < head + 19 or channel in self._content:
+            return None
+        kind, head_channel, head_size = _HEAD.unpack_from(buf, head)
+        body = head + 8 + head_size  # the body frame
+        if kind != FRAME_HEADER or head_channel != channel or len(buf) < body + 7:
+            return None
+        size = _U64.unpack_from(buf, head + 11)[0]
+        kind, body_channel, body_size = _HEAD.unpack_from(buf, body)
+        stop = body + 7 + body_size
+        if (
+            kind != FRAME_BODY
+            or body_channel != channel
+            or body_size != size
+            or len(buf) <= stop
+            or buf[head + 7 + head_size] != FRAME_END
+            or buf[stop] != FRAME_END
+            or body_size + FRAME_OVERHEAD > self.frame_max
+        ):
+            return None
+        self._pos = stop + 1
+        payload = bytes(buf[body + 7 : stop])
+        last = self._last_payload
+        if payload == last:  # the same message to the next consumer: one object for all
+            payload = last
+        else:
+            self._last_payload = payload
+        return Delivery(channel, _U64.unpack_from(buf, at)[0], payload)
+
     def _deliver(self, channel: int, start: int, end: int) -> None:
         buf = self._buf
         at = start + 4
