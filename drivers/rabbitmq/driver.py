@@ -365,7 +365,8 @@ class RabbitMqDriver(PeerDriver[RabbitMqConnection]):
             conn = self._ready().open()
             try:
                 conn.wait_ready()
-                conn.consume(conn.new_channel(), -1, methods)
+                # attached, never a consumer of the run: its deliveries count for no one
+                conn.request(conn.new_channel(), methods, commands.Basic.ConsumeOk)
                 return
             except RequestFailed:
                 if time.monotonic() > deadline:

@@ -1,7 +1,7 @@
 """AMQP 0-9-1 for a client, without I/O: frames in, events out; requests in, bytes out.
 
-The framing and every method's fields come from pamqp (PyPI `pamqp`, the codec under aiormq
-and aio-pika, kept by the RabbitMQ community's gmr): it is sans-IO already (`frame.unmarshal`
+The framing and every method's fields come from pamqp (PyPI `pamqp`, Gavin M. Roy's, the
+codec under aiormq and so aio-pika): it is sans-IO already (`frame.unmarshal`
 takes bytes, `frame.marshal` returns them), typed, covers the whole 0-9-1 spec with RabbitMQ's
 extensions (publisher confirms, basic.nack, connection.blocked), and has no dependency. What it
 lacks is what a connection needs around it: a buffer that takes partial reads, the handshake
@@ -14,9 +14,10 @@ read once per consumer per message, where pamqp's generic decoding of each field
 stream's `x-stream-offset` header table) cost more than the rest of the read. The fast path
 takes the three fields a consumer needs (channel, delivery tag, body) by their offsets in the
 spec, all three frames in one step when they are whole in the buffer (as RabbitMQ writes
-them), frame by frame otherwise; and `tests/unit/test_rabbitmq_protocol.py` checks it against pamqp's decoding of the same
-bytes; anything else on the wire is pamqp's. The acknowledgement the consumer sends back per
-read is built the same way (`ack`), checked against pamqp's marshalling.
+them), frame by frame otherwise; `tests/unit/test_rabbitmq_protocol.py` checks both against
+pamqp's decoding of the same bytes. Anything else on the wire is pamqp's. The acknowledgement
+the consumer sends back per read is built the same way (`ack`), checked against pamqp's
+marshalling.
 """
 
 from __future__ import annotations
