@@ -5,8 +5,8 @@ API, as the official clients' AuthenticationToken does.
 `data` takes what AuthenticationToken.configure takes: `token:<jwt>`, `file:///path`, a JSON
 object `{"token": "<jwt>"}`, or the bare token. The token is read once, when the driver file
 is parsed on the coordinator; workers get it in the parsed config the coordinator ships
-(harness/run_plan.py), so a worker on another host needs no copy of the file, and the
-manifest keeps `data` as written, so a token in a file stays out of it.
+(harness/run_plan.py), so a worker on another host needs no copy of the file. The manifest
+keeps `data` as written when it names a file, and `<redacted>` when it holds the token.
 """
 
 from __future__ import annotations
@@ -43,8 +43,19 @@ class Authentication:
     """The JWT (kept out of repr, which logs may show)."""
 
     def to_dict(self) -> dict[str, str]:
-        """As written: a token file stays a reference."""
-        return {"plugin": self.plugin, "data": self.data}
+        """For the manifest and every file a run writes: a token file stays a reference, and
+        a token written in the driver file itself is left out (REDACTED): the manifest is
+        shared with a run's results, the token is not."""
+        return {"plugin": self.plugin, "data": self.data if _is_reference(self.data) else REDACTED}
+
+
+REDACTED = "<redacted>"
+"""What `to_dict` shows for a token written inline (`token:<jwt>`, a JSON object, bare)."""
+
+
+def _is_reference(data: str) -> bool:
+    """Whether `data` names where the token is (a file) rather than holding it."""
+    return data.startswith("file:")
 
 
 def read_token(data: str) -> str:

@@ -31,6 +31,15 @@ def test_the_forms_of_authentication_token_configure_give_the_token(data: str) -
     assert (settings.auth_method_name, settings.auth_data) == ("token", b"abc.def.ghi")
 
 
+@pytest.mark.parametrize("data", ["token:abc.def.ghi", '{"token": "abc.def.ghi"}', "abc.def.ghi"])
+def test_a_token_written_inline_is_left_out_of_the_resolved_config(data: str) -> None:
+    """What the manifest holds (issue 41): the token given inline is `<redacted>` there."""
+    config = _parse({"plugin": PLUGIN, "data": data})
+    assert config.to_dict()["client"]["authentication"] == {"plugin": PLUGIN, "data": "<redacted>"}
+    assert "abc.def.ghi" not in repr(config.to_dict())
+    assert config.admin_token() == "abc.def.ghi"  # the run itself still has it
+
+
 def test_a_token_file_is_read_once_at_parse_time_and_kept_a_reference(tmp_path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("from.a.file\n")
