@@ -10,8 +10,8 @@ from results_contract/client_bound.py, the rules the analysis judges with.
 
 One server serves every case of a sweep; each case's series carry its run id and case label.
 Besides `/metrics` it serves `/targets`, Prometheus's HTTP service discovery: this server,
-and the bundled broker's admin API (whose `/metrics` has Pulsar's names) when the run started
-one, so that a Prometheus configured once finds a broker whose port changes every case.
+and the broker's admin API (whose `/metrics` has Pulsar's names): the bundled broker's, whose
+port changes every case, or the driver file's `adminUrl` (a Pulsar cluster's web port).
 The metric names are listed in docs/results.md ("Live metrics").
 """
 
@@ -147,10 +147,11 @@ class LiveMetrics:
             sums.kernel_pending.append(report.kernel_hist)
 
     def targets(self) -> list[dict[str, Any]]:
-        """Prometheus HTTP service discovery: this server, and the run's bundled broker."""
+        """Prometheus HTTP service discovery: this server, and the run's broker's admin API."""
         found = [{"targets": [f"{self.host}:{self.port}"], "labels": {"job": HARNESS_JOB}}]
-        broker = None if self.coordinator is None else self.coordinator.broker
-        admin = None if broker is None else broker.admin_url
+        run = self.coordinator
+        # The bundled broker's, or a broker of the driver file's (a Pulsar cluster's web port).
+        admin = None if run is None else run.broker.admin_url if run.broker else run.plan.admin_url
         if admin:
             found.append({"targets": [urlsplit(admin).netloc], "labels": {"job": BROKER_JOB}})
         return found

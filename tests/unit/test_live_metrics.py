@@ -128,3 +128,12 @@ def test_targets_name_the_server_and_the_bundled_broker(live):
         {"targets": [f"127.0.0.1:{live.port}"], "labels": {"job": "fanout-bench"}},
         {"targets": ["127.0.0.1:28080"], "labels": {"job": "broker"}},
     ]
+
+
+def test_targets_name_a_broker_of_the_driver_files_own(live):
+    run = _coordinator([])
+    run.broker, run.plan.admin_url = None, "http://10.0.0.5:8080"
+    live.watch(run, "c")
+    assert live.targets()[1] == {"targets": ["10.0.0.5:8080"], "labels": {"job": "broker"}}
+    run.plan.admin_url = None  # a broker without an admin API: this server only
+    assert [t["labels"]["job"] for t in live.targets()] == ["fanout-bench"]
