@@ -118,7 +118,7 @@ def read_columns(path: Path, columns: Mapping[str, Parser]) -> dict[str, list[An
         raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except csv.Error as exc:
         raise AnalysisError(f"{path}: not valid CSV ({exc})") from None
-    if not head or any(n not in head for n in columns) or any(len(f) != len(head) for f in records):
+    if not head or any(n not in head for n in columns) or set(map(len, records)) - {len(head)}:
         return _by_rows(path, columns)
     values = {}
     for name, parse in columns.items():
