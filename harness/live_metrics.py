@@ -67,6 +67,8 @@ METRICS = (
     "fanout_client_bound",
 )
 """Every sample name /metrics serves (docs/results.md lists the same)."""
+MAX_PENDING = 60
+"""Kernel intervals a worker's reports may leave undecoded between two scrapes."""
 TARGETS_PATH = "/targets"
 HARNESS_JOB = "fanout-bench"
 BROKER_JOB = "broker"
@@ -145,6 +147,8 @@ class LiveMetrics:
             sums.max_loop_lag_ms = max(sums.max_loop_lag_ms, report.loop_lag_ms)
         if report.kernel_hist:
             sums.kernel_pending.append(report.kernel_hist)
+            if len(sums.kernel_pending) >= MAX_PENDING:  # nobody scrapes: hold no more
+                self._fold(sums)
 
     def targets(self) -> list[dict[str, Any]]:
         """Prometheus HTTP service discovery: this server, and the run's broker's admin API."""
@@ -161,13 +165,16 @@ class LiveMetrics:
         every worker, merged, is returned."""
         last = new_histogram()
         for sums in self.sums.values():
-            for blob in sums.kernel_pending:
-                sums.kernel_last = decode(blob)
-                self.kernel_run.add(sums.kernel_last)
-            sums.kernel_pending.clear()
+            self._fold(sums)
             if sums.kernel_last is not None:
                 last.add(sums.kernel_last)
         return last
+
+    def _fold(self, sums: _WorkerSums) -> None:
+        for blob in sums.kernel_pending:
+            sums.kernel_last = decode(blob)
+            self.kernel_run.add(sums.kernel_last)
+        sums.kernel_pending.clear()
 
     def close(self) -> None:
         self.server.shutdown()

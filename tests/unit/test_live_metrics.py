@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.live_metrics import LiveMetrics
+from harness.live_metrics import MAX_PENDING, LiveMetrics
 from harness.messages import PhaseTimes, ProgressReport
 from results_contract.hlog import new_histogram
 
@@ -137,3 +137,12 @@ def test_targets_name_a_broker_of_the_driver_files_own(live):
     assert live.targets()[1] == {"targets": ["10.0.0.5:8080"], "labels": {"job": "broker"}}
     run.plan.admin_url = None  # a broker without an admin API: this server only
     assert [t["labels"]["job"] for t in live.targets()] == ["fanout-bench"]
+
+
+def test_unscraped_kernel_intervals_are_folded_not_held(live):
+    live.watch(_coordinator([_worker("w0", None)]), "c")
+    for i in range(MAX_PENDING + 5):
+        live.on_progress(ProgressReport("w0", kernel_hist=_hist(1000 + i)))
+    assert len(live.sums["w0"].kernel_pending) < MAX_PENDING
+    live.merge_kernel()
+    assert live.kernel_run.get_total_count() == MAX_PENDING + 5
