@@ -148,7 +148,8 @@ def test_a_bad_vhost_or_login_stops_the_run_in_one_line_naming_the_key(
 def test_an_embedded_node_killed_mid_run_is_a_partial_run_with_failed_publishes(tmp_path) -> None:
     """The harness starts the node (drivers/rabbitmq.yaml), measures beam.smp's CPU and reads
     its version; killed in the measure phase, the run ends on time, exit 3, the publishes after
-    the kill failed and the consumers are short of them, and nothing of the node (beam.smp, epmd, its database) is left behind."""
+    the kill failed and the consumers are short of them, and nothing of the node (beam.smp,
+    epmd, its database) is left behind."""
     program("rabbitmq")
     workload = tmp_path / "workload.yaml"
     workload.write_text(
