@@ -226,3 +226,34 @@ def _node_in_measure_phase(proc: subprocess.Popen[str], results: Path) -> psutil
             assert len(beams) == 1
             return beams[0]
     raise AssertionError("the run never reached its measure phase")
+
+
+def test_heartbeats_keep_an_idle_connection_open(rabbitmq) -> None:
+    """client.heartbeatSeconds 1: the server closes a connection that misses two heartbeats,
+    so an idle 3.5 s that ends with every delivery made says the driver's flowed."""
+    driver = RabbitMqDriver()
+    got: list[bytes] = []
+
+    class Callback:
+        def message_received(self, index, payload, receive_us, stamps, kernel_us) -> None:
+            got.append(payload)
+
+        def messages_received(self, indexes, payload, receive_us, stamps, kernel_us) -> None:
+            got.extend(payload for _ in indexes)
+
+    config = RabbitMqConfig(
+        client=RabbitMqClientConfig(service_url=rabbitmq.url, heartbeat_seconds=1)
+    )
+    driver.initialize(config, Callback(), consumers_per_connection=1, service_url=rabbitmq.url)
+    try:
+        assert driver.subscribe(ConsumerSpec(0, "c0", "beat-t", "sub-0", "Broadcast")).ok
+        producer = driver.create_producer("beat-t")
+        gevent.sleep(3.5)
+        acks: list[Exception | None] = []
+        producer.send_async(None, b"after the wait", acks.append)
+        with gevent.Timeout(10, False):  # type: ignore[arg-type]
+            while not got or not acks:
+                gevent.sleep(0.02)
+        assert acks == [None] and got == [b"after the wait"]
+    finally:
+        driver.close()
