@@ -18,6 +18,7 @@ import asyncio
 import json
 import tempfile
 import time
+import tracemalloc
 
 from broker.admin.stats import prometheus_text, topic_stats
 from broker.app import loop_factory
@@ -104,8 +105,15 @@ def _acks(first_id: int, count: int, ledger_id: int, entry_id: int) -> bytes:
 
 
 async def _run(
-    consumers: int, per_connection: int, entries: int, size: int, shared: bool = False
+    consumers: int,
+    per_connection: int,
+    entries: int,
+    size: int,
+    shared: bool = False,
+    trace: int = 0,
 ) -> None:
+    """`trace`: list that many source lines holding the most memory at the end (tracemalloc,
+    per consumer; the traced run is several times slower, and its RSS larger)."""
     with tempfile.TemporaryDirectory() as data_dir:
         storage = LedgerStorage(BrokerConfig(dataDir=data_dir))
         service = BrokerService(BrokerConfig(dataDir=data_dir), storage)
@@ -113,8 +121,13 @@ async def _run(
         storage.attach(service.loop)
         rss_before = _status_kib("VmRSS")
         try:
+            if trace:
+                tracemalloc.start(1)
             await _measure(service, consumers, per_connection, entries, size, shared)
             peak = _status_kib("VmHWM")  # before the save and the stats below
+            if trace:
+                _print_held(tracemalloc.take_snapshot(), consumers, trace)
+                tracemalloc.stop()
             started = time.process_time()
             await storage.flush_cursors(everything=True)
             saved = time.process_time() - started
@@ -200,6 +213,14 @@ async def _until_sent(subs: list, target: int) -> float:
         await asyncio.sleep(0.001)
 
 
+def _print_held(snapshot: tracemalloc.Snapshot, consumers: int, lines: int) -> None:
+    stats = snapshot.statistics("lineno")
+    total = sum(stat.size for stat in stats)
+    print(f"traced, held at the end: {total / consumers:.0f} B/consumer")
+    for stat in stats[:lines]:
+        print(f"{stat.size / consumers:8.1f} B/consumer {stat.count:9d} blocks  {stat.traceback}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--consumers", type=int, default=10_000)
@@ -207,9 +228,21 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=20)
     parser.add_argument("--size", type=int, default=10_240)
     parser.add_argument("--shared", action="store_true", help="one Shared subscription each")
+    parser.add_argument(
+        "--tracemalloc", type=int, default=0, metavar="LINES", help="where the memory is held"
+    )
     args = parser.parse_args()
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        runner.run(_run(args.consumers, args.per_connection, args.entries, args.size, args.shared))
+        runner.run(
+            _run(
+                args.consumers,
+                args.per_connection,
+                args.entries,
+                args.size,
+                args.shared,
+                args.tracemalloc,
+            )
+        )
 
 
 if __name__ == "__main__":
