@@ -83,6 +83,19 @@ def _grouped(marks: np.ndarray, mask: np.ndarray, names: list[Any]) -> Groups:
     return [(int(ordered[s]), [], picked[s:e]) for s, e in zip(starts, ends, strict=True)]
 
 
+class _NoUnacked(dict[int, int]):
+    """A Broadcast consumer's `Consumer.unacked`: what it owes is its virtual cursor's, so this
+    stays empty. One shared by all of them, not a dict each (64 B a consumer); a write raises."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a Broadcast consumer's unacknowledged entries are its cursor's")
+
+    __setitem__ = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+
+
+NO_UNACKED = _NoUnacked()
+
+
 def _wire_id(consumer: Consumer) -> int:
     return id(consumer.wire)
 
@@ -191,6 +204,7 @@ class BroadcastDispatcher(Dispatcher):
             self._owners[name] = consumer
             self._unsaved = True  # saved at the next snapshot, whenever that comes
         consumer.slot = len(self.consumers)
+        consumer.unacked = NO_UNACKED
         self.consumers.append(consumer)
         group = self._by_wire.get(consumer.wire)
         if group is None:
