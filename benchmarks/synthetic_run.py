@@ -9,7 +9,8 @@ every FAIL_EVERY-th consumer fails to subscribe, and among those that subscribed
 SHORT_EVERY-th misses a message, every OVER_EVERY-th gets one twice, every REORDER_EVERY-th
 sees one out of order. Deterministic (seeded). Run:
 `python -m benchmarks.synthetic_run OUT_DIR [--consumers N] [--workers N] [--per-connection N]
-[--rate MSG_PER_S] [--seconds S]`, then `bench analyze OUT_DIR` and `bench report OUT_DIR`.
+[--rate MSG_PER_S] [--seconds S] [--measure]`, then `bench analyze OUT_DIR` and `bench report
+OUT_DIR`; `--measure` does both in this process and prints each step's wall and CPU time.
 """
 
 from __future__ import annotations
@@ -351,6 +352,51 @@ def _write_broker_stats(run_dir: Path, phases: dict[str, float], deliveries: int
         (run_dir / BROKER_DIR / f"stats-{n}.json").write_text(json.dumps(stats))
 
 
+def _tree_cpu_s() -> float:
+    """CPU seconds of this process and its children (Spark's JVM, PySpark's workers), reaped
+    children included: the JVM is not waited for, so the shell's `time` misses it."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            cpu = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += cpu.user + cpu.system + cpu.children_user + cpu.children_system
+    return total
+
+
+def measure(run_dir: Path, master: str = "local[*]") -> str:
+    """`bench analyze` and `bench report` of `run_dir` in this process, each step's wall and
+    CPU time: the Spark session's start, the analysis, the report."""
+    from reports.render import render_run
+    from spark_analysis import analyze_run
+    from spark_analysis.session import build_session
+
+    marks = [(time.perf_counter(), _tree_cpu_s())]
+    spark = build_session(master)
+    marks.append((time.perf_counter(), _tree_cpu_s()))
+    summary = analyze_run(run_dir, spark=spark)
+    marks.append((time.perf_counter(), _tree_cpu_s()))
+    report = render_run(summary)
+    marks.append((time.perf_counter(), _tree_cpu_s()))
+    spark.stop()
+    steps = ("session", "analysis", "report")
+    said = [
+        f"{name} {t1 - t0:.1f} s ({c1 - c0:.1f} s CPU)"
+        for name, (t0, c0), (t1, c1) in zip(steps, marks, marks[1:], strict=False)
+    ]
+    (t_first, c_first), (t_last, c_last) = marks[0], marks[-1]
+    with open("/proc/loadavg", encoding="ascii") as loadavg:
+        load = " ".join(loadavg.read().split()[:3])
+    return (
+        f"{', '.join(said)}; together {t_last - t_first:.1f} s ({c_last - c_first:.1f} s CPU); "
+        f"report.html {report.stat().st_size:,} bytes; load average {load}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="the run folder to write (must not exist)")
@@ -359,6 +405,9 @@ def main() -> None:
     parser.add_argument("--per-connection", type=int, default=100)
     parser.add_argument("--rate", type=float, default=0.1, help="messages a second")
     parser.add_argument("--seconds", type=int, default=60, help="the measure phase")
+    parser.add_argument(
+        "--measure", action="store_true", help="then analyse it and render its report, timed"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True)
     t0 = time.perf_counter()
@@ -370,7 +419,9 @@ def main() -> None:
         rate=args.rate,
         seconds=args.seconds,
     )
-    print(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s: {truth}")
+    print(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s: {truth}", flush=True)
+    if args.measure:
+        print(measure(args.out))
 
 
 if __name__ == "__main__":
