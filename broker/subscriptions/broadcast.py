@@ -171,12 +171,12 @@ class BroadcastDispatcher(Dispatcher):
         else:
             self._holes.pop(consumer, None)
 
-    def cursor_of(self, consumer: Consumer) -> Cursor | None:
+    def cursor_of(self, consumer: Consumer) -> Cursor:
         """A connected consumer's virtual cursor as a `Cursor` (a copy of its positions; its
         extras shared): for tests and admin, not for the paths that run per delivery."""
         slot = consumer.slot
         if slot < 0:
-            return None
+            raise KeyError(f"consumer {consumer.name!r} is not on this subscription")
         holes = self._holes.get(consumer)
         return self._load(slot, None if holes is None else holes)
 
