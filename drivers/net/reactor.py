@@ -23,6 +23,7 @@ import logging
 import select
 import weakref
 from collections.abc import Callable
+from time import perf_counter
 from typing import Protocol
 
 import gevent
@@ -41,6 +42,15 @@ MAX_EVENTS = 256
 """Sockets handled per pass at most; then the loop turns, so a storm of ready sockets does not
 hold up the other greenlets and the timers for its whole length (256 reads of 10 KB are a few
 ms)."""
+
+
+PASS_SECONDS = 0.02
+"""A pass ends once its reads took this long, whatever is still ready (the epoll is level-
+triggered: the next pass finds it). At a million consumers a worker's 5,000 connections each
+bring an entry's 100 MESSAGEs: 256 of them in one pass are 25,600 deliveries, about 150 ms at
+the 5.75 µs a delivery cost there (docs/benchmarks.md), past the client-bound limit on the
+loop's lag (100 ms), while the timers (the ack flusher, the lag probe, the producer's
+schedule) waited."""
 
 
 class Readable(Protocol):
@@ -124,6 +134,7 @@ class Reactor:
                 # ready, which a burst to 10,000 sockets does not have for seconds.
                 hub.wait(watcher)
                 ready = epoll.poll(0, MAX_EVENTS)
+                deadline = perf_counter() + PASS_SECONDS
                 for fd, _ in ready:
                     reader = readers.get(fd)
                     if reader is not None:  # removed by a reader before it in this pass
@@ -132,6 +143,8 @@ class Reactor:
                         except Exception:
                             log.exception("reader of descriptor %d failed", fd)
                             self.remove(fd)
+                        if perf_counter() > deadline:
+                            break  # the rest are still ready: the next pass reads them
                 self._end_pass()
         finally:
             watcher.close()

@@ -112,3 +112,40 @@ def test_a_pass_groups_one_message_across_sockets_and_keeps_each_sockets_order()
                 ((2,), b, 11, 6),
                 ((2,), a, 13, 8),
             ]
+
+
+class SlowReader(Reader):
+    """A reader that takes 10 ms of the loop, as an entry to 100 consumers does."""
+
+    def on_readable(self) -> None:
+        import time
+
+        time.sleep(0.01)  # the real sleep: the loop does not turn meanwhile
+        super().on_readable()
+
+
+def test_a_long_pass_ends_early_and_the_loop_turns_before_the_rest_is_read() -> None:
+    engine = Reactor()
+    pairs = [socket.socketpair() for _ in range(20)]
+    log: list = []
+    ends: list[int] = []
+    readers = [SlowReader(ours, log, engine, ends) for ours, _ in pairs]
+    turned: list[int] = []
+    try:
+        for reader in readers:
+            engine.add(reader.sock.fileno(), reader)
+        for n, (_, theirs) in enumerate(pairs):
+            theirs.sendall(b"m%d" % n)
+        gevent.spawn_later(0, lambda: turned.append(len(log)))  # a timer, as the lag probe
+        with gevent.Timeout(3):
+            while len(log) < 20:
+                gevent.sleep(0.01)
+        assert sorted(data for _, data in log) == sorted(b"m%d" % n for n in range(20))
+        assert len(ends) > 1  # more than one pass, each ended once
+        assert turned and turned[0] < 20  # the timer ran before every socket was read
+    finally:
+        for reader in readers:
+            engine.remove(reader.sock.fileno())
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
