@@ -197,6 +197,7 @@ class BroadcastDispatcher(Dispatcher):
             if extras is not None:
                 extras.redeliver = None
             self._forget_departed(i)
+            self._compact_departed()  # consumers coming back leave dead slots behind
         else:
             mark = self._start_mark()
             read = rewound = mark + 1
@@ -342,8 +343,8 @@ class BroadcastDispatcher(Dispatcher):
         if expired:
             self.expired_cursors += len(expired)
             self._slowest_stale = self._unsaved = True
-            self._compact_departed()
             self._cursor_moved()
+        self._compact_departed()
         self._schedule_expiry()
 
     def restore_consumer_cursors(self, cursors: dict[str, tuple[int, set[int]]], end: int) -> None:
