@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from results_contract.harness_cost import HARNESS_COST, HARNESS_COST_FIELDS
+from results_contract.identity import IDENTITY_KEY
 from results_contract.policy_events import POLICIES
 from results_contract.schemas import SUMMARY_SCHEMA
 
@@ -36,6 +37,7 @@ class Top(StrEnum):
     UNITS = "units"
     WORKLOAD = "workload"
     DRIVER = "driver"
+    IDENTITY = IDENTITY_KEY
     ENVIRONMENT = "environment"
     HEADLINE = "headline"
     LATENCY = "latency"

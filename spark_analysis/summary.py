@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from results_contract.identity import IDENTITY_KEY
 from results_contract.metrics import E2E, E2E_KERNEL, METRICS
 from results_contract.schemas import SUMMARY_SCHEMA, SUMMARY_UNITS
 from results_contract.summary import (
@@ -67,7 +66,7 @@ def build_summary(
         Top.UNITS: dict(SUMMARY_UNITS),
         Top.WORKLOAD: manifest.workload,
         Top.DRIVER: manifest.driver,
-        IDENTITY_KEY: manifest.identity,
+        Top.IDENTITY: manifest.identity,
         Top.ENVIRONMENT: {
             Environment.HOSTS: manifest.hosts,
             Environment.CLOCKS: manifest.clocks,
