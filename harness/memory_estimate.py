@@ -4,16 +4,18 @@ Over what the machine has available it is a warning, never a refusal: the estima
 model, and a run that would swap is still worth its numbers to someone who knows (19,000
 one-connection consumers must run wherever their sockets fit, harness/sockets.py).
 
-The model's constants are resident memory measured on this project's runs (native driver,
-bundled broker, loopback; docs/workloads.md says how):
-- 500 and 2,500 one-connection Broadcast consumers of 1 KB messages, one worker: the worker
-  at 117 and 327 MiB, the broker at 54 and 71 MiB;
-- 500 to 2,000 Broadcast and Shared consumers 100 to a connection, 10 KB, two workers: each
-  worker at 69, 76 and 87 MiB, the broker at 54 MiB.
-A connection's read buffer starts at 64 KiB and doubles, up to 1 MiB, while its reads fill
-it (drivers/pulsar/connection.py, RECV_START and RECV_SIZE): one read takes an entry's
-frames to every consumer of the connection, so the model sizes it by consumers per
-connection times the message size.
+The model's constants are fitted to peak resident memory (VmHWM, benchmarks/proc_watch.py) of
+this project's runs after issue 40 (native driver, bundled broker, loopback, two workers,
+2026-11-28; docs/benchmarks.md, "A million consumers"), each within 7 %:
+- 20,000 Broadcast consumers, 100 to a connection, 1 KB: workers 186 MiB, broker 85 MiB;
+- 19,000 one-connection Broadcast consumers, 1 KB: workers 320 MiB, broker 185 MiB;
+- 100,000 Broadcast consumers, 100 to a connection, 10 KB: workers 281 MiB, broker 153 MiB;
+- 1,000,000 Broadcast consumers, 100 to a connection, 1 KB: workers 1,109 MiB, broker 889 MiB;
+- 10,000 one-consumer Shared subscriptions, 100 to a connection: broker 120 MiB.
+A consumer costs a worker a group's share of a Locust user, its state in the driver, the codec
+and the recorder; a connection its socket, codec and shell. Read buffers are not a
+connection's own: the process lends a few (pulsar_protocol.frames.ReadBuffers), each as
+large as one read of consumers per connection times the message size, at most 1 MiB.
 """
 
 from __future__ import annotations
@@ -30,18 +32,24 @@ __all__ = ["MemoryEstimate", "available_memory", "estimate", "memory_warning", "
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
-WORKER_BASE = 65 * MIB
+WORKER_BASE = 80 * MIB
 """A worker process with nothing open: Python, gevent, Locust, the recorder."""
-WORKER_PER_CONSUMER = 14 * KIB
-WORKER_PER_CONNECTION = 25 * KIB
-"""Besides its read buffer: the socket's wrapper, the codec, the connection's state."""
+WORKER_PER_CONSUMER = 920
+WORKER_PER_CONNECTION = 7_500
+"""Besides the read buffers: the socket's wrapper, the codec, the connection's state."""
+READ_BUFFERS = 4
+"""Read buffers a worker keeps lent out and spare (pulsar_protocol.frames.ReadBuffers.keep)."""
 READ_BUFFER_MIN, READ_BUFFER_MAX = 64 * KIB, 1 * MIB
 WORKER_PER_TLS_CONNECTION = 45 * KIB
 """A pulsar+ssl:// connection's TlsChannel (OpenSSL's state and record buffers): 500
 handshaken in one process, each after a 10 KB record, took 44.9 KiB each."""
-BROKER_BASE = 50 * MIB
-BROKER_PER_CONNECTION = 7 * KIB
-BROKER_PER_CONSUMER = 2 * KIB
+BROKER_BASE = 70 * MIB
+"""numpy's arrays of Broadcast cursors (broker/subscriptions/broadcast.py) included."""
+BROKER_PER_CONNECTION = 5_600
+BROKER_PER_CONSUMER = 820
+BROKER_PER_SUBSCRIPTION = 4_300
+"""A subscription's own cursor, dispatcher and stored state, beyond its consumers (the
+seed's baseline has one per consumer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +73,11 @@ def estimate(
     workers: int,
     bundled_broker: bool,
     tls: bool = False,
+    subscriptions: int = 1,
 ) -> MemoryEstimate:
     """The run's resident memory on this machine: `workers` local worker processes (0: none
     here) holding all the connections (`tls`: over pulsar+ssl://), and the bundled broker
-    when it runs here."""
+    when it runs here, with `subscriptions` subscriptions in all."""
     per_connection = max(1, per_connection)
     consumer_connections = -(-consumers // per_connection)
     connections = consumer_connections + producers
@@ -76,15 +85,17 @@ def estimate(
     worker_bytes = 0
     if workers > 0:
         worker_bytes = (
-            workers * WORKER_BASE
+            workers * (WORKER_BASE + READ_BUFFERS * read_buffer)
             + consumers * WORKER_PER_CONSUMER
             + connections * (WORKER_PER_CONNECTION + (WORKER_PER_TLS_CONNECTION if tls else 0))
-            + consumer_connections * read_buffer
         )
     broker_bytes = 0
     if bundled_broker:
         broker_bytes = (
-            BROKER_BASE + connections * BROKER_PER_CONNECTION + consumers * BROKER_PER_CONSUMER
+            BROKER_BASE
+            + connections * BROKER_PER_CONNECTION
+            + consumers * BROKER_PER_CONSUMER
+            + subscriptions * BROKER_PER_SUBSCRIPTION
         )
     return MemoryEstimate(worker_bytes, broker_bytes)
 
@@ -134,6 +145,7 @@ def memory_warnings(
                 workers=local_workers(case, driver),
                 bundled_broker=driver.uses_bundled_broker and driver.embedded is None,
                 tls=(driver.config.service_url or "").startswith("pulsar+ssl://"),
+                subscriptions=case.total_subscriptions,
             )
             warning = memory_warning(found, available)
             if warning is not None:
