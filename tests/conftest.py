@@ -86,10 +86,6 @@ LONGEST_FILES = (
     "test_deploy_ansible.py",
     "test_omb_loops.py",
     "test_ci_workflow.py",
-    "test_driver_rabbitmq.py",
-    "test_live_metrics.py",
-    "test_rogue_worker.py",
-    "test_multi_host.py",
     "test_end_to_end.py",
     "test_analysis_cli.py",
     "test_driver_sweep.py",
@@ -100,13 +96,10 @@ LONGEST_FILES = (
     "test_analysis_spark_cluster.py",
     "test_repeat_run.py",
     "test_run_terminal.py",
-    "test_analysis_many_consumers.py",
-    "test_warmup_case.py",
 )
 """The files that took longest in a full run, longest first (`make test PYTEST_ARGS='-n 6
 --dist loadfile --durations=30'`, 2026-11-26 11:20, over 30 s each): a scheduling hint,
-nothing else depends on it. The files added since (RabbitMQ, live metrics, the rogue worker,
-many consumers, the warm-up case) are placed by the times their authors gave, 2026-11-28."""
+nothing else depends on it."""
 
 
 PORTS = range(21000, 31000)
