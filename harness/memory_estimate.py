@@ -14,7 +14,7 @@ this project's runs after issue 40 (native driver, bundled broker, loopback, two
 - 10,000 one-consumer Shared subscriptions, 100 to a connection: broker 120 MiB.
 A consumer costs a worker a group's share of a Locust user, its state in the driver, the codec
 and the recorder; a connection its socket, codec and shell. Read buffers are not a
-connection's own: the process lends a few (pulsar_protocol.frames.ReadBuffers), each as
+connection's own: the process lends a few (the codec's ReadBuffers, in the driver), each as
 large as one read of consumers per connection times the message size, at most 1 MiB.
 """
 
@@ -38,7 +38,7 @@ WORKER_PER_CONSUMER = 920
 WORKER_PER_CONNECTION = 7_500
 """Besides the read buffers: the socket's wrapper, the codec, the connection's state."""
 READ_BUFFERS = 4
-"""Read buffers a worker keeps lent out and spare (pulsar_protocol.frames.ReadBuffers.keep)."""
+"""Read buffers a worker keeps lent out and spare (the codec's ReadBuffers.keep)."""
 READ_BUFFER_MIN, READ_BUFFER_MAX = 64 * KIB, 1 * MIB
 WORKER_PER_TLS_CONNECTION = 45 * KIB
 """A pulsar+ssl:// connection's TlsChannel (OpenSSL's state and record buffers): 500

@@ -54,9 +54,10 @@ def test_a_backlog_is_built_with_consumers_paused_then_drained_and_timed(tmp_pat
         consumersPerTopic: 5
         warmupDurationSeconds: 1
         testDurationSeconds: 2
-        # Under `pytest -n 6` on 2 cores the last deliveries have come 4 s late: the drain
-        # is what lets them arrive before the run counts what was lost.
-        drainSeconds: 8
+        # Under `pytest -n 6` on 2 cores the last deliveries have come 4 s late, and 130
+        # of them more than 8 s late once (2026-11-28, beside the RabbitMQ and live-metrics
+        # tests): the drain is what lets them arrive before the run counts what was lost.
+        drainSeconds: 12
         consumerBacklogSizeGB: 0.001
         backlogDrainRatio: 0.9
         """,
