@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-TICK = os.sysconf("SC_CLK_TCK")
+from harness.process_sampler import read_process
 
 
 def _children(pid: int) -> list[int]:
@@ -62,16 +61,16 @@ def _sample(pid: int) -> tuple[str, int, float] | None:
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         status = Path(f"/proc/{pid}/status").read_text()
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
+        return None
+    process = read_process(pid)  # the harness's own reading of /proc/<pid>/stat
+    if process is None:
         return None
     hwm = 0
     for line in status.splitlines():
         if line.startswith("VmHWM:"):
             hwm = int(line.split()[1]) * 1024
-    fields = stat.rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / TICK
-    return _role([c.decode(errors="replace") for c in cmd if c]), hwm, cpu
+    return _role([c.decode(errors="replace") for c in cmd if c]), hwm, process[0]
 
 
 def _cmd(pid: int) -> str:

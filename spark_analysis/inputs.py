@@ -10,10 +10,11 @@ import csv
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from results_contract import identity
 from results_contract.columns import Columns, Kind
@@ -91,9 +92,17 @@ def read_csv(path: Path, columns: Mapping[str, Parser]) -> list[tuple[int, Row]]
 
     The header may hold the columns in any order, and extra ones, but must hold all of them.
     """
+    with _csv_file(path) as stream:
+        return _parse_csv(path, csv.reader(stream), columns)
+
+
+@contextmanager
+def _csv_file(path: Path) -> Iterator[TextIO]:
+    """`path` open as CSV text; a missing file, bytes that are not UTF-8 and broken CSV raise
+    AnalysisError naming the file."""
     try:
         with open(path, encoding="utf-8", newline="") as stream:
-            return _parse_csv(path, csv.reader(stream), columns)
+            yield stream
     except FileNotFoundError:
         raise AnalysisError(f"{path}: missing") from None
     except UnicodeDecodeError as exc:
@@ -107,17 +116,10 @@ def read_columns(path: Path, columns: Mapping[str, Parser]) -> dict[str, list[An
     a million consumers): each column is checked whole (str methods over its joined text) and
     converted by one map, not a parser call per field. When a check fails, `read_csv` reads
     the file again and names the line, so the two fail with the same message."""
-    try:
-        with open(path, encoding="utf-8", newline="") as stream:
-            reader = csv.reader(stream)
-            head = next(reader, None)
-            records = [fields for fields in reader if fields]
-    except FileNotFoundError:
-        raise AnalysisError(f"{path}: missing") from None
-    except UnicodeDecodeError as exc:
-        raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    except csv.Error as exc:
-        raise AnalysisError(f"{path}: not valid CSV ({exc})") from None
+    with _csv_file(path) as stream:
+        reader = csv.reader(stream)
+        head = next(reader, None)
+        records = [fields for fields in reader if fields]
     if not head or any(n not in head for n in columns) or set(map(len, records)) - {len(head)}:
         return _by_rows(path, columns)
     values = {}

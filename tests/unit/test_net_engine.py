@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -27,17 +29,33 @@ class Reader:
         self.engine.after_pass("end", lambda: self.ends.append(len(self.log)))
 
 
-def test_one_pass_reads_every_ready_socket_then_runs_its_end_once() -> None:
+@contextmanager
+def _ready_sockets(
+    kind: type[Reader], n: int
+) -> Iterator[tuple[Reactor, list, list, tuple[list, list]]]:
+    """`n` socketpairs, a `kind` reader on each registered with a new engine, each made ready
+    (b"m<i>" sent) before the engine first runs: (engine, pairs, readers, (log, ends))."""
     engine = Reactor()
-    pairs = [socket.socketpair() for _ in range(20)]
+    pairs = [socket.socketpair() for _ in range(n)]
     log: list = []
     ends: list[int] = []
-    readers = [Reader(ours, log, engine, ends) for ours, _ in pairs]
+    readers = [kind(ours, log, engine, ends) for ours, _ in pairs]
     try:
         for reader in readers:
             engine.add(reader.sock.fileno(), reader)
-        for n, (_, theirs) in enumerate(pairs):
-            theirs.sendall(b"m%d" % n)  # all ready before the engine first runs: one pass
+        for i, (_, theirs) in enumerate(pairs):
+            theirs.sendall(b"m%d" % i)
+        yield engine, pairs, readers, (log, ends)
+    finally:
+        for reader in readers:
+            engine.remove(reader.sock.fileno())
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+
+
+def test_one_pass_reads_every_ready_socket_then_runs_its_end_once() -> None:
+    with _ready_sockets(Reader, 20) as (engine, pairs, readers, (log, ends)):
         with gevent.Timeout(2):
             while len(log) < 20:
                 gevent.sleep(0.01)
@@ -52,12 +70,6 @@ def test_one_pass_reads_every_ready_socket_then_runs_its_end_once() -> None:
         gevent.sleep(0.05)
         assert log[20] == (readers[1], b"again")  # a removed socket is not read
         assert len(log) == 21 and ends == [20, 21]
-    finally:
-        for reader in readers:
-            engine.remove(reader.sock.fileno())
-        for ours, theirs in pairs:
-            ours.close()
-            theirs.close()
 
 
 @dataclass
@@ -125,17 +137,8 @@ class SlowReader(Reader):
 
 
 def test_a_long_pass_ends_early_and_the_loop_turns_before_the_rest_is_read() -> None:
-    engine = Reactor()
-    pairs = [socket.socketpair() for _ in range(20)]
-    log: list = []
-    ends: list[int] = []
-    readers = [SlowReader(ours, log, engine, ends) for ours, _ in pairs]
     turned: list[int] = []
-    try:
-        for reader in readers:
-            engine.add(reader.sock.fileno(), reader)
-        for n, (_, theirs) in enumerate(pairs):
-            theirs.sendall(b"m%d" % n)
+    with _ready_sockets(SlowReader, 20) as (_, _, _, (log, ends)):
         gevent.spawn_later(0, lambda: turned.append(len(log)))  # a timer, as the lag probe
         with gevent.Timeout(3):
             while len(log) < 20:
@@ -143,9 +146,3 @@ def test_a_long_pass_ends_early_and_the_loop_turns_before_the_rest_is_read() -> 
         assert sorted(data for _, data in log) == sorted(b"m%d" % n for n in range(20))
         assert len(ends) > 1  # more than one pass, each ended once
         assert turned and turned[0] < 20  # the timer ran before every socket was read
-    finally:
-        for reader in readers:
-            engine.remove(reader.sock.fileno())
-        for ours, theirs in pairs:
-            ours.close()
-            theirs.close()
