@@ -47,7 +47,7 @@ def _role(cmdline: list[str]) -> str:
         return "speed-probe"
     if "harness worker" in text or "bench worker" in text:
         return "worker"
-    if cmdline and cmdline[0].endswith("java"):
+    if (cmdline and cmdline[0].endswith("java")) or "spark_analysis" in text or "pyspark" in text:
         return "analysis"
     if "broker" in text and " run " not in f" {text} ":
         return "broker"
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 if old is not None and role == "other":
                     role = old[0]  # an exiting process's command line reads empty
                 seen[pid] = (role, max(hwm, old[1] if old else 0), cpu)
-                names.setdefault(pid, _cmd(pid))
+                names[pid] = _cmd(pid) or names.get(pid, "")  # after exec, not the fork's
         time.sleep(1.0)
     roles: dict[str, list[tuple[int, float]]] = {}
     for role, hwm, cpu in seen.values():
