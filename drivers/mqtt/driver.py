@@ -29,6 +29,7 @@ from drivers.base import ConsumerCallback, ConsumerSpec, SubscribeResult
 from drivers.config import InvalidValue, Parser, check_keys, describe, integer, parse_section
 from drivers.mqtt.connection import MqttConnection
 from drivers.mqtt.packets import MQTT_3_1_1, MQTT_5
+from drivers.net.keep_alive import keep_alive
 from drivers.peer.connection import RequestFailed, now_us
 from drivers.peer.driver import PeerDriver
 from drivers.peer.pool import Connections
@@ -165,14 +166,10 @@ class MqttDriver(PeerDriver[MqttConnection]):
         admin_url: str | None = None,
     ) -> None:
         self._config = config
-        # Pinged at half the interval the server allows, as its own clients do.
-        self._initialize(
-            config.client,
-            callback,
-            consumers_per_connection,
-            service_url,
-            ping_every=config.client.keep_alive_seconds / 2,
-        )
+        self._initialize(config.client, callback, consumers_per_connection, service_url)
+        seconds = config.client.keep_alive_seconds
+        if seconds:
+            self._group.spawn(keep_alive, lambda: self._ready().live, seconds / 2)
 
     def _make_connection(
         self,

@@ -10,7 +10,6 @@ from typing import ClassVar, Generic, TypeVar
 from gevent.pool import Group
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError
-from drivers.net.keep_alive import keep_alive
 from drivers.net.reactor import reactor
 from drivers.peer.connection import PeerConnection, reach
 from drivers.peer.modes import refusal
@@ -68,10 +67,7 @@ class PeerDriver(ABC, Generic[ConnT]):
         callback: ConsumerCallback,
         consumers_per_connection: int,
         service_url: str,
-        ping_every: float = 0,
     ) -> None:
-        """The worker's connections; `ping_every` > 0 keeps them alive with the protocol's
-        own pings, spread over that interval (drivers.net.keep_alive: MQTT, AMQP)."""
         host, port = check_service_url(service_url, self.SCHEME, self.DEFAULT_PORT)
         conns: Connections[ConnT]
 
@@ -84,8 +80,6 @@ class PeerDriver(ABC, Generic[ConnT]):
             source_addresses=source_spread(client, host),
             per_connection=self.PER_CONNECTION or max(1, consumers_per_connection),
         )
-        if ping_every > 0:
-            self._group.spawn(keep_alive, lambda: self._ready().live, ping_every)
 
     def create_topic(self, topic: str, partitions: int) -> None:
         if partitions > 1:

@@ -54,6 +54,7 @@ from drivers.config import (
     parse_section,
     string,
 )
+from drivers.net.keep_alive import keep_alive
 from drivers.peer.connection import RequestFailed, now_us
 from drivers.peer.driver import PeerDriver
 from drivers.peer.pool import Connections
@@ -279,14 +280,10 @@ class RabbitMqDriver(PeerDriver[RabbitMqConnection]):
         admin_url: str | None = None,
     ) -> None:
         self._config = config
-        # Pinged at half the interval the server allows, as its own clients do.
-        self._initialize(
-            config.client,
-            callback,
-            consumers_per_connection,
-            service_url,
-            ping_every=config.client.heartbeat_seconds / 2,
-        )
+        self._initialize(config.client, callback, consumers_per_connection, service_url)
+        seconds = config.client.heartbeat_seconds
+        if seconds:
+            self._group.spawn(keep_alive, lambda: self._ready().live, seconds / 2)
 
     def _make_connection(
         self,
