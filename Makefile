@@ -10,6 +10,10 @@ BENCH_ARGS ?=
 # on 2 cores, 7.5 min for the parallel part where four took 9-11 (docs/benchmarks.md, "make
 # test"); the tests that compare latencies run after it, in two processes (marker `alone`).
 PYTEST_ARGS ?= -n 6 --dist loadfile
+# Python may cache compiled modules (some environments forbid it): with PYTHONDONTWRITEBYTECODE
+# every process compiled the project's modules again, and pytest rewrote every test file again:
+# collecting took 13.2 CPU-s per test process against 4.6 (docs/benchmarks.md, "make test").
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: bench test test-fast lint proto clean java-check tools
 
