@@ -10,6 +10,7 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -17,11 +18,29 @@ from pulsar.exceptions import NotConnected
 from pulsar.schema import AvroSchema, Integer, Record, String, StringSchema
 
 from pulsar_protocol.extensions import key_slot
-from tests.conftest import start_broker, wait_cursors_saved
+from tests.conftest import BrokerProcess, start_broker, wait_cursors_saved
 
 pytestmark = pytest.mark.integration
 
 RECEIVE_MS = 5000
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the file: every test names topics of its own, and a broker start is
+    about 0.75 CPU-s. The test that kills its broker starts its own (`own_broker`)."""
+    b = start_broker(
+        tmp_path_factory.mktemp("features") / "data", extra=("--set", "journalSyncData=false")
+    )
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def own_broker(tmp_path) -> Iterator[BrokerProcess]:
+    b = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
+    yield b
+    b.stop()
 
 
 @pytest.fixture
@@ -108,7 +127,9 @@ def test_a_reader_from_a_message_id_exclusive_and_inclusive(client):
     assert _nothing_more(inclusive)
 
 
-def test_a_non_durable_subscription_is_not_saved_across_a_restart(client, broker):
+def test_a_non_durable_subscription_is_not_saved_across_a_restart(own_broker):
+    broker = own_broker
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
     _publish(client, "rd-restart", 2)
     durable = client.subscribe(
         "rd-restart", "kept", initial_position=pulsar.InitialPosition.Earliest
@@ -124,6 +145,8 @@ def test_a_non_durable_subscription_is_not_saved_across_a_restart(client, broker
         other.close()
     with contextlib.suppress(NotConnected):
         durable.close()
+    with contextlib.suppress(NotConnected):
+        client.close()
     restarted = start_broker(broker.data_dir, broker.port, broker.admin_port, broker.extra)
     again = pulsar.Client(restarted.url, operation_timeout_seconds=10)
     try:
