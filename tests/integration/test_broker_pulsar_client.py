@@ -7,16 +7,28 @@ import socket
 import struct
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import pulsar
 import pytest
 
 from results_contract.harness_cost import BROKER_CPU_SECONDS, BROKER_DELIVERIES, BROKER_LOOP_LAG
-from tests.conftest import start_broker
+from tests.conftest import BrokerProcess, start_broker
 
 pytestmark = pytest.mark.integration
 
 RECEIVE_MS = 5000
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the file: every test names topics of its own, and a broker start is
+    about 0.75 CPU-s (these were fifteen). The stats test starts its own, which it stops."""
+    b = start_broker(
+        tmp_path_factory.mktemp("pulsar-client") / "data", extra=("--set", "journalSyncData=false")
+    )
+    yield b
+    b.stop()
 
 
 @pytest.fixture
