@@ -9,6 +9,7 @@ import json
 import socket
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -24,6 +25,38 @@ from tests.conftest import BrokerProcess, start_broker, wait_cursors_saved
 pytestmark = pytest.mark.integration
 
 BROADCAST = {"subscriptionMode": "broadcast"}
+
+
+class Shared:
+    """The module's broker (a broker start is about 0.75 CPU-s): every test names topics of
+    its own, and those that stop, restart or kill it put the broker now running back here."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.broker = broker
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+    # journalSyncData true, the default: what the kill -9 test is about.
+    held = Shared(start_broker(tmp_path_factory.mktemp("broadcast-durability") / "data"))
+    yield held
+    held.broker.stop()
+
+
+@pytest.fixture
+def running(shared: Shared) -> Shared:
+    """The shared broker, started again if a test before this one failed with it stopped."""
+    if shared.broker.process.poll() is not None:
+        shared.broker = shared.broker.restart()
+    return shared
+
+
+def _log_since(broker: BrokerProcess, offset: int) -> list[str]:
+    """The broker's log lines written after `offset` bytes (a shared broker's log holds every
+    test's, through every restart)."""
+    with open(broker.log_path, "rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace").splitlines()
 
 
 def _subscribe(client: pulsar.Client, topic: str, name: str) -> pulsar.Consumer:
@@ -80,71 +113,65 @@ def _unacked_in(stats: dict, consumer: str) -> int:
     return int(found)
 
 
-def test_a_named_broadcast_consumer_away_3_s_resumes_where_it_stood(tmp_path):
-    broker = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
-    try:
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        steady = _subscribe(client, "blip", "steady")
-        away_client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        away = _subscribe(away_client, "blip", "away")
-        producer = client.create_producer("blip", batching_enabled=False)
-        for i in range(10):
-            producer.send(_body(i))
-        assert _drain(steady) == [_body(i) for i in range(10)]
-        assert _drain(away) == [_body(i) for i in range(10)]
-        _eventually(lambda: _unacked(broker, "blip", "away") == 0)  # the client groups acks
-        away_client.close()
+def test_a_named_broadcast_consumer_away_3_s_resumes_where_it_stood(running):
+    broker = running.broker
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    steady = _subscribe(client, "blip", "steady")
+    away_client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    away = _subscribe(away_client, "blip", "away")
+    producer = client.create_producer("blip", batching_enabled=False)
+    for i in range(10):
+        producer.send(_body(i))
+    assert _drain(steady) == [_body(i) for i in range(10)]
+    assert _drain(away) == [_body(i) for i in range(10)]
+    _eventually(lambda: _unacked(broker, "blip", "away") == 0)  # the client groups acks
+    away_client.close()
 
-        for i in range(10, 20):
-            producer.send(_body(i))
-        assert _drain(steady, 1000) == [_body(i) for i in range(10, 20)]
-        time.sleep(3)  # the steady one's acks are in; the other is still away
+    for i in range(10, 20):
+        producer.send(_body(i))
+    assert _drain(steady, 1000) == [_body(i) for i in range(10, 20)]
+    time.sleep(3)  # the steady one's acks are in; the other is still away
 
-        away_client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        back = _subscribe(away_client, "blip", "away")
-        assert _drain(back) == [_body(i) for i in range(10, 20)]
-        away_client.close()
+    away_client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    back = _subscribe(away_client, "blip", "away")
+    assert _drain(back) == [_body(i) for i in range(10, 20)]
+    away_client.close()
+    client.close()
+
+
+def test_named_broadcast_consumers_resume_after_kill_9_even_when_one_comes_back_late(running):
+    broker = running.broker  # journalSyncData: true
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    fast = _subscribe(client, "bc-kill", "fast")
+    late = _subscribe(client, "bc-kill", "late")
+    producer = client.create_producer("bc-kill", batching_enabled=False)
+    for i in range(20):
+        producer.send(_body(i))
+    assert _drain(fast) == [_body(i) for i in range(20)]
+    for _ in range(5):
+        late.acknowledge(late.receive(timeout_millis=5000))
+    wait_cursors_saved(
+        broker,
+        "bc-kill",
+        lambda t: _unacked_in(t, "fast") == 0 and _unacked_in(t, "late") == 15,
+    )
+    broker.kill9()
+    with contextlib.suppress(pulsar.NotConnected):
         client.close()
-    finally:
-        broker.stop()
 
-
-def test_named_broadcast_consumers_resume_after_kill_9_even_when_one_comes_back_late(tmp_path):
-    broker = start_broker(tmp_path / "data")  # journalSyncData: true
-    try:
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        fast = _subscribe(client, "bc-kill", "fast")
-        late = _subscribe(client, "bc-kill", "late")
-        producer = client.create_producer("bc-kill", batching_enabled=False)
-        for i in range(20):
-            producer.send(_body(i))
-        assert _drain(fast) == [_body(i) for i in range(20)]
-        for _ in range(5):
-            late.acknowledge(late.receive(timeout_millis=5000))
-        wait_cursors_saved(
-            broker,
-            "bc-kill",
-            lambda t: _unacked_in(t, "fast") == 0 and _unacked_in(t, "late") == 15,
-        )
-        broker.kill9()
-        with contextlib.suppress(pulsar.NotConnected):
-            client.close()
-
-        broker = broker.restart()
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        fast = _subscribe(client, "bc-kill", "fast")
-        producer = client.create_producer("bc-kill", batching_enabled=False)
-        for i in range(20, 30):
-            producer.send(_body(i))
-        # The first one back gets only what is new to it, and acknowledges it all.
-        assert _drain(fast) == [_body(i) for i in range(20, 30)]
-        _eventually(lambda: _unacked(broker, "bc-kill", "fast") == 0)
-        # The late one gets everything it had not acknowledged, none of it lost.
-        late = _subscribe(client, "bc-kill", "late")
-        assert _drain(late) == [_body(i) for i in range(5, 30)]
-        client.close()
-    finally:
-        broker.stop()
+    broker = running.broker = broker.restart()
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    fast = _subscribe(client, "bc-kill", "fast")
+    producer = client.create_producer("bc-kill", batching_enabled=False)
+    for i in range(20, 30):
+        producer.send(_body(i))
+    # The first one back gets only what is new to it, and acknowledges it all.
+    assert _drain(fast) == [_body(i) for i in range(20, 30)]
+    _eventually(lambda: _unacked(broker, "bc-kill", "fast") == 0)
+    # The late one gets everything it had not acknowledged, none of it lost.
+    late = _subscribe(client, "bc-kill", "late")
+    assert _drain(late) == [_body(i) for i in range(5, 30)]
+    client.close()
 
 
 def test_a_departed_broadcast_consumer_cursor_expires_and_is_counted(tmp_path):
@@ -204,61 +231,58 @@ def _wait_for(sock: socket.socket, conn: Connection) -> object:
         conn.receive_data(sock.recv(65536))
 
 
-def test_acks_beyond_what_was_sent_are_refused_and_counted(tmp_path):
+def test_acks_beyond_what_was_sent_are_refused_and_counted(running):
     """A cumulative ack far past the log's end (the issue's Shared-killer) and one of an entry
     not yet dispatched leave the backlog as it was; stats and /metrics count them."""
-    broker = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
-    try:
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        producer = client.create_producer("acks", batching_enabled=False)
-        ids = [producer.send(_body(i)) for i in range(5)]
-        sock, conn = _raw_client(broker.port)
-        conn.send(
-            Request(
-                command(
-                    T.SUBSCRIBE,
-                    topic="persistent://public/default/acks",
-                    subscription="shared",
-                    subType=pb.CommandSubscribe.Shared,
-                    consumer_id=1,
-                    request_id=1,
-                    initialPosition=pb.CommandSubscribe.Earliest,
-                )
-            )
-        )
-        sock.sendall(conn.data_to_send())
-        assert isinstance(_wait_for(sock, conn), Response)
-        # No FLOW: nothing dispatched, so neither ack can be of something received.
-        last = ids[-1]
-        for ledger_id, entry_id in [(last.ledger_id() + 1000, 0), (ids[0].ledger_id(), 2)]:
-            ack = command(
-                T.ACK,
+    broker = running.broker
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    producer = client.create_producer("acks", batching_enabled=False)
+    ids = [producer.send(_body(i)) for i in range(5)]
+    sock, conn = _raw_client(broker.port)
+    conn.send(
+        Request(
+            command(
+                T.SUBSCRIBE,
+                topic="persistent://public/default/acks",
+                subscription="shared",
+                subType=pb.CommandSubscribe.Shared,
                 consumer_id=1,
-                ack_type=pb.CommandAck.Cumulative,
-                message_id=[pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id)],
+                request_id=1,
+                initialPosition=pb.CommandSubscribe.Earliest,
             )
-            sock.sendall(encode_frame(ack))  # raw: the client codec sends ACKs its own way
-
-        def subscription_now() -> dict:
-            return _stats(broker, "acks")["subscriptions"]["shared"]
-
-        _eventually(lambda: subscription_now()["acksRefusedCounter"] == 2)
-        subscription = subscription_now()
-        assert subscription["msgBacklog"] == 5
-        assert subscription["acksRefusedCounter"] == 2
-        with urllib.request.urlopen(f"{broker.admin}/metrics", timeout=5) as reply:
-            metrics = reply.read().decode()
-        assert (
-            'pulsar_subscription_acks_refused_total{topic="persistent://public/default/acks",'
-            'subscription="shared"} 2' in metrics
         )
-        sock.close()
-        # The subscription still delivers everything to a real client.
-        consumer = client.subscribe("acks", "shared", consumer_type=pulsar.ConsumerType.Shared)
-        assert sorted(_drain(consumer)) == [_body(i) for i in range(5)]
-        client.close()
-    finally:
-        broker.stop()
+    )
+    sock.sendall(conn.data_to_send())
+    assert isinstance(_wait_for(sock, conn), Response)
+    # No FLOW: nothing dispatched, so neither ack can be of something received.
+    last = ids[-1]
+    for ledger_id, entry_id in [(last.ledger_id() + 1000, 0), (ids[0].ledger_id(), 2)]:
+        ack = command(
+            T.ACK,
+            consumer_id=1,
+            ack_type=pb.CommandAck.Cumulative,
+            message_id=[pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id)],
+        )
+        sock.sendall(encode_frame(ack))  # raw: the client codec sends ACKs its own way
+
+    def subscription_now() -> dict:
+        return _stats(broker, "acks")["subscriptions"]["shared"]
+
+    _eventually(lambda: subscription_now()["acksRefusedCounter"] == 2)
+    subscription = subscription_now()
+    assert subscription["msgBacklog"] == 5
+    assert subscription["acksRefusedCounter"] == 2
+    with urllib.request.urlopen(f"{broker.admin}/metrics", timeout=5) as reply:
+        metrics = reply.read().decode()
+    assert (
+        'pulsar_subscription_acks_refused_total{topic="persistent://public/default/acks",'
+        'subscription="shared"} 2' in metrics
+    )
+    sock.close()
+    # The subscription still delivers everything to a real client.
+    consumer = client.subscribe("acks", "shared", consumer_type=pulsar.ConsumerType.Shared)
+    assert sorted(_drain(consumer)) == [_body(i) for i in range(5)]
+    client.close()
 
 
 def _topic_dir(broker: BrokerProcess, topic: str):
@@ -267,100 +291,95 @@ def _topic_dir(broker: BrokerProcess, topic: str):
     return broker.data_dir / "topics" / quote(f"persistent://public/default/{topic}", safe="")
 
 
-def test_a_flipped_byte_mid_ledger_loses_that_entry_only_and_cursors_keep_their_place(tmp_path):
-    broker = start_broker(tmp_path / "data")
-    try:
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        acked = client.subscribe("flip", "acked", consumer_type=pulsar.ConsumerType.Exclusive)
-        client.subscribe("flip", "idle", consumer_type=pulsar.ConsumerType.Exclusive).close()
-        producer = client.create_producer("flip", batching_enabled=False)
-        ids = [producer.send(_body(i) * 100) for i in range(20)]
-        for _ in range(5):
-            acked.acknowledge(acked.receive(timeout_millis=5000))
-        _eventually(lambda: _stats(broker, "flip")["subscriptions"]["acked"]["msgBacklog"] == 15)
-        client.close()  # the broker's stop saves the cursors
-        broker.stop()
+def test_a_flipped_byte_mid_ledger_loses_that_entry_only_and_cursors_keep_their_place(running):
+    broker = running.broker
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    acked = client.subscribe("flip", "acked", consumer_type=pulsar.ConsumerType.Exclusive)
+    client.subscribe("flip", "idle", consumer_type=pulsar.ConsumerType.Exclusive).close()
+    producer = client.create_producer("flip", batching_enabled=False)
+    ids = [producer.send(_body(i) * 100) for i in range(20)]
+    for _ in range(5):
+        acked.acknowledge(acked.receive(timeout_millis=5000))
+    _eventually(lambda: _stats(broker, "flip")["subscriptions"]["acked"]["msgBacklog"] == 15)
+    client.close()  # the broker's stop saves the cursors
+    broker.stop()
 
-        ledgers = _topic_dir(broker, "flip") / "ledgers"
-        path = ledgers / f"ledger-{ids[10].ledger_id()}.log"
-        data = bytearray(path.read_bytes())
-        offset = 0
-        for _ in range(ids[10].entry_id()):  # records: [u32 length][u32 crc][body]
-            offset += 8 + (int.from_bytes(data[offset : offset + 4], "big") & 0x7FFF_FFFF)
-        data[offset + 8 + 40] ^= 0x01  # one bit inside entry 10's body
-        path.write_bytes(bytes(data))
+    ledgers = _topic_dir(broker, "flip") / "ledgers"
+    path = ledgers / f"ledger-{ids[10].ledger_id()}.log"
+    data = bytearray(path.read_bytes())
+    offset = 0
+    for _ in range(ids[10].entry_id()):  # records: [u32 length][u32 crc][body]
+        offset += 8 + (int.from_bytes(data[offset : offset + 4], "big") & 0x7FFF_FFFF)
+    data[offset + 8 + 40] ^= 0x01  # one bit inside entry 10's body
+    path.write_bytes(bytes(data))
 
-        broker = broker.restart()
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        expected = [_body(i) * 100 for i in range(20) if i != 10]
-        acked = client.subscribe("flip", "acked", consumer_type=pulsar.ConsumerType.Exclusive)
-        assert _drain(acked) == expected[5:]
-        # The topic opened with the first subscribe: its recovery is in the broker's log.
-        log_text = broker.log_path.read_text()
-        assert f"lost 1 damaged: {ids[10].ledger_id()}:{ids[10].entry_id()}" in log_text
-        idle = client.subscribe("flip", "idle", consumer_type=pulsar.ConsumerType.Exclusive)
-        assert _drain(idle) == expected
-        client.close()
-    finally:
-        broker.stop()
-
-
-def test_a_truncated_cursor_log_leaves_the_topic_usable(tmp_path):
-    broker = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
-    try:
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        consumer = client.subscribe("cut", "s", consumer_type=pulsar.ConsumerType.Exclusive)
-        producer = client.create_producer("cut", batching_enabled=False)
-        for i in range(5):
-            producer.send(_body(i))
-        assert _drain(consumer) == [_body(i) for i in range(5)]
-        _eventually(lambda: _stats(broker, "cut")["subscriptions"]["s"]["msgBacklog"] == 0)
-        client.close()  # the broker's stop saves the cursors
-        broker.stop()
-        cursor_log = _topic_dir(broker, "cut") / "cursors" / "cursors.log"
-        cursor_log.write_bytes(cursor_log.read_bytes()[:7])
-
-        broker = broker.restart()
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        consumer = client.subscribe(
-            "cut",
-            "s",
-            consumer_type=pulsar.ConsumerType.Exclusive,
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
-        producer = client.create_producer("cut", batching_enabled=False)
-        producer.send(b"after")
-        # The subscription's saved place is gone: it starts again, nothing is lost.
-        assert _drain(consumer) == [*[_body(i) for i in range(5)], b"after"]
-        assert "cut a torn tail" in broker.log_path.read_text()
-        client.close()
-    finally:
-        broker.stop()
+    logged = broker.log_path.stat().st_size
+    broker = running.broker = broker.restart()
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    expected = [_body(i) * 100 for i in range(20) if i != 10]
+    acked = client.subscribe("flip", "acked", consumer_type=pulsar.ConsumerType.Exclusive)
+    assert _drain(acked) == expected[5:]
+    # The topic opened with the first subscribe: its recovery is in the broker's log.
+    lost = f"lost 1 damaged: {ids[10].ledger_id()}:{ids[10].entry_id()}"
+    recovered = [line for line in _log_since(broker, logged) if lost in line]
+    assert len(recovered) == 1 and "persistent://public/default/flip" in recovered[0]
+    idle = client.subscribe("flip", "idle", consumer_type=pulsar.ConsumerType.Exclusive)
+    assert _drain(idle) == expected
+    client.close()
 
 
-def test_named_broadcast_consumers_resume_after_a_clean_restart(tmp_path):
+def test_a_truncated_cursor_log_leaves_the_topic_usable(running):
+    broker = running.broker
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    consumer = client.subscribe("cut", "s", consumer_type=pulsar.ConsumerType.Exclusive)
+    producer = client.create_producer("cut", batching_enabled=False)
+    for i in range(5):
+        producer.send(_body(i))
+    assert _drain(consumer) == [_body(i) for i in range(5)]
+    _eventually(lambda: _stats(broker, "cut")["subscriptions"]["s"]["msgBacklog"] == 0)
+    client.close()  # the broker's stop saves the cursors
+    broker.stop()
+    cursor_log = _topic_dir(broker, "cut") / "cursors" / "cursors.log"
+    cursor_log.write_bytes(cursor_log.read_bytes()[:7])
+
+    logged = broker.log_path.stat().st_size
+    broker = running.broker = broker.restart()
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    consumer = client.subscribe(
+        "cut",
+        "s",
+        consumer_type=pulsar.ConsumerType.Exclusive,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    producer = client.create_producer("cut", batching_enabled=False)
+    producer.send(b"after")
+    # The subscription's saved place is gone: it starts again, nothing is lost.
+    assert _drain(consumer) == [*[_body(i) for i in range(5)], b"after"]
+    cut = [line for line in _log_since(broker, logged) if "cut a torn tail" in line]
+    assert len(cut) == 1 and str(cursor_log) in cut[0], cut
+    client.close()
+
+
+def test_named_broadcast_consumers_resume_after_a_clean_restart(running):
     """A stopping broker closes its connections: the consumers' cursors must be saved as
     departed ones, not dropped, by the final save."""
-    broker = start_broker(tmp_path / "data", extra=("--set", "journalSyncData=false"))
-    try:
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        fast = _subscribe(client, "bc-stop", "fast")
-        late = _subscribe(client, "bc-stop", "late")
-        producer = client.create_producer("bc-stop", batching_enabled=False)
-        for i in range(10):
-            producer.send(_body(i))
-        assert _drain(fast) == [_body(i) for i in range(10)]
-        for _ in range(3):
-            late.acknowledge(late.receive(timeout_millis=5000))
-        _eventually(lambda: _unacked(broker, "bc-stop", "late") == 7)  # its 3 acks are in
-        # (the broker's save of the cursors is left to its stop)
-        broker = broker.restart()
-        with contextlib.suppress(pulsar.NotConnected):
-            client.close()
-
-        client = pulsar.Client(broker.url, operation_timeout_seconds=10)
-        assert _drain(_subscribe(client, "bc-stop", "fast")) == []
-        assert _drain(_subscribe(client, "bc-stop", "late")) == [_body(i) for i in range(3, 10)]
+    broker = running.broker
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    fast = _subscribe(client, "bc-stop", "fast")
+    late = _subscribe(client, "bc-stop", "late")
+    producer = client.create_producer("bc-stop", batching_enabled=False)
+    for i in range(10):
+        producer.send(_body(i))
+    assert _drain(fast) == [_body(i) for i in range(10)]
+    for _ in range(3):
+        late.acknowledge(late.receive(timeout_millis=5000))
+    _eventually(lambda: _unacked(broker, "bc-stop", "late") == 7)  # its 3 acks are in
+    # (the broker's save of the cursors is left to its stop)
+    broker = running.broker = broker.restart()
+    with contextlib.suppress(pulsar.NotConnected):
         client.close()
-    finally:
-        broker.stop()
+
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    assert _drain(_subscribe(client, "bc-stop", "fast")) == []
+    assert _drain(_subscribe(client, "bc-stop", "late")) == [_body(i) for i in range(3, 10)]
+    client.close()
