@@ -162,20 +162,30 @@ def _deliveries(
     return out, in_runs
 
 
-def _stream() -> bytes:
+IDS = ([*range(120, 136), 16380, 16390, 2**40], [*range(140, 156), 16381, 16391, 2**41])
+"""Consumer ids of the broadcast entries and of the one-consumer subscriptions' entry: 19
+each, across the varint lengths (1, 2, 3 and 6 bytes), in runs long enough to be cut."""
+SHORT_IDS = ([127, 128, 16380, 16390, 2**40], [140, 141, 16381, 16391, 2**41])
+"""The same varint lengths and stamp lengths, 5 each: for the streams read a byte at a time
+(a read then holds one frame at most, so the 14 more frames of a shape only repeat it) and
+the mangled ones (the share of bytes outside payloads, which corruption tests, is alike)."""
+
+
+def _stream(ids: tuple[list[int], list[int]] = IDS) -> bytes:
     """A broker's deliveries: broadcast entries to consumer ids across varint lengths, with and
     without entry metadata, a partition, a redelivery; an entry to one-consumer subscriptions
     (the Shared baseline: each frame with its own dispatch stamp, some of another length);
-    MESSAGEs in other shapes; a PING."""
+    MESSAGEs in other shapes; a PING. 4 * len(ids[0]) + 5 deliveries (the same number of ids
+    in both)."""
+    assert len(ids[0]) == len(ids[1])
     small, big = section(b"a" * 300), section(b"b" * 2000)
     stamps = encode_stamps(4, EntryStamps(1, 2, 3, 4, 5))
     frames = []
     entries = [(1, 0, small, None, 0, -1), (1, 1, big, stamps, 0, -1), (1, 2, big, stamps, 2, 7)]
     for ledger, entry, payload, bem, redeliveries, partition in entries:
         template = MessageTemplate(ledger, entry, len(payload), bem, redeliveries, partition)
-        ids = [*range(120, 136), 16380, 16390, 2**40]
-        frames += [template.head(encode_varint(cid)) + payload for cid in ids]
-    for n, cid in enumerate([*range(140, 156), 16381, 16391, 2**41]):
+        frames += [template.head(encode_varint(cid)) + payload for cid in ids[0]]
+    for n, cid in enumerate(ids[1]):
         bem = encode_stamps(5, EntryStamps(1, 2, 3, 4, 1_000 + n * (1 if n % 3 else 500_000)))
         template = MessageTemplate(1, 3, len(big), bem, 0, -1)
         frames.append(template.head(encode_varint(cid)) + big)
@@ -203,20 +213,22 @@ def _stream() -> bytes:
 @pytest.mark.parametrize("how", FEEDS)
 def test_runs_deliver_what_protobuf_reads(how):
     rng = random.Random(3)
-    data = _stream()
+    ids = SHORT_IDS if how == "byte_at_a_time" else IDS
+    data = _stream(ids)
     chunks = _chunks(data, how, rng)
     slow, none_in_runs = _deliveries(_connected(False), chunks)
     fast, in_runs = _deliveries(_connected(True), chunks)
     assert fast == slow
-    assert none_in_runs == 0 and len(slow) == 4 * 19 + 5
-    assert in_runs == 4 * 19 + 3  # all but the two MESSAGEs in other shapes
+    n = len(ids[0])
+    assert none_in_runs == 0 and len(slow) == 4 * n + 5
+    assert in_runs == 4 * n + 3  # all but the two MESSAGEs in other shapes
     assert all(isinstance(d, tuple) for d in slow)
 
 
 @pytest.mark.parametrize("how", [*FEEDS, "random_cuts"])
 def test_reads_into_the_buffer_deliver_what_received_data_delivers(how):
     rng = random.Random(8)
-    chunks = _chunks(_stream(), how, rng)
+    chunks = _chunks(_stream(SHORT_IDS if how == "byte_at_a_time" else IDS), how, rng)
     for runs in (False, True):
         assert _deliveries(_connected(runs), chunks, read_into=True) == _deliveries(
             _connected(runs), chunks
@@ -289,7 +301,7 @@ def test_mangled_streams_read_the_same_with_and_without_runs():
     """Random corruption: both clients deliver the same, and fail at the same frame with the
     same error (what the fast path declines, protobuf rules on)."""
     rng = random.Random(99)
-    valid = _stream()
+    valid = _stream(SHORT_IDS)
     for _ in range(1000):
         data = bytearray(valid)
         for _ in range(rng.randint(1, 6)):
