@@ -44,10 +44,17 @@ class TlsBroker:
     log: Path
 
 
-def _start(tmp_path: Path, names: str, secret: bytes | None = None) -> Iterator[TlsBroker]:
-    """The broker serving TLS only, with a certificate for `names` signed by a CA of the
-    test's; with `secret`, tokens signed with it are required."""
-    ca = certificate_authority(tmp_path)
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The module's CA (an RSA key is 0.1-0.5 CPU-s to make), which signs both brokers'."""
+    return certificate_authority(tmp_path_factory.mktemp("ca"))
+
+
+def _start(
+    tmp_path: Path, ca: tuple[Path, Path], names: str, secret: bytes | None = None
+) -> Iterator[TlsBroker]:
+    """The broker serving TLS only, with a certificate for `names` signed by `ca`; with
+    `secret`, tokens signed with it are required."""
     cert, key = server_certificate(tmp_path, ca, names)
     port, admin_port = free_port(), free_port() + 1
     log = tmp_path / "broker.log"
@@ -55,10 +62,13 @@ def _start(tmp_path: Path, names: str, secret: bytes | None = None) -> Iterator[
         yield TlsBroker(port, admin_port, ca[0], log)
 
 
-@pytest.fixture
-def tls_broker(tmp_path: Path) -> Iterator[TlsBroker]:
-    """Deployed as Pulsar commonly is: TLS, and a token required."""
-    yield from _start(tmp_path, "DNS:localhost,IP:127.0.0.1", SECRET)
+@pytest.fixture(scope="module")
+def tls_broker(
+    tmp_path_factory: pytest.TempPathFactory, ca: tuple[Path, Path]
+) -> Iterator[TlsBroker]:
+    """Deployed as Pulsar commonly is: TLS, and a token required. One for the module (its
+    two runs use topics of their own), started once."""
+    yield from _start(tmp_path_factory.mktemp("tls"), ca, "DNS:localhost,IP:127.0.0.1", SECRET)
 
 
 def _driver_file(path: Path, broker: TlsBroker, trust: Path, extra: str = "") -> Path:
@@ -159,9 +169,9 @@ def test_a_trust_file_of_another_ca_stops_the_run_naming_the_key(tmp_path, tls_b
 
 
 @pytest.fixture
-def misnamed_broker(tmp_path: Path) -> Iterator[TlsBroker]:
+def misnamed_broker(tmp_path: Path, ca: tuple[Path, Path]) -> Iterator[TlsBroker]:
     """TLS with a certificate for another host than the one dialled (localhost)."""
-    yield from _start(tmp_path, "DNS:broker.example")
+    yield from _start(tmp_path, ca, "DNS:broker.example")
 
 
 class _Kernel:
