@@ -24,10 +24,12 @@ SECRET = b"a secret of the bench, 32 bytes!"
 KEY = "data:;base64," + base64.b64encode(SECRET).decode()
 
 
-@pytest.fixture
-def broker(tmp_path: Path):
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory):
+    """One for the module (a broker start is about 0.75 CPU-s): each run makes topics of its
+    own, and the refused ones change nothing."""
     b = start_broker(
-        tmp_path / "data",
+        tmp_path_factory.mktemp("auth") / "data",
         extra=(
             "--set",
             "journalSyncData=false",
