@@ -8,6 +8,7 @@ import json
 import re
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -21,6 +22,17 @@ from tests.integration.test_topic_policies import TOPIC_PATH, _call
 pytestmark = pytest.mark.integration
 
 TOPIC = "persistent://public/default/trust"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One for the tests that need only topics of their own (a broker start is about 0.75
+    CPU-s); the crash test starts its own."""
+    b = start_broker(
+        tmp_path_factory.mktemp("trust") / "data", extra=("--set", "journalSyncData=false")
+    )
+    yield b
+    b.stop()
 
 
 def _subscriptions(admin: str, topic: str) -> list[str]:
