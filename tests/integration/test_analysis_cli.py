@@ -39,27 +39,28 @@ def test_one_analysis_process_answers_each_folder_and_outlives_bad_ones(
 ) -> None:
     """`bench run`'s analysis of a sweep (harness/analysis.py over `spark_analysis --serve`):
     one process and one Spark session for every folder; a bad folder is answered as such,
-    naming the folder and Spark's log, and the next one is analysed by the same session."""
+    naming the folder and Spark's log, and the next one is analysed by the same session.
+    (The bad folders come first: a good one before them would be a second whole analysis,
+    5 CPU-s, proving nothing the good one after them does not.)"""
     monkeypatch.delenv(SOCKET_ENV, raising=False)  # the run's own process, not the service
-    good, _ = build_run(tmp_path / "a", "good")
     cut, _ = build_run(tmp_path / "b", "cut", corrupt_blob=True)
-    again, _ = build_run(tmp_path / "c", "again")
+    good, _ = build_run(tmp_path / "c", "good")
     log = tmp_path / "logs" / "analysis-spark.log"
     with Analysis("local[1]", tmp_path) as analysis:
-        assert analysis.analyze(good) == good / "summary.json"
-        assert analysis._proc is not None  # its own process (see the service's test below)
-        pid = analysis._proc.pid
         with pytest.raises(AnalysisFailed) as failed:
             analysis.analyze(cut)
+        assert analysis._proc is not None  # its own process (see the service's test below)
+        pid = analysis._proc.pid
         assert f"analysis of {cut} failed: " in str(failed.value)
         assert "corrupt histogram blob" in str(failed.value) and str(log) in str(failed.value)
         with pytest.raises(AnalysisFailed, match="not a folder"):
             analysis.analyze(tmp_path / "missing")
-        assert analysis.analyze(again) == again / "summary.json"
+        assert analysis._proc.pid == pid  # still the same process
+        assert analysis.analyze(good) == good / "summary.json"
         assert analysis._proc.pid == pid  # the same process throughout
     # Spark's own lines went to the log (answers are parsed as JSON: a stray line would fail).
     assert "log4j" in log.read_text()
-    assert (good / "summary.json").is_file() and (again / "summary.json").is_file()
+    assert (good / "summary.json").is_file()
 
 
 def test_runs_in_turn_are_analysed_by_one_service_of_their_master(
@@ -68,17 +69,16 @@ def test_runs_in_turn_are_analysed_by_one_service_of_their_master(
     """With FANOUT_ANALYSIS_SOCKET (the session's service, conftest.py), one run after another
     is analysed there, no process of their own; a bad folder is answered as such and the
     service goes on; a run that asked for another master, or names a socket with no service,
-    analyses by itself."""
-    first, _ = build_run(tmp_path / "a", "first")
+    analyses by itself. (The first run's folder is the bad one: one whole analysis, in the
+    second run, shows the service going on.)"""
     cut, _ = build_run(tmp_path / "b", "cut", corrupt_blob=True)
-    second, _ = build_run(tmp_path / "c", "second")
+    good, _ = build_run(tmp_path / "c", "good")
     with Analysis(ANALYSIS_MASTER, tmp_path / "run1") as run1:
-        assert run1.analyze(first) == first / "summary.json"
-        assert run1._proc is None and run1._service is not None
         with pytest.raises(AnalysisFailed, match="corrupt histogram blob"):
             run1.analyze(cut)
+        assert run1._proc is None and run1._service is not None
     with Analysis(ANALYSIS_MASTER, tmp_path / "run2") as run2:
-        assert run2.analyze(second) == second / "summary.json"
+        assert run2.analyze(good) == good / "summary.json"
         assert run2._proc is None
         # Spark's lines went to the service's log, which a failure names.
         assert run2._log != tmp_path / "run2" / "logs" / "analysis-spark.log"
