@@ -16,9 +16,12 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -297,6 +300,25 @@ def analysis_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
             proc.wait()
         path.unlink(missing_ok=True)
         folder.rmdir()
+
+
+IN_PROCESS_MASTER = "local[2]"
+"""The master of the tests that call the analysis in their own process: two partitions, so
+that what is merged is merged across partitions."""
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One SparkSession per test process for the tests that call the analysis in-process
+    (tests/integration/test_analysis_*.py). PySpark keeps its JVM until the process ends,
+    even once a session stops, so a module's own session saved no JVM; it only paid a new
+    context and a new Python daemon (about 3 CPU-s) and, whenever such modules shared a
+    process, the first analysis's warm-up again. Started at the first test that asks."""
+    from spark_analysis.session import build_session
+
+    session = build_session(IN_PROCESS_MASTER)
+    yield session
+    session.stop()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,6 @@ from reports.render import RUN_CHARTS, render_run
 from results_contract.paths import CONNECTIONS_FILE
 from results_contract.summary import Connection, Deliveries, Headline, PerConsumer, Top
 from spark_analysis import analyze_run
-from spark_analysis.session import build_session
 from tests.integration.test_report_browser import _assert_rendered, _open, browser
 
 pytestmark = pytest.mark.integration
@@ -35,18 +33,17 @@ __all__ = ["browser"]  # the browser fixture, shared with the report's own brows
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, tuple[Path, Truth]]]:
-    spark: SparkSession = build_session("local[2]")
-    try:
-        out = {}
-        for consumers in (SMALL, LARGE):
-            run_dir = tmp_path_factory.mktemp("runs") / f"synthetic-{consumers}"
-            truth = write_synthetic_run(run_dir, consumers)
-            analyze_run(run_dir, spark=spark)
-            out[consumers] = (run_dir, truth)
-        yield out
-    finally:
-        spark.stop()
+def runs(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, tuple[Path, Truth]]:
+    """Both runs analysed by the test process's session (tests/conftest.py, `spark`)."""
+    out = {}
+    for consumers in (SMALL, LARGE):
+        run_dir = tmp_path_factory.mktemp("runs") / f"synthetic-{consumers}"
+        truth = write_synthetic_run(run_dir, consumers)
+        analyze_run(run_dir, spark=spark)
+        out[consumers] = (run_dir, truth)
+    return out
 
 
 def _summary(run_dir: Path) -> dict:

@@ -2,7 +2,8 @@
 
 Every expected latency comes from one HdrHistogram fed all raw values at once, so merged
 results must match it exactly; timeline, connection and stage rows are chosen by hand.
-One SparkSession (local[2]) serves the whole module: starting one costs ~10 s.
+One SparkSession (local[2]) serves the whole module, and every other in the test process
+(tests/conftest.py, `spark`).
 """
 
 from __future__ import annotations
@@ -11,20 +12,21 @@ import json
 import math
 import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hdrh.histogram import HdrHistogram
 from pyspark.sql import SparkSession
 
+from results_contract.columns import STAGE_COLUMNS, header
 from results_contract.harness_cost import (
     BROKER_CPU_SECONDS,
     BROKER_DELIVERIES,
     BROKER_LOOP_LAG,
     HARNESS_COST_FIELDS,
 )
-from results_contract.hlog import HlogWriter, new_histogram, record
+from results_contract.hlog import HlogWriter, decode, new_histogram, read_intervals, record
+from results_contract.intervals import INTERVAL_METRICS, INTERVALS_FILE
 from results_contract.summary import (
     ClientBound,
     Connection,
@@ -41,7 +43,8 @@ from results_contract.summary import (
     check,
 )
 from spark_analysis import AnalysisError, analyze_path, analyze_run, class_archive
-from spark_analysis.session import QUICK_START_JVM, build_session
+from spark_analysis.session import QUICK_START_JVM
+from spark_analysis.stages import analyze_stages, read_stages
 
 pytestmark = pytest.mark.integration
 
@@ -50,13 +53,6 @@ SECONDS = 25  # three OMB windows: 10 s, 10 s, 5 s
 WORKERS = ("w0", "w1", "w2")
 CONSUMERS = 6
 MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = build_session("local[2]")
-    yield session
-    session.stop()
 
 
 # --- building a synthetic run -------------------------------------------------------------
@@ -571,6 +567,22 @@ def test_outputs_leave_no_temporary_files(complete) -> None:
     ]
 
 
+def test_every_second_of_every_gated_metric_is_one_merged_histogram(complete) -> None:
+    """The analysis writes one merged histogram per measurement interval (intervals.hlog), so
+    the gate can bootstrap a run's percentiles without its raw worker files."""
+    _, _, truth, run_dir = complete
+    seen: dict[tuple[str, int], int] = {}
+    for interval in read_intervals(run_dir / INTERVALS_FILE):
+        assert interval.tag in INTERVAL_METRICS
+        k = round(interval.start_s - MEASURE_START)
+        hist = decode(interval.blob)
+        seen[(interval.tag, k)] = hist.get_value_at_percentile(99)
+    for k in range(SECONDS):
+        if truth["e2e"].get(k):
+            assert seen[("e2e", k)] == reference(truth["e2e"][k]).get_value_at_percentile(99)
+    assert {tag for tag, _ in seen} == set(INTERVAL_METRICS) & set(truth)
+
+
 # --- partial runs, real-Pulsar stages, corrupt input -------------------------------------
 
 
@@ -690,6 +702,45 @@ def test_a_run_that_recorded_nothing_still_gets_a_summary(spark, tmp_path) -> No
     assert summary["series"]["e2e_p99_ms"] == [None] * SECONDS
     omb = json.loads((run_dir / "omb-result.json").read_text())
     assert omb["endToEndLatency99pct"] == [0.0, 0.0, 0.0]  # what OMB writes for no data
+
+
+# --- stages.csv rows with counts (issue 26) ------------------------------------------------
+# One row standing for n deliveries weighs as n rows in every stage figure, so recording every
+# delivery costs a row per read, not per consumer.
+
+
+def _write_stages(path: Path, rows: list[tuple[int, ...]], counted: bool) -> Path:
+    columns = header(STAGE_COLUMNS)
+    lines = [",".join(columns if counted else columns[:-1])]
+    lines += [",".join(map(str, row)) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# (e2e, six stages): a fast read to many consumers and slow reads to few.
+READS = [
+    ((1000, 100, 100, 300, 100, 100, 300), 97),
+    ((9000, 100, 100, 300, 100, 100, 8300), 2),
+    ((8000, 100, 100, 7300, 100, 100, 300), 1),
+]
+
+
+def test_counted_rows_give_what_one_row_per_delivery_gives(spark, tmp_path) -> None:
+    counted = _write_stages(tmp_path / "c.csv", [(1, *r, n) for r, n in READS], counted=True)
+    expanded = _write_stages(
+        tmp_path / "e.csv", [(1, *r) for r, n in READS for _ in range(n)], counted=False
+    )
+    p99_us = 8000
+    a = analyze_stages(spark, read_stages([("w0", counted)]), 1.0, p99_us)
+    b = analyze_stages(spark, read_stages([("w0", expanded)]), 1.0, p99_us)
+    assert a == b
+    assert a["samples"] == 100
+    assert a["tail"]["count"] == 3  # every delivery at or above the P99
+    assert a["tail"]["share"]["broadcasting"] == pytest.approx((2 * 8300 + 300) / (2 * 9000 + 8000))
+    assert a["p99_ms"]["broadcasting"] == b["p99_ms"]["broadcasting"]
+
+
+# --- the local driver JVM ------------------------------------------------------------------
 
 
 def test_the_local_driver_jvm_starts_with_the_quick_start_flags(spark: SparkSession) -> None:
