@@ -5,7 +5,8 @@ netns deploy test runs it with a hand-written one, so both take this one code pa
     python deploy/bench_remote.py [--inventory INV] [--driver FILE] WORKLOAD.yaml
 
 1. `git archive HEAD` into a temporary tarball (the operator's committed revision; the hosts
-   never reach GitHub; uncommitted changes are not shipped, and a warning says so);
+   never reach GitHub; uncommitted changes are not shipped, and a warning says so), with a
+   REVISION file at its root;
 2. `ansible-playbook site.yml`: the project, its Python, tuning, clocks, disks, services;
 3. `ansible-playbook run.yml`: a fresh broker, `bench run` on the first client host with the
    others' `bench worker` services joining it; the run folder and the broker's stats and log
@@ -24,6 +25,8 @@ tear down; the exit code is 1 (2 for a mistake in the command line or the invent
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import json
 import os
 import shlex
@@ -72,8 +75,19 @@ def build_archive(into: Path) -> tuple[str, Path]:
             f"({revision[:12]}) without them",
             file=sys.stderr,
         )
-    archive = into / f"fanout-bench-{revision[:12]}.tar.gz"
-    _git("archive", "--format=tar.gz", "-o", str(archive), "HEAD")
+    tar = into / f"fanout-bench-{revision[:12]}.tar"
+    _git("archive", "--format=tar", "-o", str(tar), "HEAD")
+    # The tree has no .git: a REVISION file at its root tells manifest.json's git_revision
+    # (harness/manifest.py). In the archive, not written by a task on every host.
+    content = f"{revision}\n".encode()
+    member = tarfile.TarInfo("REVISION")
+    member.size, member.mode, member.mtime = len(content), 0o644, int(time.time())
+    with tarfile.open(tar, "a") as appended:
+        appended.addfile(member, io.BytesIO(content))
+    archive = tar.with_name(tar.name + ".gz")
+    with tar.open("rb") as plain, gzip.open(archive, "wb") as packed:
+        shutil.copyfileobj(plain, packed)
+    tar.unlink()
     return revision, archive
 
 

@@ -298,7 +298,7 @@ def test_the_playbooks_deploy_run_and_bring_the_results_home(tmp_path, lan):
     nofile = next(line for line in limits.splitlines() if line.startswith("Max open files"))
     assert nofile.split()[3:5] == [str(NOFILE), str(NOFILE)], nofile
 
-    # The shipped tree has no .git: the playbook wrote REVISION, and the manifest has it.
+    # The shipped tree has no .git: its archive held REVISION, and the manifest has it.
     shipped = hosts_dir / "coordinator" / "src" / head
     assert not (shipped / ".git").exists()
     assert (shipped / "REVISION").read_text().strip() == head
