@@ -93,12 +93,14 @@ def test_an_omb_workload_file_runs_with_short_durations(tmp_path):
     source = (ROOT / "tests/data/omb/1-topic-1-partition-1kb.yaml").read_text()
     assert "testDurationMinutes: 15" in source
     assert "producerRate: 50000" in source
-    # Short, and at 2,000 msg/s: 50,000 keeps a core busy for the whole run, which slows every
+    # Short, and at 200 msg/s: 50,000 keeps a core busy for the whole run, which slows every
     # test beside it; reading the file's own values is tests/unit/test_workload_golden.py's.
+    # (The file sets no drain: the default 5 s would be idle; late deliveries are waited for.)
     (tmp_path / "omb.yaml").write_text(
         source.replace(
-            "testDurationMinutes: 15", "testDurationSeconds: 3\nwarmupDurationSeconds: 1"
-        ).replace("producerRate: 50000", "producerRate: 2000")
+            "testDurationMinutes: 15",
+            "testDurationSeconds: 3\nwarmupDurationSeconds: 1\ndrainSeconds: 1",
+        ).replace("producerRate: 50000", "producerRate: 200")
     )
     run_dir, _ = _run(
         str(tmp_path / "omb.yaml"),
@@ -110,7 +112,7 @@ def test_an_omb_workload_file_runs_with_short_durations(tmp_path):
     )
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["partial"] is False
-    assert manifest["workload"]["producerRate"] == 2000
+    assert manifest["workload"]["producerRate"] == 200
     assert manifest["workload"]["payloadFile"].endswith("payload/payload-1Kb.data")
     totals = manifest["worker_totals"]["w0"]
     assert totals["sent"] > 0 and totals["received"] > 0
@@ -133,6 +135,7 @@ def test_a_partitioned_topic_runs_through_the_harness(tmp_path):
             producerRate: 60
             warmupDurationSeconds: 1
             testDurationSeconds: 3
+            drainSeconds: 2
             """
         )
     )
