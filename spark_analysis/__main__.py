@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m spark_analysis") 
         "--socket",
         type=Path,
         metavar="PATH",
-        help="with --serve: answer on this Unix socket, one connection after another, until "
-        "ended (for many `bench run`s: FANOUT_ANALYSIS_SOCKET=PATH)",
+        help="with --serve: answer on this Unix socket, every connection, one folder at a "
+        "time, until ended (for many `bench run`s: FANOUT_ANALYSIS_SOCKET=PATH)",
     )
     args = parser.parse_args(argv)
     if (args.serve is None) == (args.results_dir is None):

@@ -11,12 +11,15 @@ takes), and a JSON object out, `{"written": PATH}` or `{"error": MESSAGE, "bad_i
 The answers go to the process's original stdout; everything else (the JVM's start-up and log,
 PySpark's prints) goes to LOG, so that no stray line can be taken for an answer.
 
-`--socket PATH` serves the same protocol on a Unix socket instead, to one `bench run` after
-another (`FANOUT_ANALYSIS_SOCKET`, harness/analysis.py): a script or a test suite that runs
-many short runs starts the JVM once, not once a run (on this 2-core VM a small run's analysis
+`--socket PATH` serves the same protocol on a Unix socket instead, to many `bench run`s
+(`FANOUT_ANALYSIS_SOCKET`, harness/analysis.py): a script or a test suite that runs many
+short runs starts the JVM once, not once a run (on this 2-core VM a small run's analysis
 took 9.4 s of CPU in a fresh process, 2.6 s in a warm one). Each connection first reads a
 line naming the service's master and log, `{"master": URL, "log": LOG}`, so that a run which
-asked for another master analyses by itself.
+asked for another master analyses by itself. Connections are served side by side, their
+folders analysed one at a time: a sweep's `bench run` keeps its connection for the whole
+sweep (it analyses each case as it ends), and a run beside it would otherwise wait for the
+sweep's end instead of for one analysis.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
@@ -54,11 +58,13 @@ def serve(log: Path, master: str | None, socket_path: Path | None = None) -> int
 
 
 class _Session:
-    """One Spark session, built at the first folder and kept for every later one."""
+    """One Spark session, built at the first folder and kept for every later one; one folder
+    at a time, whichever connection names it."""
 
     def __init__(self, master: str | None) -> None:
         self._master = master
         self._spark: SparkSession | None = None
+        self._turn = threading.Lock()
 
     def answer(self, lines: Iterable[str]) -> Iterable[dict[str, object]]:
         for line in lines:
@@ -67,16 +73,17 @@ class _Session:
                 yield self._analyze(folder)
 
     def _analyze(self, folder: str) -> dict[str, object]:
-        try:
-            if self._spark is None:
-                self._spark = build_session(self._master)
-            written = analyze_path(Path(folder), master=self._master, spark=self._spark)
-            return {"written": str(written)}
-        except AnalysisError as exc:
-            return {"error": str(exc), "bad_input": True}
-        except Exception as exc:  # one case's failure must not end the others' analysis
-            print(f"analysis of {folder} failed: {exc!r}", file=sys.stderr, flush=True)
-            return {"error": f"{type(exc).__name__}: {exc}", "bad_input": False}
+        with self._turn:
+            try:
+                if self._spark is None:
+                    self._spark = build_session(self._master)
+                written = analyze_path(Path(folder), master=self._master, spark=self._spark)
+                return {"written": str(written)}
+            except AnalysisError as exc:
+                return {"error": str(exc), "bad_input": True}
+            except Exception as exc:  # one case's failure must not end the others' analysis
+                print(f"analysis of {folder} failed: {exc!r}", file=sys.stderr, flush=True)
+                return {"error": f"{type(exc).__name__}: {exc}", "bad_input": False}
 
     def stop(self) -> None:
         if self._spark is not None:
@@ -84,8 +91,8 @@ class _Session:
 
 
 def _serve_socket(session: _Session, path: Path, hello: dict[str, object]) -> None:
-    """One client at a time, in the order they connect (a run's analysis is seconds; a
-    second run waits in the backlog meanwhile)."""
+    """Each client in a thread of its own, as it connects; the session takes their folders
+    one at a time (_Session)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # through `finally`: the session stops
     path.unlink(missing_ok=True)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
@@ -95,16 +102,22 @@ def _serve_socket(session: _Session, path: Path, hello: dict[str, object]) -> No
             print(f"serving analyses on {path}", flush=True)
             while True:
                 conn, _ = server.accept()
-                with conn, conn.makefile("r", encoding="utf-8") as lines:
-                    with conn.makefile("w", encoding="utf-8") as out:
-                        try:
-                            _answer(out, hello)
-                            for answer in session.answer(lines):
-                                _answer(out, answer)
-                        except OSError:
-                            pass  # the run went away: the next one is served all the same
+                threading.Thread(
+                    target=_serve_client, args=(session, conn, hello), daemon=True
+                ).start()
         finally:
             path.unlink(missing_ok=True)
+
+
+def _serve_client(session: _Session, conn: socket.socket, hello: dict[str, object]) -> None:
+    with conn, conn.makefile("r", encoding="utf-8") as lines:
+        with conn.makefile("w", encoding="utf-8") as out:
+            try:
+                _answer(out, hello)
+                for answer in session.answer(lines):
+                    _answer(out, answer)
+            except OSError:
+                pass  # the run went away: the others are served all the same
 
 
 def _take_stdout(log: Path) -> TextIO:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -66,23 +67,31 @@ def test_one_analysis_process_answers_each_folder_and_outlives_bad_ones(
 def test_runs_in_turn_are_analysed_by_one_service_of_their_master(
     tmp_path: Path, analysis_service: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """With FANOUT_ANALYSIS_SOCKET (the session's service, conftest.py), one run after another
-    is analysed there, no process of their own; a bad folder is answered as such and the
-    service goes on; a run that asked for another master, or names a socket with no service,
-    analyses by itself. (The first run's folder is the bad one: one whole analysis, in the
-    second run, shows the service going on.)"""
+    """With FANOUT_ANALYSIS_SOCKET (the test run's service, conftest.py), one run after another
+    is analysed there, no process of their own, and a run beside another that keeps its
+    connection (as a sweep's does between its cases); a bad folder is answered as such and
+    the service goes on; a run that asked for another master, or names a socket with no
+    service, analyses by itself. (The first run's folder is the bad one: one whole analysis,
+    in the second run, shows the service going on.)"""
     cut, _ = build_run(tmp_path / "b", "cut", corrupt_blob=True)
     good, _ = build_run(tmp_path / "c", "good")
-    with Analysis(ANALYSIS_MASTER, tmp_path / "run1") as run1:
-        with pytest.raises(AnalysisFailed, match="corrupt histogram blob"):
-            run1.analyze(cut)
-        assert run1._proc is None and run1._service is not None
-    with Analysis(ANALYSIS_MASTER, tmp_path / "run2") as run2:
-        assert run2.analyze(good) == good / "summary.json"
-        assert run2._proc is None
-        # Spark's lines went to the service's log, which a failure names.
-        assert run2._log != tmp_path / "run2" / "logs" / "analysis-spark.log"
-        assert "log4j" in run2._log.read_text()
+    # A service serving one connection at a time would leave the second run waiting for the
+    # first to close: a bound on the wait (the other tests' runs may be queued before these).
+    timeout = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(300)
+    try:
+        with Analysis(ANALYSIS_MASTER, tmp_path / "run1") as run1:
+            with pytest.raises(AnalysisFailed, match="corrupt histogram blob"):
+                run1.analyze(cut)
+            assert run1._proc is None and run1._service is not None
+            with Analysis(ANALYSIS_MASTER, tmp_path / "run2") as run2:  # run1 still connected
+                assert run2.analyze(good) == good / "summary.json"
+                assert run2._proc is None
+                # Spark's lines went to the service's log, which a failure names.
+                assert run2._log != tmp_path / "run2" / "logs" / "analysis-spark.log"
+                assert "log4j" in run2._log.read_text()
+    finally:
+        socket.setdefaulttimeout(timeout)
     # A run that asked for another master: its own process (which the test above runs).
     assert Analysis("local[2]", tmp_path)._service_pipes(str(analysis_service)) is None
     assert f"runs Spark master {ANALYSIS_MASTER}, this run asked for local[2]" in (
