@@ -3,6 +3,7 @@ import Locust run."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.abc
 import json
 import os
@@ -263,43 +264,126 @@ def kernel_stamping_on() -> Iterator[None]:
 
 
 ANALYSIS_MASTER = "local[1]"
-"""The master of the session's analysis service: most tests' `bench run --spark-master`."""
+"""The master of the test run's analysis service: most tests' `bench run --spark-master`."""
 
 
 @pytest.fixture(scope="session")
-def analysis_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One `spark_analysis --serve --socket` per test process (for every integration test),
-    which every `bench run` with ANALYSIS_MASTER that a test starts uses (FANOUT_ANALYSIS_SOCKET,
-    inherited): about 20 runs of `make test` analyse in one JVM per process instead of a JVM
-    each. Its session is built at the first folder, so a process that analyses nothing starts
-    no JVM."""
+def analysis_service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """One `spark_analysis --serve --socket` for the whole test run (for every integration
+    test), which every `bench run` with ANALYSIS_MASTER that a test starts uses
+    (FANOUT_ANALYSIS_SOCKET, inherited): the runs of `make test` analyse in one JVM instead of
+    a JVM each. Its session is built at the first folder, so a run that analyses nothing
+    starts no JVM.
+
+    pytest-xdist's workers share it: the first that needs it starts it, the others find it
+    (_analysis_home), and the controller stops it once they are all done (pytest_unconfigure).
+    A JVM per worker cost each worker that analysed anything its start and first analysis's
+    warm-up again (about 13 CPU-s, and 1 more for the service's Python), for the same answers:
+    the service takes the folders one at a time whoever sends them."""
     from harness.analysis import SOCKET_ENV
 
-    # A Unix socket's path must be short (108 bytes): not under pytest's deep tmp folders.
-    folder = Path(tempfile.mkdtemp(prefix="fanout-analysis-"))
-    path = folder / "analysis.sock"
-    log = tmp_path_factory.mktemp("analysis-service") / "analysis-spark.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spark_analysis", "--serve", str(log), "--socket", str(path)]
-        + ["--spark-master", ANALYSIS_MASTER],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-    )
+    home = _analysis_home(request.config)
+    home.mkdir(exist_ok=True)
+    path = home / "analysis.sock"
+    proc = None
+    with open(home / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker starts it; the others wait, then find it
+        if _service_pid(home) is None:
+            log = tmp_path_factory.mktemp("analysis-service") / "analysis-spark.log"
+            path.unlink(missing_ok=True)  # a stale one from a run that was killed
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "spark_analysis", "--serve", str(log), "--socket"]
+                + [str(path), "--spark-master", ANALYSIS_MASTER],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+            )
+            (home / "pid").write_text(str(proc.pid))
+            _STARTED.append(proc)  # an xdist worker does not wait for it: kept, not collected
+            eventually(lambda: path.exists() or proc.poll() is not None, timeout_s=60)
+            assert proc.poll() is None, (
+                f"the analysis service ended (exit {proc.returncode}): {log}"
+            )
+    os.environ[SOCKET_ENV] = str(path)
     try:
-        eventually(lambda: path.exists() or proc.poll() is not None, timeout_s=60)
-        assert proc.poll() is None, f"the analysis service ended (exit {proc.returncode}): {log}"
-        os.environ[SOCKET_ENV] = str(path)
         yield path
     finally:
         os.environ.pop(SOCKET_ENV, None)
-        proc.terminate()
+        if not _is_xdist_worker(request.config):  # a run in one process: the service is its own
+            _stop_analysis_service(home, proc)
+
+
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """pytest-xdist's controller, once its workers are done: the analysis service they shared
+    (nothing when none was started; a run in one process stopped its own already)."""
+    if not _is_xdist_worker(config):
+        _stop_analysis_service(_analysis_home(config), None)
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _analysis_home(config: pytest.Config) -> Path:
+    """The analysis service's socket, process id and lock, named after the pytest process that
+    runs the session (for an xdist worker, its controller, whose child it is): every worker of
+    a run finds the same, another run (another engineer's) another. Not under pytest's deep
+    tmp folders: a Unix socket's path must be short (108 bytes)."""
+    owner = os.getppid() if _is_xdist_worker(config) else os.getpid()
+    return Path(tempfile.gettempdir()) / f"fanout-analysis-{owner}"
+
+
+def _service_pid(home: Path) -> int | None:
+    """The process id of the analysis service `home` names, if it runs and serves there."""
+    try:
+        pid = int((home / "pid").read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if _serving(pid, home) and (home / "analysis.sock").exists() else None
+
+
+def _serving(pid: int, home: Path) -> bool:
+    """Whether process `pid` runs (not a zombie) and is the service of `home` (not another
+    process that got the id since)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            ours = str(home / "analysis.sock").encode() in cmdline.read()
+        with open(f"/proc/{pid}/stat") as stat:
+            zombie = stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+    return ours and not zombie
+
+
+def _stop_analysis_service(home: Path, proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM (the service stops its Spark session on the way out), 60 s, then SIGKILL; the
+    folder goes with it. `proc` when it is this process's child (to reap it), else by id."""
+    if not home.is_dir():
+        return
+    if proc is not None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    elif (pid := _service_pid(home)) is not None:
+        os.kill(pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        path.unlink(missing_ok=True)
-        folder.rmdir()
+            eventually(lambda: not _serving(pid, home), timeout_s=60)
+        except AssertionError:
+            os.kill(pid, signal.SIGKILL)
+    for name in ("analysis.sock", "pid", "lock"):
+        (home / name).unlink(missing_ok=True)
+    try:
+        home.rmdir()
+    except OSError:
+        pass
 
 
 IN_PROCESS_MASTER = "local[2]"
