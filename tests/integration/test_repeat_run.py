@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis import Analysis
 from reports.cli import gate_main
 from results_contract.testbed import read_testbed
-from tests.conftest import ROOT
+from tests.conftest import ANALYSIS_MASTER, ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -34,13 +35,16 @@ def test_repeats_are_kept_and_gated_together(tmp_path: Path, capsys) -> None:
         repeat: 2
     """)
     )
+    # Analysed below, by the test process's analysis service: the reports are not looked at.
     result = subprocess.run(
         [sys.executable, "-m", "harness", "run", str(workload), "--results",
-         str(tmp_path / "results"), "--workers", "1", "--spark-master", "local[1]"],
+         str(tmp_path / "results"), "--workers", "1", "--no-analysis"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     (folder,) = (tmp_path / "results").iterdir()
+    with Analysis(ANALYSIS_MASTER, folder) as analysis:
+        analysis.analyze(folder)  # a sweep: every case, then the sweep
     sweep = json.loads((folder / "sweep.json").read_text())
     assert sweep["repeats"] == 2 and sweep["case_keys"] == ["", ""]
     assert [c.rsplit("-", 1)[1] for c in sweep["cases"]] == ["r1", "r2"]
