@@ -206,6 +206,21 @@ def start_broker(
     return BrokerProcess(port, admin_port, data_dir, proc, log_path, extra)
 
 
+class SharedBroker:
+    """One broker for a test module whose tests each name topics of their own (a broker start
+    is about 0.75 CPU-s): a test that stops, restarts or kills it puts the broker now running
+    back in `broker`."""
+
+    def __init__(self, data_dir: Path, extra: tuple[str, ...] = ()) -> None:
+        self.broker = start_broker(data_dir, extra=extra)
+
+    def running(self) -> SharedBroker:
+        """Itself, its broker started again if a test before this one failed with it stopped."""
+        if self.broker.process.poll() is not None:
+            self.broker = self.broker.restart()
+        return self
+
+
 def wait_listening(
     proc: subprocess.Popen[bytes], ports: tuple[int, ...], log_path: Path, timeout: float = 20
 ) -> None:

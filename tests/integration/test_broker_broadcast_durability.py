@@ -20,35 +20,24 @@ from pulsar_protocol.connection import Connection
 from pulsar_protocol.events import NEED_DATA, Connect, Request, Response
 from pulsar_protocol.frames import encode_frame
 from pulsar_protocol.state import CLIENT
-from tests.conftest import BrokerProcess, start_broker, wait_cursors_saved
+from tests.conftest import BrokerProcess, SharedBroker, start_broker, wait_cursors_saved
 
 pytestmark = pytest.mark.integration
 
 BROADCAST = {"subscriptionMode": "broadcast"}
 
 
-class Shared:
-    """The module's broker (a broker start is about 0.75 CPU-s): every test names topics of
-    its own, and those that stop, restart or kill it put the broker now running back here."""
-
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.broker = broker
-
-
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedBroker]:
     # journalSyncData true, the default: what the kill -9 test is about.
-    held = Shared(start_broker(tmp_path_factory.mktemp("broadcast-durability") / "data"))
+    held = SharedBroker(tmp_path_factory.mktemp("broadcast-durability") / "data")
     yield held
     held.broker.stop()
 
 
 @pytest.fixture
-def running(shared: Shared) -> Shared:
-    """The shared broker, started again if a test before this one failed with it stopped."""
-    if shared.broker.process.poll() is not None:
-        shared.broker = shared.broker.restart()
-    return shared
+def running(shared: SharedBroker) -> SharedBroker:
+    return shared.running()
 
 
 def _log_since(broker: BrokerProcess, offset: int) -> list[str]:

@@ -8,34 +8,24 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from tests.conftest import BrokerProcess, start_broker, wait_cursors_saved
+from tests.conftest import SharedBroker, wait_cursors_saved
 
 pytestmark = pytest.mark.integration
 
 
-class Shared:
-    """The module's broker (a broker start is about 0.75 CPU-s), journalSyncData true (the
-    default, what kill -9 is about) and a 1 MiB entry cache (what the reader far behind is
-    about); the test that kills it puts the restarted one back here."""
-
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.broker = broker
-
-
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedBroker]:
+    # journalSyncData true (the default, what kill -9 is about) and a 1 MiB entry cache (what
+    # the reader far behind is about); the test that kills it puts the restarted one back.
     data = tmp_path_factory.mktemp("durability") / "data"
-    held = Shared(start_broker(data, extra=("--set", "managedLedgerCacheSizeMB=1")))
+    held = SharedBroker(data, extra=("--set", "managedLedgerCacheSizeMB=1"))
     yield held
     held.broker.stop()
 
 
 @pytest.fixture
-def running(shared: Shared) -> Shared:
-    """The shared broker, started again if a test before this one failed with it killed."""
-    if shared.broker.process.poll() is not None:
-        shared.broker = shared.broker.restart()
-    return shared
+def running(shared: SharedBroker) -> SharedBroker:
+    return shared.running()
 
 
 def test_acknowledged_sends_survive_kill_9_and_acks_survive_the_persist_window(running):

@@ -30,7 +30,7 @@ from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import T, command
 from pulsar_protocol.frames import FrameDecoder, encode_frame
 from pulsar_protocol.payload import encode_payload
-from tests.conftest import ROOT, BrokerProcess, start_broker
+from tests.conftest import ROOT, BrokerProcess, SharedBroker, start_broker
 
 pytestmark = pytest.mark.integration
 
@@ -44,30 +44,20 @@ BACKLOG_BROKER = (
 )
 
 
-class Shared:
-    """One broker for the tests that each need only topics of their own (every test here
-    names its own): a broker start is about 0.75 CPU-s, and these were twelve. The backlog
-    quota check runs every 0.3 s, which only the topics given a quota notice. The two tests
-    that restart it put the restarted one back here. The tests whose broker settings reach
-    every topic (defaults, TTL's ledger size, the hole compensation) start their own."""
-
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.broker = broker
-
-
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
-    held = Shared(start_broker(tmp_path_factory.mktemp("policies") / "data", extra=BACKLOG_BROKER))
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedBroker]:
+    # For the tests that each need only topics of their own (these were twelve broker starts).
+    # The backlog quota check runs every 0.3 s, which only the topics given a quota notice. The
+    # two tests that restart it put the restarted one back. The tests whose broker settings
+    # reach every topic (defaults, TTL's ledger size, the hole compensation) start their own.
+    held = SharedBroker(tmp_path_factory.mktemp("policies") / "data", extra=BACKLOG_BROKER)
     yield held
     held.broker.stop()
 
 
 @pytest.fixture
-def broker(shared: Shared) -> BrokerProcess:
-    """The shared broker, started again if a test before this one failed with it stopped."""
-    if shared.broker.process.poll() is not None:
-        shared.broker = shared.broker.restart()
-    return shared.broker
+def broker(shared: SharedBroker) -> BrokerProcess:
+    return shared.running().broker
 
 
 def _call(broker, method: str, path: str, body: Any = None) -> tuple[int, Any]:
