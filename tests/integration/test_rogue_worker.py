@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from results_contract.paths import WORKER_FILES
 from tests.conftest import ROOT, free_port
 
 pytestmark = pytest.mark.integration
@@ -80,15 +81,8 @@ def _everything_under(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}
 
 
-RAW_FILES = [
-    "bursts.csv",
-    "connections.csv",
-    "deliveries.csv",
-    "histograms.hlog",
-    "stages.csv",
-    "timeline.csv",
-]
-"""A worker's raw files, the contract's names (results_contract)."""
+RAW_FILES = sorted(WORKER_FILES)
+"""A worker's raw files: the contract's names, the only ones a coordinator takes."""
 
 UNDISTURBED_RUN = {
     "manifest.json",
