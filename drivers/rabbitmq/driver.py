@@ -75,8 +75,8 @@ REFUSED = {
 }
 ACCESS_REFUSED, NOT_ALLOWED = 403, 530
 MAX_MESSAGE_SIZE = 134_217_728
-STREAM_PROBE_S = 0.2
-"""Between two attempts to attach to a new stream."""
+QUEUE_PROBE_S = 0.2
+"""Between two attempts to declare a new quorum queue or attach to a new stream."""
 
 
 def _any_string(value: object) -> str:
@@ -254,8 +254,8 @@ class RabbitMqDriver(PeerDriver[RabbitMqConnection]):
     def __init__(self) -> None:
         super().__init__()
         self._config = RabbitMqConfig()
-        self._streams: dict[str, AsyncResult[None]] = {}
-        """Streams this process has seen ready for consumers, by queue name."""
+        self._queues: dict[str, AsyncResult[None]] = {}
+        """Streams and quorum queues this process has seen ready for consumers, by name."""
 
     def parse_config(self, sections: Mapping[Any, object], where: str) -> RabbitMqConfig:
         """Typed sections; kept, so that check_reachable (the coordinator's, on this very
@@ -326,8 +326,7 @@ class RabbitMqDriver(PeerDriver[RabbitMqConnection]):
         start_us = now_us()
         conn: RabbitMqConnection | None = None
         try:
-            if spec.subscription_type == "Broadcast":
-                self._stream_ready(spec)
+            self._queue_ready(spec)
             conn = self._ready().for_consumer(spec.index)
             conn.wait_ready()
             channel = conn.new_channel()
@@ -339,41 +338,51 @@ class RabbitMqDriver(PeerDriver[RabbitMqConnection]):
             )
         return SubscribeResult(spec.index, conn.id, start_us, max(start_us, end_us), True)
 
-    def _stream_ready(self, spec: ConsumerSpec) -> None:
-        """Declare the subscription's stream once per process and wait until a consumer can
-        attach: RabbitMQ 3.10 answers queue.declare before the stream's log has started, and
-        a basic.consume in between fails with `stream_not_found`, which closes the whole
-        connection (INTERNAL_ERROR). So a probe connection of its own attaches first, again
-        until it works; the consumers' connections never see it."""
+    def _queue_ready(self, spec: ConsumerSpec) -> None:
+        """Declare the subscription's queue once per process, on a probe connection of its
+        own, before any consumer's connection declares it too. Two cases need this, both
+        closing the whole connection (INTERNAL_ERROR) if a consumer's channel met them:
+        RabbitMQ 3.10 answers a stream's queue.declare before the stream's log has started,
+        and a basic.consume in between fails with `stream_not_found`; and two declares of one
+        new quorum queue at once (two consumers of one Shared subscription, in this process
+        or in two workers) fail for one of them. The probe tries again until it works; the
+        consumers' declares then find the queue there. Classic queues need no probe: the
+        one-queue-per-consumer baseline would pay a connection per consumer for nothing."""
+        if spec.subscription_type != "Broadcast" and self._config.consumer.queue_type != "quorum":
+            return
         queue = f"{spec.topic}.{spec.subscription}"
-        ready = self._streams.get(queue)
+        ready = self._queues.get(queue)
         if ready is None:
-            ready = self._streams[queue] = AsyncResult()
+            ready = self._queues[queue] = AsyncResult()
             try:
-                self._probe_stream(spec)
+                self._probe_queue(spec)
             except RequestFailed as exc:
                 ready.set_exception(exc)
-                del self._streams[queue]
+                del self._queues[queue]
             else:
                 ready.set(None)
         ready.get()
 
-    def _probe_stream(self, spec: ConsumerSpec) -> None:
+    def _probe_queue(self, spec: ConsumerSpec) -> None:
         deadline = time.monotonic() + self._config.client.operation_timeout_seconds
         methods = queue_methods(spec, self._config)
+        if spec.subscription_type == "Broadcast":
+            answer: type = commands.Basic.ConsumeOk
+        else:
+            methods, answer = methods[:3], commands.Queue.BindOk
         while True:
             conn = self._ready().open()
             try:
                 conn.wait_ready()
                 # attached, never a consumer of the run: its deliveries count for no one
-                conn.request(conn.new_channel(), methods, commands.Basic.ConsumeOk)
+                conn.request(conn.new_channel(), methods, answer)
                 return
             except RequestFailed:
                 if time.monotonic() > deadline:
                     raise
             finally:
                 conn.close()
-            gevent.sleep(STREAM_PROBE_S)
+            gevent.sleep(QUEUE_PROBE_S)
 
 
 def login_check(host: str, port: int, login: Login, timeout: float, service_url: str) -> str:

@@ -77,9 +77,10 @@ def test_shared_baseline_one_queue_per_consumer_every_message(rabbitmq, tmp_path
 
 
 def test_quorum_queues_and_one_shared_queue_between_consumers(rabbitmq) -> None:
-    """consumer.queueType quorum; two consumers of one Shared subscription compete for its
-    queue (each message to one of them), a third alone in its own gets all, in order."""
-    driver = RabbitMqDriver()
+    """consumer.queueType quorum; four consumers of one Shared subscription, in two workers
+    (two drivers) that subscribe at once, compete for its queue (each message to one of
+    them), a fifth alone in its own gets all, in order. Declared by every consumer at once,
+    a new quorum queue fails one of them, closing its connection (INTERNAL_ERROR)."""
     got: dict[int, list[bytes]] = {}
 
     class Callback:
@@ -94,14 +95,16 @@ def test_quorum_queues_and_one_shared_queue_between_consumers(rabbitmq) -> None:
         client=RabbitMqClientConfig(service_url=rabbitmq.url),
         consumer=ConsumerConfig(queue_type="quorum"),
     )
-    driver.initialize(config, Callback(), consumers_per_connection=2, service_url=rabbitmq.url)
+    workers = [RabbitMqDriver(), RabbitMqDriver()]
+    for driver in workers:
+        driver.initialize(config, Callback(), consumers_per_connection=2, service_url=rabbitmq.url)
     try:
-        specs = [ConsumerSpec(i, f"c{i}", "quorum-t", "sub-0", "Shared") for i in range(2)]
-        specs.append(ConsumerSpec(2, "c2", "quorum-t", "sub-1", "Shared"))
-        jobs = [gevent.spawn(driver.subscribe, spec) for spec in specs]
+        specs = [ConsumerSpec(i, f"c{i}", "quorum-t", "sub-0", "Shared") for i in range(4)]
+        specs.append(ConsumerSpec(4, "c4", "quorum-t", "sub-1", "Shared"))
+        jobs = [gevent.spawn(workers[spec.index % 2].subscribe, spec) for spec in specs]
         gevent.joinall(jobs, timeout=30)
         assert all(job.get().ok for job in jobs), [job.value for job in jobs]
-        producer = driver.create_producer("quorum-t")
+        producer = workers[0].create_producer("quorum-t")
         acks: list[Exception | None] = []
         messages = [b"q%d" % k for k in range(10)]
         for message in messages:
@@ -110,10 +113,11 @@ def test_quorum_queues_and_one_shared_queue_between_consumers(rabbitmq) -> None:
             while sum(map(len, got.values())) < 20 or len(acks) < 10:
                 gevent.sleep(0.02)
         assert acks == [None] * 10  # every publish confirmed
-        assert got[2] == messages
-        assert sorted(got.get(0, []) + got.get(1, [])) == sorted(messages)
+        assert got[4] == messages
+        assert sorted(sum((got.get(i, []) for i in range(4)), [])) == sorted(messages)
     finally:
-        driver.close()
+        for driver in workers:
+            driver.close()
 
 
 @pytest.mark.parametrize(
