@@ -9,7 +9,12 @@ BENCH_ARGS ?=
 # Six processes, each test file kept in one of them (its module fixtures are started once):
 # on 2 cores, 7.5 min for the parallel part where four took 9-11 (docs/benchmarks.md, "make
 # test"); the tests that compare latencies run after it, in two processes (marker `alone`).
-PYTEST_ARGS ?= -n 6 --dist loadfile
+# --no-loadscope-reorder: files go out in tests/conftest.py's order, the longest first; xdist's
+# own order (most tests first) sent the 160 s deploy test and the minute-long one-test files last.
+PYTEST_ARGS ?= -n 6 --dist loadfile --no-loadscope-reorder
+# The files with tests marked `alone`: that part collects only these (the whole suite took 4.5
+# CPU-s in each of its processes); tests/conftest.py stops a run if a marked test is elsewhere.
+ALONE_TESTS := tests/integration/test_harness_runs.py tests/integration/test_client_delay.py
 # Python may cache compiled modules (some environments forbid it): with PYTHONDONTWRITEBYTECODE
 # every process compiled the project's modules again, and pytest rewrote every test file again:
 # collecting took 13.2 CPU-s per test process against 4.6 (docs/benchmarks.md, "make test").
@@ -48,11 +53,17 @@ tools:
 bench: $(STAMP) java-check
 	$(WITH_JAVA) $(BIN)/bench run $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_ARGS)
 
+# mypy (one process, 21 CPU-s on a fresh clone) runs beside the parallel part at the lowest
+# priority, on what CPU the tests leave; its output follows theirs, and either failing fails.
 test: $(STAMP) java-check tools
 	$(BIN)/ruff check .
-	$(BIN)/mypy
-	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone'
-	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist load -m alone
+	@typed=$$(mktemp); echo "$(BIN)/mypy (beside the tests; its output after theirs)"; \
+	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
+	echo "$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone'"; \
+	( $(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone' ); tests=$$?; \
+	wait $$mypy; types=$$?; echo "$(BIN)/mypy:"; cat $$typed; rm -f $$typed; \
+	[ $$tests -eq 0 ] && [ $$types -eq 0 ]
+	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist load -m alone $(ALONE_TESTS)
 
 # AWS (docs/aws.md): shared by aws-up, aws-bench and aws-down. Empty means the script's
 # default, or what the last `make aws-up` saved in deploy/aws/.state (gitignored), so a retry

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,29 @@ class _NoLocustHere(importlib.abc.MetaPathFinder):
         return None
 
 
+ALONE_FILES_IN = ROOT / "Makefile"
+
+
+def _check_alone_files_are_run(items: list[pytest.Item]) -> None:
+    """`make test`'s `alone` part collects only the files its ALONE_TESTS lists (collecting the
+    whole suite for three tests took 4.5 CPU-s in each of its processes): a test marked
+    `alone` in another file would be run by neither part, so the run stops here instead."""
+    if not ALONE_FILES_IN.exists():
+        return
+    listed = ALONE_FILES_IN.read_text()
+    alone = {item.path for item in items if item.get_closest_marker("alone")}
+    missing = sorted(
+        str(path.relative_to(ROOT))
+        for path in alone
+        if path.is_relative_to(ROOT) and str(path.relative_to(ROOT)) not in listed
+    )
+    if missing:
+        raise pytest.UsageError(
+            f"tests marked `alone` in {', '.join(missing)}: add the file to the Makefile's "
+            "ALONE_TESTS, or make test runs them in neither of its parts"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `locust` leave this process unless it is the child made for them.
 
@@ -80,30 +104,65 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names = getattr(item, "fixturenames", None)  # a test function's
         if item.get_closest_marker("integration") and names and "analysis_service" not in names:
             names.insert(0, "analysis_service")
-    # Longest first: pytest-xdist hands out files in this order, and a minutes-long file
-    # started last is the whole run's tail.
+    _check_alone_files_are_run(items)
+    # Longest first: pytest-xdist hands out files in this order (with --no-loadscope-reorder,
+    # as `make test` runs it), and a minutes-long file started last is the whole run's tail.
+    # After the listed files, the integration files before the unit files, each by its number
+    # of tests, as xdist's own order would have it.
     longest = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: longest.get(item.path.name, len(longest)))
+    per_file = Counter(item.path for item in items)
+    items.sort(
+        key=lambda item: (
+            longest.get(f"{item.path.parent.name}/{item.path.name}", len(longest)),
+            item.path.parent.name != "integration",
+            -per_file[item.path],
+        )
+    )
 
 
 LONGEST_FILES = (
-    "test_deploy_ansible.py",
-    "test_omb_loops.py",
-    "test_ci_workflow.py",
-    "test_end_to_end.py",
-    "test_analysis_cli.py",
-    "test_driver_sweep.py",
-    "test_policy_events_run.py",
-    "test_remote_broker_cost.py",
-    "test_broker_clock.py",
-    "test_harness_runs.py",
-    "test_analysis_spark_cluster.py",
-    "test_repeat_run.py",
-    "test_run_terminal.py",
+    "integration/test_deploy_ansible.py",
+    "integration/test_omb_loops.py",
+    "integration/test_end_to_end.py",
+    "integration/test_analysis_cli.py",
+    "integration/test_analysis_spark.py",
+    "integration/test_driver_rabbitmq.py",
+    "integration/test_live_metrics.py",
+    "integration/test_driver_sweep.py",
+    "integration/test_ci_workflow.py",
+    "integration/test_broker_clock.py",
+    "integration/test_run_terminal.py",
+    "integration/test_topic_policies.py",
+    "integration/test_policy_events_run.py",
+    "integration/test_rogue_worker.py",
+    "integration/test_deploy_aws_terraform.py",
+    "integration/test_analysis_spark_cluster.py",
+    "integration/test_harness_runs.py",
+    "integration/test_analysis_many_consumers.py",
+    "integration/test_remote_broker_cost.py",
+    "integration/test_driver_nats.py",
+    "integration/test_multi_host.py",
+    "integration/test_repeat_run.py",
+    "unit/test_admin_http.py",
+    "integration/test_warmup_case.py",
+    "unit/test_locust_process.py",
+    "integration/test_broker_broadcast_durability.py",
+    "integration/test_native_driver_tls.py",
+    "integration/test_native_driver_auth.py",
+    "unit/test_recorder.py",
+    "unit/test_stats.py",
 )
-"""The files that took longest in a full run, longest first (`make test PYTEST_ARGS='-n 6
---dist loadfile --durations=30'`, 2026-11-26 11:20, over 30 s each): a scheduling hint,
-nothing else depends on it."""
+"""The files that take longest (under tests/), longest first, about 20 s or more each (the 40
+slowest tests of a `make test` with `--durations=40`, 2026-11-28 21:03, summed per file;
+per-test times of a 19:07 run for the rest): a scheduling hint, nothing else depends on it.
+pytest-xdist's `--dist loadfile` hands files out by their number of tests, most first, unless
+`--no-loadscope-reorder`: without it this list only broke ties, and the deploy test (3 tests,
+160 s) and the one-test files of a minute each went out last.
+
+It also pairs the `alone` tests: `-n 2 --dist load` deals three tests round robin, the first
+and third to one process. test_harness_runs.py's comes first here, then test_client_delay.py's
+two in their file's order, so the slowed-client test (two runs, the longest) has its process to
+itself and the other two share one."""
 
 
 PORTS = range(21000, 31000)
