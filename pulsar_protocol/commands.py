@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Iterable
 
 from google.protobuf.message import Message
@@ -156,6 +157,8 @@ def encode_varint(value: int) -> bytes:
     """A non-negative int as a protobuf varint (the small ones from a table)."""
     if 0 <= value < 16384:
         return _SMALL_VARINTS[value]
+    if value < 1 << 21:  # three bytes: the ids of a client past 16,383 consumers
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     return _encode_varint(value)
 
 
@@ -195,6 +198,8 @@ _VARINT_VALUES = {encoded: value for value, encoded in enumerate(_SMALL_VARINTS)
 def decode_varint(data: bytes) -> int:
     """The value of one whole varint (`data` is exactly its bytes)."""
     value = _VARINT_VALUES.get(data)
+    if value is None and len(data) == 3:
+        return (data[0] & 0x7F) | ((data[1] & 0x7F) << 7) | (data[2] << 14)
     if value is None:
         value = 0
         for shift, byte in enumerate(data):
@@ -304,6 +309,24 @@ class SubscribeTemplate:
         return b"\x08\x04\x22" + encode_varint(len(body)) + body
 
 
+def subscribe_shape(body: pb.CommandSubscribe) -> tuple[bytes, bytes]:
+    """(head, tail): protobuf's serialization of `body`'s fields 1-3 (topic, subscription,
+    subType) and of its fields from 7 on (with any unknown ones), what SubscribeTemplate writes
+    around consumer_id, request_id and consumer_name. A server's codec reads a SUBSCRIBE made
+    of these bytes and those three fields without protobuf (FrameDecoder.next_subscribe): it
+    says what `body` says, those three apart (a connect storm's SUBSCRIBEs differ in no other
+    field)."""
+    head = pb.CommandSubscribe()
+    for name in ("topic", "subscription", "subType"):
+        if body.HasField(name):
+            setattr(head, name, getattr(body, name))
+    tail = pb.CommandSubscribe()
+    tail.CopyFrom(body)
+    for name in ("topic", "subscription", "subType", "consumer_id", "request_id", "consumer_name"):
+        tail.ClearField(name)
+    return head.SerializePartialToString(), tail.SerializePartialToString()
+
+
 def success_command_bytes(request_id: int) -> bytes:
     """Serialized `BaseCommand{type: SUCCESS, success: {request_id}}` without protobuf objects:
     a broker answers one per consumer of a connect storm, and building a BaseCommand for each
@@ -311,6 +334,19 @@ def success_command_bytes(request_id: int) -> bytes:
     checks it byte for byte against protobuf's own encoding."""
     body = b"\x08" + encode_varint(request_id)
     return b"\x08\x0d\x6a" + encode_varint(len(body)) + body
+
+
+_SUCCESS_HEADS = tuple(
+    struct.pack(">II", 9 + n, 5 + n) + b"\x08\x0d\x6a" + bytes((1 + n, 8)) for n in range(11)
+)
+"""A SUCCESS frame's bytes before its request id, by the length of the id's varint."""
+
+
+def success_frame(request_id: int) -> bytes:
+    """The whole frame of `success_command_bytes(request_id)`: a prepared head by the length of
+    the id, then the id (one concatenation per subscribe of a connect storm)."""
+    rid = encode_varint(request_id)
+    return _SUCCESS_HEADS[len(rid)] + rid
 
 
 def ack_command_bytes(consumer_id: int, ack_type: int, message_ids: Iterable[bytes]) -> bytes:

@@ -35,6 +35,19 @@ _HEADER = struct.Struct(">II")
 _BEM_HEADER = struct.Struct(">HI")
 # A whole frame of a common ACK: the two sizes fit one byte each (the body is < 128 bytes).
 _COMMON_ACK_FRAME = re.compile(rb"\x00\x00\x00(.)\x00\x00\x00(.)" + COMMON_ACK_PATTERN, re.DOTALL)
+# A whole FLOW frame: consumer_id below 2**63, messagePermits below 2**28 (a uint32 in range).
+_COMMON_FLOW_FRAME = re.compile(
+    rb"\x00\x00\x00(.)\x00\x00\x00(.)\x08\x0b\x5a([\x00-\x7f])\x08([\x80-\xff]{0,8}[\x00-\x7f])"
+    rb"\x10([\x80-\xff]{0,3}[\x00-\x7f])",
+    re.DOTALL,
+)
+_VARINT_63 = rb"([\x80-\xff]{0,8}[\x00-\x7f])"  # a varint below 2**63
+# BaseCommand.type = SUBSCRIBE, then the subscribe field's size.
+_SUBSCRIBE_START = re.compile(rb"\x08\x04\x22" + _VARINT_63, re.DOTALL)
+# CommandSubscribe's consumer_id, request_id and consumer_name's size.
+_SUBSCRIBE_IDS = re.compile(
+    rb"\x20" + _VARINT_63 + rb"\x28" + _VARINT_63 + rb"(?:\x32" + _VARINT_63 + rb")?", re.DOTALL
+)
 _CUMULATIVE = pb.CommandAck.Cumulative
 _ACK_START = b"\x08\x0a\x52"  # BaseCommand.type = ACK, then the ack field
 _MESSAGE_START = b"\x08\x09\x4a"  # BaseCommand.type = MESSAGE, then the message field
@@ -305,6 +318,68 @@ class FrameDecoder:
             decode_varint(entry_id),
         )
 
+    def next_type(self) -> int:
+        """The command type of the next frame, from its first bytes, when they are buffered and
+        in protobuf's usual order (type first, one byte); else -1. A hint for which reader to
+        try first, never a ruling: the readers check the whole frame."""
+        pos = self._pos
+        if self._end - pos < 10 or self._buffer[pos + 8] != 0x08:
+            return -1
+        return self._buffer[pos + 9]
+
+    def next_flow(self) -> tuple[int, int] | None:
+        """The next frame if it is a FLOW in its common shape (flow_command_bytes: consumer_id,
+        messagePermits, nothing else), consumed and read without protobuf: (consumer_id,
+        permits). Otherwise None, and nothing is consumed."""
+        pos = self._pos
+        m = _COMMON_FLOW_FRAME.match(self._buffer, pos, self._end)
+        if m is None:
+            return None
+        total, cmd_size, body_size, consumer_id, permits = m.groups()
+        end = m.end()
+        if (
+            body_size[0] != end - pos - 12
+            or cmd_size[0] != body_size[0] + 4
+            or total[0] != cmd_size[0] + 4
+        ):
+            return None
+        self._pos = end
+        return decode_varint(consumer_id), decode_varint(permits)
+
+    def next_subscribe(self, head: bytes, tail: bytes) -> tuple[int, int, bytes | None] | None:
+        """The next frame if it is a SUBSCRIBE made of `head`, consumer_id, request_id, an
+        optional consumer_name, then `tail` (commands.subscribe_shape of a SUBSCRIBE protobuf
+        read before), and nothing else: consumed and read without protobuf, as (consumer_id,
+        request_id, the name's bytes or None). Otherwise None, and nothing is consumed."""
+        buf = self._buffer
+        pos = self._pos
+        size = self._end
+        if size - pos < 14:
+            return None
+        total, cmd_size = _HEADER.unpack_from(buf, pos)
+        end = pos + 4 + total
+        if total != cmd_size + 4 or end > size or total > self._max:
+            return None
+        start = _SUBSCRIBE_START.match(buf, pos + 8, end)
+        if start is None:
+            return None
+        at = start.end()
+        if decode_varint(start.group(1)) != end - at or not buf.startswith(head, at):
+            return None
+        ids = _SUBSCRIBE_IDS.match(buf, at + len(head), end)
+        if ids is None:
+            return None
+        consumer_id, request_id, name_size = ids.groups()
+        at = ids.end()
+        name = None
+        if name_size is not None:
+            name = bytes(buf[at : at + decode_varint(name_size)])
+            at += len(name)
+        if end - at != len(tail) or not buf.startswith(tail, at):
+            return None
+        self._pos = end
+        return decode_varint(consumer_id), decode_varint(request_id), name
+
     def next_message_run(self) -> RunParts | None:
         """The next frame if it is a MESSAGE in its common shape (commands.parse_message) with
         a payload, and every whole frame after it that carries the same entry to another
@@ -468,18 +543,8 @@ class FrameDecoder:
         buf = self._buffer
         size = self._end
         fixed = 9 + len(tail)  # a frame's total size less its consumer id
-        consumer_ids = []
-        if size - pos >= 14:
-            (total,) = _U32.unpack_from(buf, pos)
-            id_size = total - fixed
-            if 0 < id_size < 3 and (count := (size - pos) // (4 + total)) >= _BULK_MIN:
-                head = heads[id_size]
-                if head is None:
-                    head = heads[id_size] = head_for(total, id_size)
-                if head:
-                    consumer_ids = _same_size_frames(buf, pos, count, head, id_size, tail)
-                    if consumer_ids:
-                        pos += count * (4 + total)
+        consumer_ids: list[int] = []
+        bulk = True
         while size - pos >= 14:
             (total,) = _U32.unpack_from(buf, pos)
             id_size = total - fixed
@@ -489,12 +554,19 @@ class FrameDecoder:
             head = heads[id_size]
             if head is None:
                 head = heads[id_size] = head_for(total, id_size)
+            if not head:
+                break
+            if bulk and (count := (size - pos) // (4 + total)) >= _BULK_MIN:
+                # The frames of this size from here, compared at once; then the next size.
+                ids = _same_size_frames(buf, pos, count, head, id_size, tail)
+                if not ids:
+                    break  # the first frame is not one of them: neither would the loop take it
+                consumer_ids += ids
+                pos += len(ids) * (4 + total)
+                bulk = len(ids) >= _BULK_MIN  # sizes that change every few frames: one by one
+                continue
             id_at = pos + 13
-            if (
-                not head
-                or not buf.startswith(head, pos)
-                or not buf.startswith(tail, id_at + id_size)
-            ):
+            if not buf.startswith(head, pos) or not buf.startswith(tail, id_at + id_size):
                 break
             if id_size == 1 and buf[id_at] < 0x80:
                 consumer_ids.append(buf[id_at])
@@ -545,15 +617,19 @@ def _ack_head(total: int, body_size: int) -> bytes:
 def _same_size_frames(
     buf: bytearray, pos: int, count: int, head: bytes, id_size: int, tail: bytes
 ) -> list[int]:
-    """The consumer ids of the `count` frames from `pos` if all are `head`, a consumer id of
-    `id_size` (1 or 2) bytes, `tail`; else [] and the buffer as it was.
+    """The consumer ids of the frames from `pos`, up to `count` of them, that are `head`, a
+    consumer id of `id_size` (1 to 9) bytes, then `tail`, as many as follow one another in that
+    shape (the longest such prefix); [] when the first is not one. The buffer is left as it was.
 
     Checked in a few C calls instead of a loop per frame: the ids' bytes are taken out with a
     strided slice and zeroed, so the frames must then be identical; the first is compared
-    with head and tail, and each of the others with the one before it, by one memcmp of the
-    buffer against itself shifted by a frame. A broadcast client reads 25 of its 10 KB
-    MESSAGEs per recv; the frame loop cost 0.6 of its 1.95 µs per delivery
-    (benchmarks/client_receive.py), this [see docs/benchmarks.md].
+    with head and tail, and the others with the one before each, by one memcmp of the buffer
+    against itself shifted by a frame (a bisection of such memcmps when not all of them are
+    alike); then each column of id bytes is checked for a varint's continuation bits. A
+    broadcast client reads 25 of its 10 KB MESSAGEs per recv; the frame loop cost 0.6 of its
+    1.95 us per delivery (benchmarks/client_receive.py). Ids of three bytes and more (a client
+    numbering its consumers past 16,383, as the official one does across its connections)
+    were read frame by frame: 74 % of the broker's ack path in benchmarks/broker_core.py.
     """
     stride = len(head) + id_size + len(tail)
     end = pos + count * stride
@@ -563,20 +639,37 @@ def _same_size_frames(
     for i in range(id_size):
         buf[at + i : end : stride] = zeros
     with memoryview(buf) as view:
-        same = (
-            buf.startswith(head, pos)
-            and buf.startswith(tail, at + id_size)
-            and buf.startswith(view[pos : end - stride], pos + stride)
-        )
-    if same:
-        if id_size == 1:
-            if max(columns[0]) < 0x80:
-                return list(columns[0])
-        elif min(columns[0]) >= 0x80 and max(columns[1]) < 0x80:
-            return [(low & 0x7F) | (high << 7) for low, high in zip(*columns, strict=True)]
-    for i, column in enumerate(columns):  # not a run of one shape: put the ids back
+        n = 0
+        if buf.startswith(head, pos) and buf.startswith(tail, at + id_size):
+            n = count
+            if not buf.startswith(view[pos : end - stride], pos + stride):
+                low, high = 1, count - 1  # the first `low` frames are alike, `high + 1` are not
+                while low < high:
+                    mid = (low + high + 1) // 2
+                    if buf.startswith(view[pos : pos + (mid - 1) * stride], pos + stride):
+                        low = mid
+                    else:
+                        high = mid - 1
+                n = low
+    for i, column in enumerate(columns):  # the ids back
         buf[at + i : end : stride] = column
-    return []
+    if n:
+        # A whole varint: every byte but the last has its high bit set.
+        for column in columns[:-1]:
+            n = min(n, column.translate(_HIGH_BIT).find(0, 0, n) % (n + 1))
+        n = min(n, columns[-1].translate(_HIGH_BIT).find(1, 0, n) % (n + 1))
+    if not n:
+        return []
+    if id_size == 1:
+        return list(columns[0][:n])
+    values = list(columns[-1][:n])
+    for column in reversed(columns[:-1]):
+        values = [(v << 7) | (low & 0x7F) for v, low in zip(values, column[:n], strict=True)]
+    return values
+
+
+_HIGH_BIT = bytes(b >> 7 for b in range(256))
+"""A `bytes.translate` table: 1 for a byte with its high bit set (a varint goes on), else 0."""
 
 
 def _whole_varint(buf: bytearray, start: int, end: int) -> int | None:
