@@ -1,0 +1,238 @@
+"""A server's codec reads its frequent commands from bytes (ACK runs, FLOW, a connect storm's
+SUBSCRIBEs, pulsar_protocol.connection.next_event): exactly what protobuf's path reads, for any
+input. Each stream here goes to two server codecs, one with the fast paths and one without
+(`ProtobufOnly`); both must give the same events (an AckRun spelled as its Acks), queue the
+same bytes and fail at the same frame."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pulsar_protocol import events as ev
+from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol import requests as rq
+from pulsar_protocol.commands import (
+    SubscribeTemplate,
+    T,
+    ack_command_bytes,
+    command,
+    decode_varint,
+    encode_varint,
+    flow_command_bytes,
+    subscribe_shape,
+    success_command_bytes,
+    success_frame,
+)
+from pulsar_protocol.connection import Connection
+from pulsar_protocol.errors import RemoteProtocolError
+from pulsar_protocol.extensions import mode_property
+from pulsar_protocol.frames import FrameDecoder, encode_frame, frame_head, frame_sizes
+from pulsar_protocol.state import SERVER
+
+
+class ProtobufOnly(Connection):
+    """A server codec that reads every frame with protobuf (the fast paths off)."""
+
+    def _set_state(self, state):  # type: ignore[no-untyped-def]
+        super()._set_state(state)
+        self._fast_acks = False
+
+
+def _server(cls: type[Connection] = Connection) -> Connection:
+    return cls(SERVER, server_version="test-broker")
+
+
+def _normalized(events: list) -> list:
+    out: list = []
+    for e in events:
+        if isinstance(e, ev.AckRun):
+            out += [
+                ev.Ack(cid, e.cumulative, ((e.ledger_id, e.entry_id),)) for cid in e.consumer_ids
+            ]
+        else:
+            out.append(e)
+    return out
+
+
+def _run(conn: Connection, chunks: list[bytes]) -> tuple[list, bytes, str | None]:
+    """(events, bytes the codec queued, the protocol error it ended with, if any)."""
+    events: list = []
+    error = None
+    try:
+        for chunk in chunks:
+            conn.receive_data(chunk)
+            while (event := conn.next_event()) is not ev.NEED_DATA:
+                events.append(event)
+    except RemoteProtocolError as exc:
+        error = f"{exc} [{exc.server_error}]"
+    return _normalized(events), conn.data_to_send(), error
+
+
+def _same_reading(data: bytes, rng: random.Random) -> list:
+    cuts = sorted(rng.sample(range(1, len(data)), min(3, len(data) - 1))) if len(data) > 1 else []
+    chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    fast = _run(_server(), chunks)
+    slow = _run(_server(ProtobufOnly), chunks)
+    assert fast == slow
+    return fast[0]
+
+
+_CONNECT = encode_frame(command(T.CONNECT, client_version="c", protocol_version=20))
+_TOPIC = "persistent://public/default/t"
+
+
+def _subscribe(rng: random.Random, cid: int, rid: int, subscription: str = "all") -> bytes:
+    fields: dict = dict(
+        topic=_TOPIC,
+        subscription=subscription,
+        subType=pb.CommandSubscribe.Shared,
+        consumer_id=cid,
+        request_id=rid,
+    )
+    if rng.random() < 0.7:
+        fields["metadata"] = [mode_property("Broadcast")]
+    roll = rng.random()
+    if roll < 0.3:
+        fields["consumer_name"] = rng.choice(["c", "", "ü-name", "x" * 200])
+    if rng.random() < 0.2:
+        fields["durable"] = rng.random() < 0.5
+    if rng.random() < 0.1:
+        fields["initialPosition"] = pb.CommandSubscribe.Earliest
+    if rng.random() < 0.05:
+        fields["priority_level"] = 3
+    raw = command(T.SUBSCRIBE, **fields).SerializeToString()
+    if roll > 0.95:  # a consumer name that is not UTF-8: refused, the connection stays
+        name = b"\xff\xfe"
+        template = SubscribeTemplate(
+            pb.CommandSubscribe(topic=_TOPIC, subscription=subscription, subType=1),
+            pb.CommandSubscribe(),
+        )
+        raw = template.command_bytes(cid, rid, "@@")
+        raw = raw.replace(b"\x32\x02@@", b"\x32\x02" + name)
+    return frame_head(raw, None, 0)
+
+
+def _ack(cid: int, entry: int, kind: int = pb.CommandAck.Cumulative) -> bytes:
+    msg_id = pb.MessageIdData(ledgerId=1, entryId=entry).SerializeToString()
+    return frame_head(ack_command_bytes(cid, kind, [msg_id]), None, 0)
+
+
+def _flow(cid: int, permits: int) -> bytes:
+    return frame_head(flow_command_bytes(cid, permits), None, 0)
+
+
+def _stream(rng: random.Random) -> bytes:
+    """A connect storm and its acks: SUBSCRIBEs (mostly of one shape), FLOWs, runs of ACKs."""
+    parts = [_CONNECT]
+    base = rng.choice([0, 100, 16_300, 2_097_100, 2**40])
+    ids = list(range(base, base + rng.randrange(1, 150)))
+    for rid, cid in enumerate(ids):
+        sub = "all" if rng.random() < 0.9 else f"s{cid}"
+        parts.append(_subscribe(rng, cid, rid if rng.random() < 0.95 else 7, sub))
+        if rng.random() < 0.8:
+            parts.append(_flow(cid, rng.choice([1, 1000, 2**27 - 1, 2**28, 2**32 - 1])))
+    for entry in range(rng.randrange(1, 4)):
+        kind = pb.CommandAck.Cumulative if rng.random() < 0.9 else pb.CommandAck.Individual
+        for cid in ids:
+            parts.append(_ack(cid, entry if rng.random() < 0.97 else entry + 1, kind))
+    return b"".join(parts)
+
+
+def test_fast_paths_read_a_connect_storm_as_protobuf_does():
+    rng = random.Random(40)
+    subscribes = 0
+    for _ in range(60):
+        events = _same_reading(_stream(rng), rng)
+        subscribes += sum(isinstance(e, rq.Subscribe) for e in events)
+    assert subscribes > 2000
+
+
+def test_fast_paths_read_mangled_streams_as_protobuf_does():
+    """Bytes flipped, cut out or repeated anywhere: the same events, answers and failure."""
+    rng = random.Random(41)
+    for _ in range(300):
+        data = bytearray(_stream(rng))
+        for _ in range(rng.randint(1, 5)):
+            at = rng.randrange(len(_CONNECT), len(data))
+            roll = rng.random()
+            if roll < 0.6:
+                data[at] = rng.randrange(256)
+            elif roll < 0.8:
+                del data[at : at + rng.randrange(1, 12)]
+            else:
+                data[at:at] = data[at : at + rng.randrange(1, 40)]
+        _same_reading(bytes(data), rng)
+
+
+@pytest.mark.parametrize("base", [0, 120, 16_300, 2_097_100, 2**40])
+def test_long_ack_runs_across_id_lengths_read_as_protobuf_does(base):
+    """One message acknowledged by hundreds of consumers whose ids cross a varint length (the
+    bulk reading goes a size at a time), then other frames after them."""
+    rng = random.Random(base)
+    ids = list(range(base, base + 300))
+    rng.shuffle(ids)
+    ids.sort(key=lambda cid: len(encode_varint(cid)))  # long same-size runs, then the next
+    data = _CONNECT + b"".join(_ack(cid, 4) for cid in ids) + _flow(3, 9) + _ack(1, 5)
+    events = _same_reading(data, rng)
+    assert [e.consumer_id for e in events if isinstance(e, ev.Ack)][:300] == ids
+    decoder = FrameDecoder()
+    decoder.receive_data(b"".join(_ack(cid, 4) for cid in ids))
+    run = decoder.next_ack_run()
+    assert run is not None and run[0] == ids and decoder.buffered == 0
+
+
+def test_a_storms_subscribes_come_as_protobufs_events_in_one_shape():
+    """Every SUBSCRIBE after the first of a shape is read from bytes, and each is the event
+    protobuf's path gives; a name that is not UTF-8 is refused by that path, as before."""
+    template = SubscribeTemplate(
+        pb.CommandSubscribe(topic=_TOPIC, subscription="all", subType=1),
+        pb.CommandSubscribe(metadata=[mode_property("Broadcast")], durable=True),
+    )
+    frames = [
+        frame_sizes(len(raw), 0) + raw
+        for raw in (template.command_bytes(cid, cid + 1, f"n{cid}") for cid in range(50))
+    ]
+    bad = template.command_bytes(50, 51, "@@").replace(b"\x32\x02@@", b"\x32\x02\xc3\x28")
+    data = _CONNECT + b"".join(frames) + frame_sizes(len(bad), 0) + bad
+    events = _same_reading(data, random.Random(1))
+    subs = [e for e in events if isinstance(e, rq.Subscribe)]
+    assert [(s.consumer_id, s.request_id, s.consumer_name) for s in subs] == [
+        (cid, cid + 1, f"n{cid}") for cid in range(50)
+    ]
+    assert subs[0].metadata == (("subscriptionMode", "broadcast"),) and subs[0].durable
+    fast = _server()
+    fast.receive_data(data)
+    while fast.next_event() is not ev.NEED_DATA:
+        pass
+    assert b"not valid UTF-8" in fast.data_to_send()
+
+
+def test_subscribe_shape_is_what_the_template_writes_around_the_ids():
+    body = pb.CommandSubscribe(
+        topic=_TOPIC, subscription="all", subType=1, consumer_id=9, request_id=3
+    )
+    body.metadata.append(mode_property("Broadcast"))
+    body.durable = False
+    head, tail = subscribe_shape(body)
+    template = SubscribeTemplate(
+        pb.CommandSubscribe(topic=_TOPIC, subscription="all", subType=1),
+        pb.CommandSubscribe(metadata=[mode_property("Broadcast")], durable=False),
+    )
+    raw = template.command_bytes(70_000, 5, "a")
+    assert raw.startswith(b"\x08\x04\x22") and head in raw and raw.endswith(tail)
+
+
+@pytest.mark.parametrize("request_id", [0, 1, 127, 128, 16_383, 16_384, 2**21, 2**40, 2**64 - 1])
+def test_success_frames_are_protobufs(request_id):
+    cmd = command(T.SUCCESS, request_id=request_id)
+    assert success_frame(request_id) == encode_frame(cmd)
+    assert success_command_bytes(request_id) == cmd.SerializeToString()
+
+
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 16_383, 16_384, 2**21 - 1, 2**21, 2**63 - 1])
+def test_varints_of_every_length_round_trip(value):
+    encoded = encode_varint(value)
+    assert decode_varint(encoded) == value
+    assert encoded == pb.MessageIdData(ledgerId=value, entryId=0).SerializeToString()[1:-2]
