@@ -28,12 +28,12 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol
 
 import gevent
 from gevent import socket
-from gevent.event import AsyncResult
+from gevent.event import AsyncResult, Event
 from gevent.lock import Semaphore
 from gevent.pool import Group
 
@@ -44,21 +44,20 @@ from drivers.net.reactor import Reactor, reactor
 from drivers.net.sockets import connect_socket, send_now
 from drivers.net.tls import EncryptingWire, PlainSource, TlsChannel, TlsFailure
 from drivers.pulsar.ack_flusher import AckFlusher
-from drivers.pulsar.consumer import ConsumerState, subscribe_template
+from drivers.pulsar.consumer import ConsumerState, group_subscribe_template, subscribe_template
 from drivers.pulsar.deadlines import Deadlines
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
 from drivers.pulsar.settings import Settings
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.client_commands import ClientConnection
 from pulsar_protocol.commands import T, command
 from pulsar_protocol.connection import MAX_PROTOCOL_VERSION
-from pulsar_protocol.connection import Connection as ProtocolConnection
 from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
 from pulsar_protocol.events import NEED_DATA, Message, MessageRun
 from pulsar_protocol.extensions import now_us
 from pulsar_protocol.frames import ReadBuffers
-from pulsar_protocol.state import CLIENT
 from pulsar_protocol.state import ConsumerState as WireState
 
 __all__ = [
@@ -142,6 +141,51 @@ SentSubscribe = tuple[int, int, "AsyncResult[tuple[pb.BaseCommand, int]]"]
 """A SUBSCRIBE on its way: (consumer id, request id, the answer to come)."""
 
 
+class GroupAnswers:
+    """The answers to a group's SUBSCRIBEs (Connection.subscribe_group), settled by the reader
+    one at a time: one object and one wake-up per group, where an AsyncResult, a deadline and
+    a wake-up per consumer were a fifth of the client's CPU per consumer subscribed (py-spy,
+    benchmarks/client_connect.py). An outcome is the wire time (µs) of the SUCCESS, or the
+    RequestFailed it ended with (an ERROR answer, a timeout, a lost connection)."""
+
+    __slots__ = ("_positions", "outcomes", "_done")
+
+    def __init__(self, request_ids: list[int]) -> None:
+        self._positions = dict(zip(request_ids, range(len(request_ids)), strict=True))
+        self.outcomes: list[int | RequestFailed] = [0] * len(request_ids)
+        self._done = Event()
+        if not request_ids:
+            self._done.set()
+
+    def answer(self, request_id: int, answer: pb.BaseCommand, receive_us: int) -> bool:
+        """Settle `request_id` if it is one of this group's; whether it was."""
+        position = self._positions.pop(request_id, None)
+        if position is None:
+            return False
+        if answer.type == T.ERROR:
+            error = answer.error
+            self.outcomes[position] = RequestFailed(server_error_text(error.error, error.message))
+        else:
+            self.outcomes[position] = receive_us
+        if not self._positions:
+            self._done.set()
+        return True
+
+    def fail(self, error: RequestFailed) -> None:
+        """Every request not answered yet ends with `error`."""
+        for position in self._positions.values():
+            self.outcomes[position] = error
+        self._positions.clear()
+        self._done.set()
+
+    def ready(self) -> bool:
+        """Whether every request has its outcome (drivers.pulsar.deadlines)."""
+        return not self._positions
+
+    def wait(self) -> None:
+        self._done.wait()
+
+
 class Connection:
     def __init__(
         self,
@@ -195,8 +239,7 @@ class Connection:
         self._stamping = False
         """Whether reads ask for the kernel's receive time (SO_TIMESTAMPING is on)."""
         self._write_lock = Semaphore()
-        self._protocol = ProtocolConnection(
-            CLIENT,
+        self._protocol = ClientConnection(
             individual_acks=settings.consumer.ack_mode == "individual",
             message_runs=True,
             read_buffers=READ_BUFFERS,
@@ -209,6 +252,8 @@ class Connection:
         self._ready: AsyncResult[None] = AsyncResult()
         self._waiting: dict[int, AsyncResult[tuple[pb.BaseCommand, int]]] = {}
         """request_id → the greenlet's result waiting for its answer."""
+        self._groups: list[GroupAnswers] = []
+        """Groups of SUBSCRIBEs waiting for answers (subscribe_group)."""
         self._own_deadlines = deadlines is None
         self._deadlines = deadlines or Deadlines(group)
         """Times out the requests unanswered after operationTimeoutSeconds: the pool's, for
@@ -432,13 +477,21 @@ class Connection:
         self._expect(request_id, result)
         return result
 
-    def _expect(self, request_id: int, result: AsyncResult[tuple[pb.BaseCommand, int]]) -> None:
+    def _expect(
+        self, request_id: int, result: AsyncResult[tuple[pb.BaseCommand, int]] | GroupAnswers
+    ) -> None:
         """Time out `result` if no answer settled it within operationTimeoutSeconds."""
         timeout = self._settings.client.operation_timeout_seconds
         self._deadlines.expect(self, request_id, result, timeout)
 
-    def timed_out(self, request_id: int, result: AsyncResult[Any]) -> None:
-        """The deadline keeper's call: `request_id` had no answer in time."""
+    def timed_out(self, request_id: int, result: Any) -> None:
+        """The deadline keeper's call: `request_id` (a group's requests) had no answer in
+        time."""
+        if isinstance(result, GroupAnswers):
+            if result in self._groups:
+                self._groups.remove(result)
+            result.fail(RequestTimeout())
+            return
         if self._waiting.get(request_id) is result:
             del self._waiting[request_id]
         result.set_exception(RequestTimeout())
@@ -546,6 +599,101 @@ class Connection:
         )
         return success_us, ids
 
+    def subscribe_group(
+        self, specs: Sequence[ConsumerSpec], topics: Sequence[Sequence[str]]
+    ) -> tuple[list[int | RequestFailed], list[list[int]]]:
+        """`subscribe(specs[k], topics[k])` of every k at once: the SUBSCRIBEs leave in one
+        write, their answers are awaited together, and the FLOWs of those that succeeded leave
+        in one write. Returns, per spec, the wire time of its last SUCCESS or the RequestFailed
+        it ended with (each all or nothing, as `subscribe`), and its consumer ids."""
+        if self.error is not None:
+            raise RequestFailed(self.error)
+        protocol = self._protocol
+        owners: list[int] = []  # the spec of each SUBSCRIBE
+        entry_topics: list[str] = []
+        for k, names in enumerate(topics):
+            if len(names) == 1:
+                owners.append(k)
+                entry_topics.append(names[0])
+            else:
+                owners += [k] * len(names)
+                entry_topics += names
+        count = len(owners)
+        ids = self._object_ids
+        consumer_ids = [next(ids) for _ in range(count)]
+        next_rid = protocol.next_request_id
+        request_ids = [next_rid() for _ in range(count)]
+        names = [specs[k].name for k in owners]
+        templates = [
+            group_subscribe_template(specs[k], topic)
+            for k, topic in zip(owners, entry_topics, strict=True)
+        ]
+        group = GroupAnswers(request_ids)
+        try:
+            start = 0
+            for end in range(1, count + 1):  # runs of one template (most often all of them)
+                if end == count or templates[end] is not templates[start]:
+                    protocol.send_subscribes(
+                        templates[start],
+                        consumer_ids[start:end],
+                        request_ids[start:end],
+                        names[start:end],
+                    )
+                    start = end
+        except LocalProtocolError as exc:
+            self._broke_protocol(exc)
+        self._groups.append(group)
+        self._write_soon()
+        self._expect(-1, group)
+        group.wait()
+        return self._group_answered(specs, owners, entry_topics, consumer_ids, group.outcomes)
+
+    def _group_answered(
+        self,
+        specs: Sequence[ConsumerSpec],
+        owners: list[int],
+        entry_topics: list[str],
+        consumer_ids: list[int],
+        outcomes: list[int | RequestFailed],
+    ) -> tuple[list[int | RequestFailed], list[list[int]]]:
+        """subscribe_group's second half: keep the consumers whose every SUBSCRIBE succeeded
+        and give them their permits; close what the others left on the broker."""
+        results: list[int | RequestFailed] = [0] * len(specs)
+        ids: list[list[int]] = [[] for _ in specs]
+        for owner, cid, outcome in zip(owners, consumer_ids, outcomes, strict=True):
+            ids[owner].append(cid)
+            now = results[owner]
+            if type(outcome) is int:
+                if type(now) is int and outcome > now:
+                    results[owner] = outcome
+            elif type(now) is int:
+                results[owner] = outcome  # the first failure of the spec
+        consumers, flows, lost = self.consumers, [], []
+        for owner, cid, topic, outcome in zip(
+            owners, consumer_ids, entry_topics, outcomes, strict=True
+        ):
+            if type(results[owner]) is int:
+                spec = specs[owner]
+                state = ConsumerState(spec.index, cid, spec, topic)
+                if self.error is None:
+                    consumers[cid] = state
+                    flows.append(cid)
+                else:  # subscribed, then the connection failed while the group waited
+                    lost.append(state)
+            elif type(outcome) is int or isinstance(outcome, RequestTimeout):
+                # Subscribed, or may yet be: a sibling failed, or no answer came in time.
+                self._abandon(cid)
+        if lost:
+            self._on_consumers_lost(lost)  # subscribed again, as those the failure found
+        if flows:
+            # The broker dispatches nothing before a consumer's first FLOW: its receiver queue.
+            try:
+                self._protocol.send_flows(flows, self._settings.consumer.receiver_queue_size)
+            except LocalProtocolError as exc:
+                self._broke_protocol(exc)
+            self._write_soon()
+        return results, ids
+
     def _give_up(self, sent: list[SentSubscribe]) -> None:
         """One of a consumer's SUBSCRIBEs failed: close those that may still succeed."""
         for cid, rid, result in sent:
@@ -599,6 +747,9 @@ class Connection:
         for result in self._waiting.values():
             result.set_exception(error)
         self._waiting.clear()
+        groups, self._groups = self._groups, []
+        for group in groups:
+            group.fail(error)
         for producer in list(self.producers.values()):
             producer.connection_lost(error)
         if self._fd >= 0:
@@ -801,9 +952,16 @@ class Connection:
         raise RequestFailed(reason)
 
     def _on_response(self, event: ev.Response, receive_us: int) -> None:
-        result = self._waiting.pop(event.request_id, None)
+        request_id = event.request_id
+        result = self._waiting.pop(request_id, None)
         if result is not None:
             result.set((event.command, receive_us))
+            return
+        for group in self._groups:
+            if group.answer(request_id, event.command, receive_us):
+                if group.ready():
+                    self._groups.remove(group)
+                return
 
     def _on_send_receipt(self, event: ev.SendReceipt, receive_us: int) -> None:
         producer = self.producers.get(event.producer_id)

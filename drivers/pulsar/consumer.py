@@ -19,7 +19,8 @@ from gevent.pool import Group
 from drivers.base import ConsumerSpec, DriverError
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import SubscribeTemplate, T, command
+from pulsar_protocol.client_commands import GroupSubscribeTemplate
+from pulsar_protocol.commands import T, command
 from pulsar_protocol.extensions import SUBSCRIPTION_MODES, mode_property, wire_subtype
 
 
@@ -64,16 +65,20 @@ def subscribe_command(
     )
 
 
-def subscribe_template(spec: ConsumerSpec, topic: str | None = None) -> SubscribeTemplate:
+def subscribe_template(spec: ConsumerSpec, topic: str | None = None) -> GroupSubscribeTemplate:
     """The SUBSCRIBEs `subscribe_command` makes for `spec` on `topic`, as a template of bytes
-    (one per subscription, topic and type: the consumers of a subscription share it)."""
+    (one per subscription, topic and type: the consumers of a subscription share it, and a
+    group's are written from it at once: GroupSubscribeTemplate.frames)."""
     _check_mode(spec)
     return _template(topic or spec.topic, spec.subscription, spec.subscription_type)
 
 
+group_subscribe_template = subscribe_template
+
+
 @lru_cache(maxsize=256)
-def _template(topic: str, subscription: str, mode: str) -> SubscribeTemplate:
-    return SubscribeTemplate(
+def _template(topic: str, subscription: str, mode: str) -> GroupSubscribeTemplate:
+    return GroupSubscribeTemplate(
         pb.CommandSubscribe(topic=topic, subscription=subscription, subType=wire_subtype(mode)),
         pb.CommandSubscribe(
             durable=True, initialPosition=pb.CommandSubscribe.Latest, **_mode_fields(mode)

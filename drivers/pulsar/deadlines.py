@@ -18,14 +18,20 @@ from collections import deque
 from typing import Any, Protocol
 
 import gevent
-from gevent.event import AsyncResult
 from gevent.pool import Group
 
 TICK_S = 1.0
 
 
+class Settles(Protocol):
+    """An answer to come: an AsyncResult, or a group's (drivers.pulsar.connection.GroupAnswers,
+    one deadline for all its requests)."""
+
+    def ready(self) -> bool: ...
+
+
 class TimesOut(Protocol):
-    def timed_out(self, request_id: int, result: AsyncResult[Any]) -> None:
+    def timed_out(self, request_id: int, result: Any) -> None:
         """`result`, for `request_id`, had no answer by its deadline: settle it so."""
 
 
@@ -35,12 +41,10 @@ class Deadlines:
 
     def __init__(self, group: Group) -> None:
         self._group = group
-        self._pending: deque[tuple[float, TimesOut, int, AsyncResult[Any]]] = deque()
+        self._pending: deque[tuple[float, TimesOut, int, Settles]] = deque()
         self._greenlet: gevent.Greenlet | None = None
 
-    def expect(
-        self, owner: TimesOut, request_id: int, result: AsyncResult[Any], timeout_s: float
-    ) -> None:
+    def expect(self, owner: TimesOut, request_id: int, result: Settles, timeout_s: float) -> None:
         """Tell `owner` if `result` is still unsettled `timeout_s` from now."""
         self._pending.append((time.monotonic() + timeout_s, owner, request_id, result))
         if self._greenlet is None:

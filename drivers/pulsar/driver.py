@@ -296,69 +296,87 @@ class PulsarDriver:
         """`subscribe` of every spec (drivers.base.GroupSubscriber). Per connection, the first
         consumer subscribes as `subscribe` does (it opens the connection and learns the topic's
         partitions and owner, once per connection), then the others' SUBSCRIBEs leave together
-        and their answers are awaited together: no greenlet per consumer, one write for the
-        lot. Several connections (fewer consumers to one than the group holds) go on at once,
-        a greenlet each."""
-        pool, _ = self._ready()
+        and their answers are awaited together (Connection.subscribe_group): no greenlet, no
+        AsyncResult and no deadline per consumer, one write for the lot. Several connections
+        (fewer consumers to one than the group holds) go on at once, a greenlet each."""
+        pool, settings = self._ready()
         results: list[SubscribeResult | None] = [None] * len(specs)
-        by_conn: dict[Connection, list[int]] = {}
+        per = settings.consumers_per_connection
+        by_slot: dict[int, list[int]] = {}
         for position, spec in enumerate(specs):
-            by_conn.setdefault(pool.for_consumer(spec.index), []).append(position)
+            by_slot.setdefault(spec.index // per, []).append(position)
 
         def one_connection(positions: list[int]) -> None:
             first, *rest = positions
             results[first] = self.subscribe(specs[first])
             if rest:
-                self._subscribe_pipelined(specs, rest, results)
+                self._subscribe_together(specs, rest, results)
 
-        if len(by_conn) == 1:
-            one_connection(next(iter(by_conn.values())))
+        if len(by_slot) == 1:
+            one_connection(next(iter(by_slot.values())))
         else:
-            jobs = [gevent.spawn(one_connection, positions) for positions in by_conn.values()]
+            jobs = [gevent.spawn(one_connection, positions) for positions in by_slot.values()]
             gevent.joinall(jobs, raise_error=True)
         assert all(result is not None for result in results)
         return results  # type: ignore[return-value]
 
-    def _subscribe_pipelined(
+    def _subscribe_together(
         self,
         specs: Sequence[ConsumerSpec],
         positions: list[int],
         results: list[SubscribeResult | None],
     ) -> None:
-        """`subscribe` of specs[p] for each of `positions`, on a connection whose partitions
-        and owners are known: every SUBSCRIBE is sent before any answer is awaited. A consumer
-        whose partitions have several owners subscribes on its own."""
+        """`subscribe` of specs[p] for each of `positions`, consumers of one connection slot
+        whose partitions and owners are known (its first consumer learnt them): every SUBSCRIBE
+        is sent before any answer is awaited, one group per owner. A consumer whose partitions
+        have several owners subscribes on its own."""
         pool, _ = self._ready()
-        sent = []
+        start_us = now_us()
+        conn: Connection = pool.for_consumer(specs[positions[0]].index)
+        routes: dict[str, tuple[Connection, list[str]] | None] = {}
+        """topic → (its one owner, its names), or None: several owners."""
+        groups: dict[Connection, list[int]] = {}
         alone = []
         for position in positions:
             spec = specs[position]
-            start_us = now_us()
-            conn: Connection | None = None
-            try:
-                conn = pool.for_consumer(spec.index)
-                conn.wait_ready()
-                names = partition_names(spec.topic, conn.partitions(spec.topic)) or [spec.topic]
-                owners = {self._owner(spec.index, conn, name) for name in names}
-                if len(owners) > 1:
-                    alone.append(position)
+            if spec.topic in routes:
+                found = routes[spec.topic]
+            else:
+                try:
+                    conn = pool.for_consumer(spec.index)
+                    conn.wait_ready()
+                    names = partition_names(spec.topic, conn.partitions(spec.topic))
+                    names = names or [spec.topic]
+                    owners = {self._owner(spec.index, conn, name) for name in names}
+                except RequestFailed as exc:
+                    results[position] = _refused_result(spec, conn, start_us, exc)
                     continue
-                owner = owners.pop()
-                conn = owner
-                sent.append((position, owner, names, owner.send_subscribe(spec, names), start_us))
-            except RequestFailed as exc:
-                results[position] = _refused_result(spec, conn, start_us, exc)
-        for position, owner, names, on_way, start_us in sent:
-            spec = specs[position]
+                found = routes[spec.topic] = (owners.pop(), names) if len(owners) == 1 else None
+            if found is None:
+                alone.append(position)
+            else:
+                groups.setdefault(found[0], []).append(position)
+        for owner, members in groups.items():
+            group = [specs[position] for position in members]
+            topics = [routes[spec.topic][1] for spec in group]  # type: ignore[index]
             try:
-                success_us, ids = owner.finish_subscribe(spec, names, on_way)
+                outcomes, ids = owner.subscribe_group(group, topics)
             except RequestFailed as exc:
-                results[position] = _refused_result(spec, owner, start_us, exc)
+                for position, spec in zip(members, group, strict=True):
+                    results[position] = _refused_result(spec, owner, start_us, exc)
                 continue
-            self._pacer.pace(owner, ids, spec)
-            results[position] = SubscribeResult(
-                spec.index, owner.id, start_us, max(start_us, success_us), True
-            )
+            pace = self._pacer.pace
+            for position, spec, outcome, consumer_ids in zip(
+                members, group, outcomes, ids, strict=True
+            ):
+                if isinstance(outcome, RequestFailed):
+                    results[position] = _refused_result(spec, owner, start_us, outcome)
+                    continue
+                if spec.read_rate is not None or spec.ack_skip_every:
+                    pace(owner, consumer_ids, spec)
+                results[position] = SubscribeResult(
+                    spec.index, owner.id, start_us, max(start_us, outcome), True
+                )
         for position in alone:
             results[position] = self.subscribe(specs[position])
 

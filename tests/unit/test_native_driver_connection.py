@@ -569,6 +569,68 @@ def test_one_refused_partition_fails_the_consumer_and_closes_the_others(make_wir
     assert wire.conn.consumers == {}
 
 
+def test_a_group_subscribes_in_one_write_each_consumer_all_or_nothing(make_wire):
+    wire = make_wire(operation_timeout_seconds=0.3)
+    wire.conn._sock = recording = RecordingSocket(wire.conn._sock)
+    specs = [ConsumerSpec(i, f"c{i}", "topic", "sub", "Broadcast") for i in range(4)]
+    topics = [["topic"], ["topic"], ["topic"], ["topic-partition-0", "topic-partition-1"]]
+    task = gevent.spawn(wire.conn.subscribe_group, specs, topics)
+    subs = [wire.broker.expect(T.SUBSCRIBE).subscribe for _ in range(5)]
+    assert len(recording.writes) == 1
+    assert [s.consumer_name for s in subs] == ["c0", "c1", "c2", "c3", "c3"]
+    assert [s.topic for s in subs] == ["topic"] * 3 + topics[3]
+    wire.broker.send(
+        encode_frame(command(T.SUCCESS, request_id=subs[0].request_id)),
+        encode_frame(command(T.SUCCESS, request_id=subs[3].request_id)),
+        *(
+            encode_frame(
+                command(T.ERROR, request_id=subs[k].request_id, error=pb.ConsumerBusy, message=m)
+            )
+            for k, m in ((1, "busy"), (4, "no"))
+        ),
+    )
+    outcomes, ids = task.get(timeout=WAIT)
+    assert type(outcomes[0]) is int and outcomes[0] > 0
+    assert [str(o) for o in outcomes[1:]] == ["ConsumerBusy: busy", "timeout", "ConsumerBusy: no"]
+    assert isinstance(outcomes[2], RequestTimeout)
+    assert ids == [[s.consumer_id] for s in subs[:3]] + [[subs[3].consumer_id, subs[4].consumer_id]]
+    # The unanswered one and the partition that succeeded are closed; only c0 gets its FLOW.
+    closed = {wire.broker.expect(T.CLOSE_CONSUMER).close_consumer.consumer_id for _ in range(2)}
+    assert closed == {subs[2].consumer_id, subs[3].consumer_id}
+    flow = wire.broker.expect(T.FLOW).flow
+    assert (flow.consumer_id, flow.messagePermits) == (
+        subs[0].consumer_id,
+        wire.conn._settings.consumer.receiver_queue_size,
+    )
+    assert list(wire.conn.consumers) == [subs[0].consumer_id]
+    assert wire.conn.consumers[subs[0].consumer_id].index == 0
+    assert not wire.conn._groups
+    # Deliveries reach the harness as consumer 0.
+    wire.broker.send(message(subs[0].consumer_id, 0, section(b"p")))
+    wire.deliveries.wait_for(1)
+    assert wire.deliveries.got[0][0] == 0
+
+
+def test_a_lost_connection_fails_a_group_waiting_on_it(make_wire):
+    wire = make_wire()
+    lost: list = []
+    wire.conn._on_consumers_lost = lost.extend
+    specs = [ConsumerSpec(i, f"c{i}", "topic", "sub", "Broadcast") for i in range(3)]
+    task = gevent.spawn(wire.conn.subscribe_group, specs, [["topic"]] * 3)
+    subs = [wire.broker.expect(T.SUBSCRIBE).subscribe for _ in specs]
+    wire.broker.send(encode_frame(command(T.SUCCESS, request_id=subs[0].request_id)))
+    gevent.sleep(0.05)
+    wire.broker.sock.close()
+    outcomes, _ = task.get(timeout=WAIT)
+    assert type(outcomes[0]) is int
+    assert all("closed by the broker" in str(o) for o in outcomes[1:])
+    assert wire.conn.closed and not wire.conn._groups and not wire.conn.consumers
+    # The one that subscribed is handed back to be subscribed again, as a lost consumer is.
+    assert [(state.index, state.consumer_id) for state in lost] == [(0, subs[0].consumer_id)]
+    with pytest.raises(RequestFailed, match="closed by the broker"):
+        wire.conn.subscribe_group(specs, [["topic"]] * 3)
+
+
 def test_a_lost_connection_fails_what_waits_on_it(make_wire):
     wire = make_wire()
     task = gevent.spawn(wire.conn.partitions, "topic")
