@@ -323,7 +323,7 @@ def subscribe_shape(body: pb.CommandSubscribe) -> tuple[bytes, bytes]:
     tail = pb.CommandSubscribe()
     tail.CopyFrom(body)
     for name in ("topic", "subscription", "subType", "consumer_id", "request_id", "consumer_name"):
-        tail.ClearField(name)
+        tail.ClearField(name)  # type: ignore[arg-type]
     return head.SerializePartialToString(), tail.SerializePartialToString()
 
 

@@ -357,7 +357,7 @@ class Connection:
                             return AckRun(*acks)
                     elif kind == T.FLOW:
                         if (flow := decoder.next_flow()) is not None:
-                            return Flow(*flow)
+                            return _new_flow(*flow)
                     elif kind == T.SUBSCRIBE and self._subscribe_shape is not None:
                         if (subscribe := self._next_subscribe()) is not None:
                             return subscribe
@@ -997,6 +997,20 @@ assert _SUBSCRIBE_FIELDS[:6] == [
     "consumer_name",
 ], "_next_subscribe builds a Subscribe in this order"
 _parsed_subscribe = requests._parsed_subscribe
+
+
+_set_flow_consumer: Callable[[Flow, int], None] = getattr(Flow, "consumer_id").__set__  # noqa: B009
+_set_flow_permits: Callable[[Flow, int], None] = getattr(Flow, "permits").__set__  # noqa: B009
+
+
+def _new_flow(consumer_id: int, permits: int) -> Flow:
+    """Flow(consumer_id, permits) through its slots, as requests' `_parsed` builds a Subscribe
+    (h11's `_parsed`: the codec read the values itself): half the frozen dataclass's
+    `__init__`, once per consumer of a connect storm."""
+    flow: Flow = object.__new__(Flow)
+    _set_flow_consumer(flow, consumer_id)
+    _set_flow_permits(flow, permits)
+    return flow
 
 
 class _SubscribeShape:

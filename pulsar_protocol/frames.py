@@ -662,6 +662,13 @@ def _same_size_frames(
         return []
     if id_size == 1:
         return list(columns[0][:n])
+    if id_size == 2:
+        return [(a & 0x7F) | (b << 7) for a, b in zip(columns[0][:n], columns[1][:n], strict=True)]
+    if id_size == 3:
+        return [
+            (a & 0x7F) | ((b & 0x7F) << 7) | (c << 14)
+            for a, b, c in zip(columns[0][:n], columns[1][:n], columns[2][:n], strict=True)
+        ]
     values = list(columns[-1][:n])
     for column in reversed(columns[:-1]):
         values = [(v << 7) | (low & 0x7F) for v, low in zip(values, column[:n], strict=True)]
