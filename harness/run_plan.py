@@ -13,7 +13,7 @@ import itertools
 import os
 import pickle
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,24 @@ class RunPlan:
         within = global_index % per_topic if per_topic else 0
         subscription = within // w.consumer_per_subscription
         return self.topics[topic], f"sub-{subscription}"
+
+    def consumer_placements(self, global_indexes: Sequence[int]) -> list[tuple[str, str]]:
+        """`consumer_placement` of each, the names made once per subscription and shared by
+        its consumers (a group subscribes 100 consumers of one subscription at a time)."""
+        w = self.workload
+        per_subscription = w.consumer_per_subscription
+        per_topic = w.subscriptions_per_topic * per_subscription
+        topics, count = self.topics, w.topics
+        made: dict[tuple[int, int], tuple[str, str]] = {}
+        placements = []
+        for global_index in global_indexes:
+            topic = (global_index // per_topic) % count if per_topic else 0
+            subscription = (global_index % per_topic if per_topic else 0) // per_subscription
+            found = made.get((topic, subscription))
+            if found is None:
+                found = made[topic, subscription] = (topics[topic], f"sub-{subscription}")
+            placements.append(found)
+        return placements
 
     def producer_topic(self, global_index: int) -> str:
         return self.topics[global_index % len(self.topics)]

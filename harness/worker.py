@@ -185,31 +185,43 @@ class WorkerRun:
         locals_ = range(first, min(first + size, len(self._share)))
         if not locals_:
             return
-        specs = [self._spec(local) for local in locals_]
+        specs = self._specs(locals_)
         # Not timed through Locust's request event, as sends are: its stats are never read
         # (the recorder's connections.csv is the connection time), and at 50,000 consumers a
         # worker they were 5% of the storm's CPU (py-spy, benchmarks.client_connect). A
         # driver that raises fails the user, which Locust logs.
         with self._slots:
             results = subscribe_all(self.driver, specs)
-        for outcome in results:
-            self.recorder.subscribed(outcome)
+        self.recorder.subscribed_group(results)
 
-    def _spec(self, local: int) -> ConsumerSpec:
-        """Local consumer `local`: the share's `local`-th (unique across workers)."""
+    def _specs(self, locals_: range) -> list[ConsumerSpec]:
+        """Local consumers `locals_`: the share's those-th (unique across workers). Consumers
+        of one subscription share its names (RunPlan.consumer_placements)."""
         plan = self.plan
-        global_index = self._share[local]
-        topic, subscription = plan.consumer_placement(global_index)
+        share = self._share
+        globals_ = [share[local] for local in locals_]
+        placements = plan.consumer_placements(globals_)
         workload = plan.workload
-        return ConsumerSpec(
-            local,
-            self._names.get(local, ""),
-            topic,
-            subscription,
-            workload.subscription_type,
-            read_rate=workload.read_rate(global_index),
-            ack_skip_every=workload.ack_skip_every(global_index),
-        )
+        mode, prefix = workload.subscription_type, self._names.prefix
+        if workload.slow_consumers is None and workload.ack_holes is None:
+            return [
+                ConsumerSpec(local, f"{prefix}{local}", topic, subscription, mode)
+                for local, (topic, subscription) in zip(locals_, placements, strict=True)
+            ]
+        return [
+            ConsumerSpec(
+                local,
+                f"{prefix}{local}",
+                topic,
+                subscription,
+                mode,
+                read_rate=workload.read_rate(global_index),
+                ack_skip_every=workload.ack_skip_every(global_index),
+            )
+            for local, global_index, (topic, subscription) in zip(
+                locals_, globals_, placements, strict=True
+            )
+        ]
 
     # -- producers -------------------------------------------------------------------------------
     def create_producer(self) -> ProducerSlot:

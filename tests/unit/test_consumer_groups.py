@@ -74,3 +74,27 @@ def test_a_group_is_whole_connections_and_a_slow_spawn_rate_makes_it_smaller():
     # 50 consumers a second: Locust still starts 10 users a second, of 5 consumers each.
     assert _plan(10_000, 100, spawn_rate=50).consumers_per_user == 5
     assert _plan(10_000, 100, spawn_rate=3).consumers_per_user == 1
+
+
+@pytest.mark.parametrize(
+    "topics,subscriptions,per_subscription", [(1, 1, 250), (3, 2, 7), (2, 5, 1), (4, 1, 3)]
+)
+def test_a_groups_placements_are_each_consumers_with_names_shared(
+    topics, subscriptions, per_subscription
+):
+    workload = Workload(
+        name="placements",
+        message_size=1024,
+        producer_rate=1,
+        subscription_type="Shared",
+        topics=topics,
+        subscriptions_per_topic=subscriptions,
+        consumer_per_subscription=per_subscription,
+    )
+    plan = RunPlan.make("p", workload, load_driver_file(None))
+    indexes = list(plan.worker_share(1, 3))
+    placements = plan.consumer_placements(indexes)
+    assert placements == [plan.consumer_placement(i) for i in indexes]
+    by_name = {}
+    for placement in placements:
+        assert by_name.setdefault(placement, placement) is placement  # one tuple per subscription

@@ -13,7 +13,7 @@ from drivers.base import BrokerStamps, SubscribeResult
 from harness.message_body import stamp
 from harness.recorder import Phases, Recorder, _record, _record_counted, _reset
 from results_contract.hlog import HIGHEST_US, decode, new_histogram, read_intervals
-from results_contract.metrics import CLIENT_DELAY, E2E, E2E_ACTUAL, E2E_KERNEL
+from results_contract.metrics import CLIENT_DELAY, CONNECT, E2E, E2E_ACTUAL, E2E_KERNEL
 
 
 def body(seq: int) -> bytes:
@@ -62,6 +62,54 @@ def test_each_consumer_counts_its_deliveries_and_those_out_of_order(tmp_path: Pa
         ["w0-c1", "4", "2"],
         ["w0-c2", "0", "0"],  # subscribed, got nothing it could read: still a row
     ]  # w0-c3 never subscribed: no row
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        {i: f"w0-c{i}" for i in range(300)},
+        {i: f"c {i}" if i % 7 else f'say "c{i}", twice' for i in range(300)},  # quoted by csv
+        {i: "é-ü.ß/@+:_" + str(i) for i in range(300)},
+    ],
+)
+@pytest.mark.parametrize("failing", [set(), {5}, {0, 99}])
+def test_a_groups_subscribes_are_recorded_as_each_one_would_be(
+    tmp_path: Path, names: dict[int, str], failing: set[int]
+) -> None:
+    """Recorder.subscribed_group against subscribed of each: the same connections.csv byte for
+    byte, the same connect histogram, the same counts and the same per-consumer rows."""
+    results = [
+        [
+            SubscribeResult(
+                index,
+                index // 100,
+                1_000_000 + index,
+                1_000_000 + index + (index * 7919) % 5_000_000,
+                index not in failing,
+                "" if index not in failing else 'ConsumerBusy: a, "b"',
+            )
+            for index in range(group, group + 100)
+        ]
+        for group in (0, 100, 200)
+    ]
+    one, group = Recorder(tmp_path / "one", 0.0, names), Recorder(tmp_path / "group", 0.0, names)
+    for part in results:
+        for result in part:
+            one.subscribed(result)
+        group.subscribed_group(part)
+    group.subscribed_group([])
+    assert (one.connected, one.failed) == (group.connected, group.failed)
+    assert group.connected == 300 - len(failing)
+    assert _values(one._intervals[CONNECT]) == _values(group._intervals[CONNECT])
+    for read in ("get_min_value", "get_max_value", "get_total_count", "encode"):
+        assert (
+            getattr(one._intervals[CONNECT], read)() == getattr(group._intervals[CONNECT], read)()
+        )
+    assert one._subscribed == group._subscribed
+    one.close()
+    group.close()
+    for name in ("connections.csv", "deliveries.csv"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "group" / name).read_bytes()
 
 
 def test_raw_files_start_with_the_documented_headers(tmp_path: Path) -> None:
