@@ -95,6 +95,6 @@ def test_a_groups_placements_are_each_consumers_with_names_shared(
     indexes = list(plan.worker_share(1, 3))
     placements = plan.consumer_placements(indexes)
     assert placements == [plan.consumer_placement(i) for i in indexes]
-    by_name = {}
+    by_name: dict[tuple[str, str], tuple[str, str]] = {}
     for placement in placements:
         assert by_name.setdefault(placement, placement) is placement  # one tuple per subscription
