@@ -8,7 +8,11 @@ event loop (uvloop). What it leaves out is the kernel: the socket writes and rea
 adds. It also reports the process's peak resident memory (VmHWM, /proc/self/status) per
 consumer, and what storage's save of every cursor and the admin's topic stats cost at that
 size. Run: `python -m benchmarks.broker_core [--consumers N] [--per-connection N]
-[--entries N] [--size BYTES] [--shared]`; numbers in docs/benchmarks.md.
+[--entries N] [--size BYTES] [--shared] [--local-ids]`; numbers in docs/benchmarks.md.
+
+Consumer ids run across the connections (0 to N-1, as the official client numbers them per
+client: three bytes a varint past 16,383) unless `--local-ids`, which numbers each connection's
+consumers from 0 as the native driver does (drivers/pulsar: ids unique on a connection).
 """
 
 from __future__ import annotations
@@ -65,16 +69,18 @@ class CountingTransport:
 
 
 def _client_bytes(first_id: int, count: int, shared: bool) -> bytes:
+    """A connection's CONNECT, then a SUBSCRIBE and a FLOW per consumer, ids from `first_id`
+    (the subscription of each, with `shared`, named after its place across the connections)."""
     client = Connection(CLIENT)
     client.send(ev.Connect("bench", 20, supports_broker_entry_metadata=True))
     out = client.data_to_send()
     prop = mode_property("Broadcast")
-    for cid in range(first_id, first_id + count):
+    for k, cid in enumerate(range(first_id, first_id + count)):
         # Shared: the seed's baseline, one subscription per consumer.
         sub = command(
             T.SUBSCRIBE,
             topic=TOPIC,
-            subscription=f"s{cid}" if shared else "all",
+            subscription=f"s{first_id}-{k}" if shared else "all",
             subType=pb.CommandSubscribe.Shared,
             consumer_id=cid,
             request_id=cid,
@@ -112,6 +118,7 @@ async def _run(
     shared: bool = False,
     trace: int = 0,
     restart: bool = False,
+    local_ids: bool = False,
 ) -> None:
     """`trace`: list that many source lines holding the most memory at the end (tracemalloc,
     per consumer; the traced run is several times slower, and its RSS larger). `restart`:
@@ -125,7 +132,7 @@ async def _run(
         try:
             if trace:
                 tracemalloc.start(1)
-            await _measure(service, consumers, per_connection, entries, size, shared)
+            await _measure(service, consumers, per_connection, entries, size, shared, local_ids)
             peak = _status_kib("VmHWM")  # before the save and the stats below
             if trace:
                 _print_held(tracemalloc.take_snapshot(), consumers, trace)
@@ -184,12 +191,15 @@ async def _measure(
     entries: int,
     size: int,
     shared: bool,
+    local_ids: bool = False,
 ) -> None:
     conns: list[tuple[ServerConnection, CountingTransport, int, int]] = []
     # The clients' bytes are made before the clock starts: their encoding (19 us a consumer)
     # was counted as the broker's subscribe until 2026-11-28 late.
-    firsts = range(0, consumers, per_connection)
+    firsts: list[int] = list(range(0, consumers, per_connection))
     sizes = [min(per_connection, consumers - first) for first in firsts]
+    if local_ids:
+        firsts = [0] * len(sizes)  # every connection's consumers from 0
     client_bytes = [_client_bytes(f, n, shared) for f, n in zip(firsts, sizes, strict=True)]
     started = time.process_time()
     for first, count, data in zip(firsts, sizes, client_bytes, strict=True):
@@ -264,7 +274,12 @@ def main() -> None:
         "--tracemalloc", type=int, default=0, metavar="LINES", help="where the memory is held"
     )
     parser.add_argument("--restart", action="store_true", help="read every cursor back after")
+    parser.add_argument(
+        "--local-ids", action="store_true", help="consumer ids from 0 on each connection"
+    )
     args = parser.parse_args()
+    if args.local_ids and args.shared:
+        parser.error("--local-ids names one Broadcast subscription's consumers only")
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(
             _run(
@@ -275,6 +290,7 @@ def main() -> None:
                 args.shared,
                 args.tracemalloc,
                 args.restart,
+                args.local_ids,
             )
         )
 
