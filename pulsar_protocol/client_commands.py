@@ -16,13 +16,17 @@ class's, untouched.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import SubscribeTemplate, T, encode_varint
 from pulsar_protocol.connection import _NEVER, Connection, _Consumer
 from pulsar_protocol.errors import LocalProtocolError
+from pulsar_protocol.events import Event, _NeedData
 from pulsar_protocol.state import (
     CLIENT,
     CONSUMER_TRANSITIONS,
@@ -32,7 +36,7 @@ from pulsar_protocol.state import (
     transition,
 )
 
-__all__ = ["ClientConnection", "GroupSubscribeTemplate", "flow_frames"]
+__all__ = ["ClientConnection", "GroupSubscribeTemplate", "SubscribesAnswered", "flow_frames"]
 
 _SIZES = struct.Struct(">II")
 _SUBSCRIBE_START = b"\x08\x04\x22"  # BaseCommand.type = SUBSCRIBE, then the subscribe field
@@ -92,9 +96,29 @@ def flow_frames(consumer_ids: Sequence[int], permits: int) -> bytes:
     return b"".join(parts)
 
 
+_SUCCESS_FRAME = re.compile(
+    rb"\x00\x00\x00[\x0a-\x0e]\x00\x00\x00[\x06-\x0a]\x08\x0d\x6a[\x02-\x06]\x08([\x80-\xff]{0,4}[\x00-\x7f])",
+    re.DOTALL,
+)
+"""A whole SUCCESS frame in its common shape (`success_command_bytes`: a request_id of up to
+five varint bytes, nothing else); the sizes are checked against the id's length."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribesAnswered(Event):
+    """SUCCESS answers to SUBSCRIBEs, one after another in what was read: what a `Response`
+    of `command(T.SUCCESS, request_id=rid)` for each rid says, the consumers SUBSCRIBED now.
+    A connect storm's answers come so, read from bytes (`ClientConnection.next_event`)."""
+
+    request_ids: list[int]
+
+
 _SUBSCRIBING = transition(CONSUMER_TRANSITIONS, None, Trigger.SUBSCRIBE_SENT, "a new consumer")
 _ACTIVE = transition(
     CONSUMER_TRANSITIONS, ConsumerState.SUBSCRIBED, Trigger.FLOW_SENT, "a subscribed consumer"
+)
+_ANSWERED = transition(
+    CONSUMER_TRANSITIONS, ConsumerState.SUBSCRIBING, Trigger.ANSWERED, "a subscribing consumer"
 )
 
 
@@ -103,6 +127,47 @@ class ClientConnection(Connection):
 
     def __init__(self, **options: object) -> None:
         super().__init__(CLIENT, **options)  # type: ignore[arg-type]
+
+    def next_event(self) -> Event | Literal[_NeedData.NEED_DATA]:
+        """As the base class's, but SUCCESS answers to SUBSCRIBEs in their common shape come
+        read from bytes, all of one read's in a row as one `SubscribesAnswered`: protobuf's
+        parse, the answer's checks and a `Response` each were half of reading a storm's
+        answers (py-spy, benchmarks/client_connect.py). Any other frame, and a SUCCESS that is
+        not the answer a SUBSCRIBING consumer waits for, takes the base class's path."""
+        if self._pending and self.state is ConnectionState.CONNECTED:  # requests waiting
+            answered = self._subscribes_answered()
+            if answered is not None:
+                return answered
+        return super().next_event()
+
+    def _subscribes_answered(self) -> SubscribesAnswered | None:
+        decoder = self._decoder
+        buf, pos, end = decoder._buffer, decoder._pos, decoder._end
+        match = _SUCCESS_FRAME.match
+        pending, consumers, subscribing = self._pending, self._consumers, _SUBSCRIBING
+        request_ids: list[int] = []
+        while (m := match(buf, pos, end)) is not None:
+            raw = m.group(1)
+            size = len(raw)
+            if buf[pos + 3] != 9 + size or buf[pos + 7] != 5 + size or buf[pos + 11] != 1 + size:
+                break
+            request_id = 0
+            for shift, byte in enumerate(raw):
+                request_id |= (byte & 0x7F) << (7 * shift)
+            waiting = pending.get(request_id)
+            if waiting is None or waiting[0] != T.SUBSCRIBE:
+                break
+            consumer = consumers.get(waiting[1])
+            if consumer is None or consumer.state is not subscribing:
+                break
+            del pending[request_id]
+            consumer.state = _ANSWERED
+            request_ids.append(request_id)
+            pos += 13 + size
+        if not request_ids:
+            return None
+        decoder._pos = pos
+        return SubscribesAnswered(request_ids)
 
     def send_subscribes(
         self,

@@ -10,8 +10,13 @@ from drivers.pulsar.consumer import subscribe_command, subscribe_template
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol import requests as rq
-from pulsar_protocol.client_commands import ClientConnection, GroupSubscribeTemplate, flow_frames
-from pulsar_protocol.commands import T, command
+from pulsar_protocol.client_commands import (
+    ClientConnection,
+    GroupSubscribeTemplate,
+    SubscribesAnswered,
+    flow_frames,
+)
+from pulsar_protocol.commands import T, command, type_name
 from pulsar_protocol.connection import Connection
 from pulsar_protocol.errors import LocalProtocolError
 from pulsar_protocol.frames import encode_frame
@@ -99,7 +104,7 @@ def test_a_group_subscribes_and_flows_as_one_consumer_at_a_time_would(individual
     ]
     for conn in (bulk, single):
         events = _feed(conn, _frames(answers))
-        assert [type(e) for e in events] == [ev.Response, ev.Response]
+        assert _answers_of(events) == [("SUCCESS", rids[0]), ("ERROR", rids[1])]
     assert bulk.send_flows(ids, 1000) == [3]
     single.send(ev.Flow(3, 1000))
     assert bulk.data_to_send() == single.data_to_send()
@@ -154,3 +159,81 @@ def test_a_group_flow_refuses_what_a_single_flow_refuses():
         client.send_flows([1], 0)
     with pytest.raises(LocalProtocolError, match="FLOW"):
         ClientConnection().send_flows([1], 10)
+
+
+def _answers_of(events: list[ev.Event]) -> list[tuple[str, int]]:
+    """Events as (kind, request id): a SubscribesAnswered as the SUCCESS Responses it stands
+    for."""
+    out = []
+    for event in events:
+        if isinstance(event, SubscribesAnswered):
+            out += [("SUCCESS", rid) for rid in event.request_ids]
+        else:
+            assert isinstance(event, ev.Response)
+            out.append((type_name(event.command.type), event.request_id))
+    return out
+
+
+@pytest.mark.parametrize("how", ["whole", "byte_at_a_time", "in_two"])
+def test_subscribe_answers_read_from_bytes_are_those_protobuf_reads(how):
+    """The same answers to a fast codec and to the base one: the same events (a
+    SubscribesAnswered standing for SUCCESS Responses), the same states, the same requests
+    left waiting, whatever the reads; answers the fast path does not take (to a CLOSING
+    consumer, to another request, to nothing waited for, an ERROR, a SUCCESS of another shape)
+    go the base class's way."""
+    codecs = []
+    for make in (ClientConnection, lambda: Connection(CLIENT)):
+        client = make()
+        server = Connection(SERVER, server_version="test-broker")
+        client.send(ev.Connect("test-client", 20, True))
+        _feed(server, client.data_to_send())
+        _feed(client, server.data_to_send())
+        ids = list(range(1, 201))  # request ids of one and two varint bytes
+        for cid in ids:
+            client.send_subscribe(_template(), cid, client.next_request_id(), f"c{cid}")
+        client.send(ev.Request(command(T.CLOSE_CONSUMER, consumer_id=7, request_id=1000)))
+        close_rid = client.next_request_id()
+        client.send(ev.Request(command(T.CLOSE_CONSUMER, consumer_id=8, request_id=close_rid)))
+        client.data_to_send()
+        codecs.append(client)
+    answers = (
+        [command(T.SUCCESS, request_id=rid) for rid in range(1, 150)]
+        + [command(T.SUCCESS, request_id=5000)]  # waited for by nobody
+        + [command(T.ERROR, request_id=150, error=pb.ConsumerBusy, message="busy")]
+        + [command(T.SUCCESS, request_id=rid) for rid in range(151, 170)]
+        + [command(T.SUCCESS, request_id=close_rid)]  # answers a CLOSE_CONSUMER
+        + [command(T.SUCCESS, request_id=rid) for rid in range(170, 190)]
+    )
+    schema = pb.Schema(name="s", schema_data=b"", type=1)
+    data = (
+        _frames(answers)
+        + encode_frame(command(T.SUCCESS, request_id=195, schema=schema))  # another shape
+        + _frames([command(T.SUCCESS, request_id=196)])[:-1]  # the rest is still to come
+    )
+    got = []
+    for client in codecs:
+        if how == "whole":
+            chunks = [data]
+        elif how == "byte_at_a_time":
+            chunks = [data[i : i + 1] for i in range(len(data))]
+        else:
+            chunks = [data[:700], data[700:]]
+        events: list[ev.Event] = []
+        for chunk in chunks:
+            events += _feed(client, chunk)
+        got.append(events)
+    fast, base = got
+    assert any(isinstance(event, SubscribesAnswered) for event in fast)
+    assert not any(isinstance(event, SubscribesAnswered) for event in base)
+    assert _answers_of(fast) == _answers_of(base)
+    bulk, single = codecs
+    assert bulk._pending == single._pending
+    assert {cid: c.state for cid, c in bulk._consumers.items()} == {
+        cid: c.state for cid, c in single._consumers.items()
+    }
+    assert bulk.consumer_state(1) is ConsumerState.SUBSCRIBED
+    assert bulk.consumer_state(7) is ConsumerState.CLOSING  # answered while closing
+    assert bulk.consumer_state(8) is None
+    assert bulk.consumer_state(150) is None  # refused
+    assert bulk.consumer_state(195) is ConsumerState.SUBSCRIBED
+    assert bulk.consumer_state(196) is ConsumerState.SUBSCRIBING
