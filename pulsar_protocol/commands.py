@@ -309,22 +309,28 @@ class SubscribeTemplate:
         return b"\x08\x04\x22" + encode_varint(len(body)) + body
 
 
-def subscribe_shape(body: pb.CommandSubscribe) -> tuple[bytes, bytes]:
-    """(head, tail): protobuf's serialization of `body`'s fields 1-3 (topic, subscription,
-    subType) and of its fields from 7 on (with any unknown ones), what SubscribeTemplate writes
-    around consumer_id, request_id and consumer_name. A server's codec reads a SUBSCRIBE made
-    of these bytes and those three fields without protobuf (FrameDecoder.next_subscribe): it
-    says what `body` says, those three apart (a connect storm's SUBSCRIBEs differ in no other
-    field)."""
+def subscribe_shape(body: pb.CommandSubscribe) -> tuple[bytes, bytes, bytes]:
+    """(head, middle, tail): protobuf's serialization of `body`'s topic (field 1), of its
+    subType (3) and of its fields from 7 on (with any unknown ones): what protobuf writes around
+    the subscription (2), consumer_id (4), request_id (5) and consumer_name (6). A server's
+    codec reads a SUBSCRIBE made of these bytes and those four fields without protobuf
+    (FrameDecoder.next_subscribe): it says what `body` says, those four apart (a connect
+    storm's SUBSCRIBEs differ in no other field; the Shared baseline's in the subscription)."""
     head = pb.CommandSubscribe()
-    for name in ("topic", "subscription", "subType"):
-        if body.HasField(name):
-            setattr(head, name, getattr(body, name))
+    if body.HasField("topic"):
+        head.topic = body.topic
+    middle = pb.CommandSubscribe()
+    if body.HasField("subType"):
+        middle.subType = body.subType
     tail = pb.CommandSubscribe()
     tail.CopyFrom(body)
     for name in ("topic", "subscription", "subType", "consumer_id", "request_id", "consumer_name"):
-        tail.ClearField(name)  # type: ignore[arg-type]
-    return head.SerializePartialToString(), tail.SerializePartialToString()
+        tail.ClearField(name)
+    return (
+        head.SerializePartialToString(),
+        middle.SerializePartialToString(),
+        tail.SerializePartialToString(),
+    )
 
 
 def success_command_bytes(request_id: int) -> bytes:

@@ -465,33 +465,52 @@ class Connection:
         unanswered = self._unanswered
         unanswered[request_id] = unanswered.get(request_id, 0) + 1
         if type(event) is requests.Subscribe:
-            self._subscribe_shape = _SubscribeShape(cmd.subscribe, event)
+            self._learn_subscribe(cmd.subscribe, event)
         return event
 
     def _next_subscribe(self) -> requests.Subscribe | None:
         """The next frame if it is a SUBSCRIBE that differs from the last one protobuf read
-        only in consumer_id, request_id and consumer_name (a connect storm's): the event
-        `_read_request` would give, built from the last one's fields and these three, without
-        protobuf (whose field reads cost 10 us a SUBSCRIBE). None, and nothing consumed, for
-        any other frame, and for a name that is not UTF-8 (`_read_request` refuses it)."""
+        only in subscription, consumer_id, request_id and consumer_name (a connect storm's):
+        the event `_read_request` would give, built from the last one's fields and these four,
+        without protobuf (whose field reads cost 10 us a SUBSCRIBE). None, and nothing
+        consumed, for any other frame, and for a name that is not UTF-8 (`_read_request`
+        refuses it)."""
         shape = self._subscribe_shape
         assert shape is not None
         decoder = self._decoder
         pos = decoder._pos
-        read = decoder.next_subscribe(shape.head, shape.tail)
+        read = decoder.next_subscribe(shape.head, shape.middle, shape.tail)
         if read is None:
+            shape.missed += 1
             return None
-        consumer_id, request_id, name_bytes = read
+        subscription_bytes, consumer_id, request_id, name_bytes = read
+        subscription = shape.subscription
         name = None
-        if name_bytes is not None:
-            try:
+        try:
+            if subscription_bytes != shape.subscription_bytes:
+                subscription = subscription_bytes.decode()
+            if name_bytes is not None:
                 name = name_bytes.decode()
-            except UnicodeDecodeError:
-                decoder._pos = pos  # protobuf's path refuses it
-                return None
+        except UnicodeDecodeError:
+            decoder._pos = pos  # protobuf's path refuses it
+            return None
+        shape.missed = 0
         unanswered = self._unanswered
         unanswered[request_id] = unanswered.get(request_id, 0) + 1
-        return _parsed_subscribe(request_id, *shape.before, consumer_id, name, *shape.after)
+        return _parsed_subscribe(
+            request_id, shape.topic, subscription, shape.sub_type, consumer_id, name, *shape.after
+        )
+
+    def _learn_subscribe(self, body: pb.CommandSubscribe, event: requests.Subscribe) -> None:
+        """Remember the shape of a SUBSCRIBE protobuf read. After misses (SUBSCRIBEs of other
+        shapes, as a pattern consumer's to each of its topics), only at the 1st, 2nd, 4th,
+        8th... miss in a row: learning costs a few serializations."""
+        shape = self._subscribe_shape
+        if shape is not None and shape.missed & (shape.missed - 1):
+            return
+        missed = 0 if shape is None else shape.missed
+        self._subscribe_shape = _SubscribeShape(body, event)
+        self._subscribe_shape.missed = missed
 
     def _read_ack(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
         """An ACK in any shape (common ones never get here: next_ack_run reads them)."""
@@ -1015,15 +1034,32 @@ def _new_flow(consumer_id: int, permits: int) -> Flow:
 
 class _SubscribeShape:
     """A SUBSCRIBE read by protobuf, as the bytes and values those that differ from it only in
-    consumer_id, request_id and consumer_name share: its serialized fields before and after
-    them (commands.subscribe_shape) and its event's other fields, in their order."""
+    subscription, consumer_id, request_id and consumer_name share: its serialized fields
+    around them (commands.subscribe_shape) and its event's other fields."""
 
-    __slots__ = ("head", "tail", "before", "after")
+    __slots__ = (
+        "head",
+        "middle",
+        "tail",
+        "topic",
+        "subscription",
+        "subscription_bytes",
+        "sub_type",
+        "after",
+        "missed",
+    )
 
     def __init__(self, body: pb.CommandSubscribe, event: requests.Subscribe) -> None:
-        self.head, self.tail = subscribe_shape(body)
-        self.before = (event.topic, event.subscription, event.sub_type)
+        self.head, self.middle, self.tail = subscribe_shape(body)
+        self.topic = event.topic
+        self.subscription = event.subscription
+        """The same str object for every SUBSCRIBE to that subscription (one per consumer
+        otherwise, held by each)."""
+        self.subscription_bytes = event.subscription.encode()
+        self.sub_type = event.sub_type
         self.after = tuple(getattr(event, name) for name in _SUBSCRIBE_FIELDS[6:])
+        self.missed = 0
+        """SUBSCRIBEs in a row not of this shape."""
 
 
 def _queued_producer(cmd: pb.BaseCommand) -> bool:

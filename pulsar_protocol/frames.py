@@ -44,6 +44,7 @@ _COMMON_FLOW_FRAME = re.compile(
 _VARINT_63 = rb"([\x80-\xff]{0,8}[\x00-\x7f])"  # a varint below 2**63
 # BaseCommand.type = SUBSCRIBE, then the subscribe field's size.
 _SUBSCRIBE_START = re.compile(rb"\x08\x04\x22" + _VARINT_63, re.DOTALL)
+_SUBSCRIPTION_SIZE = re.compile(rb"\x12" + _VARINT_63, re.DOTALL)  # CommandSubscribe.subscription
 # CommandSubscribe's consumer_id, request_id and consumer_name's size.
 _SUBSCRIBE_IDS = re.compile(
     rb"\x20" + _VARINT_63 + rb"\x28" + _VARINT_63 + rb"(?:\x32" + _VARINT_63 + rb")?", re.DOTALL
@@ -346,11 +347,14 @@ class FrameDecoder:
         self._pos = end
         return decode_varint(consumer_id), decode_varint(permits)
 
-    def next_subscribe(self, head: bytes, tail: bytes) -> tuple[int, int, bytes | None] | None:
-        """The next frame if it is a SUBSCRIBE made of `head`, consumer_id, request_id, an
-        optional consumer_name, then `tail` (commands.subscribe_shape of a SUBSCRIBE protobuf
-        read before), and nothing else: consumed and read without protobuf, as (consumer_id,
-        request_id, the name's bytes or None). Otherwise None, and nothing is consumed."""
+    def next_subscribe(
+        self, head: bytes, middle: bytes, tail: bytes
+    ) -> tuple[bytes, int, int, bytes | None] | None:
+        """The next frame if it is a SUBSCRIBE made of `head`, a subscription, `middle`,
+        consumer_id, request_id, an optional consumer_name, then `tail` (commands.
+        subscribe_shape of a SUBSCRIBE protobuf read before), and nothing else: consumed and
+        read without protobuf, as (the subscription's bytes, consumer_id, request_id, the
+        name's bytes or None). Otherwise None, and nothing is consumed."""
         buf = self._buffer
         pos = self._pos
         size = self._end
@@ -366,7 +370,16 @@ class FrameDecoder:
         at = start.end()
         if decode_varint(start.group(1)) != end - at or not buf.startswith(head, at):
             return None
-        ids = _SUBSCRIBE_IDS.match(buf, at + len(head), end)
+        at += len(head)
+        sub = _SUBSCRIPTION_SIZE.match(buf, at, end)
+        if sub is None:
+            return None
+        at = sub.end()
+        subscription = bytes(buf[at : at + decode_varint(sub.group(1))])
+        at += len(subscription)
+        if not buf.startswith(middle, at):
+            return None
+        ids = _SUBSCRIBE_IDS.match(buf, at + len(middle), end)
         if ids is None:
             return None
         consumer_id, request_id, name_size = ids.groups()
@@ -378,7 +391,7 @@ class FrameDecoder:
         if end - at != len(tail) or not buf.startswith(tail, at):
             return None
         self._pos = end
-        return decode_varint(consumer_id), decode_varint(request_id), name
+        return subscription, decode_varint(consumer_id), decode_varint(request_id), name
 
     def next_message_run(self) -> RunParts | None:
         """The next frame if it is a MESSAGE in its common shape (commands.parse_message) with

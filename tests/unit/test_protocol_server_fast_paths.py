@@ -7,6 +7,7 @@ same bytes and fail at the same frame."""
 from __future__ import annotations
 
 import random
+from typing import cast
 
 import pytest
 
@@ -35,7 +36,7 @@ from pulsar_protocol.state import SERVER
 class ProtobufOnly(Connection):
     """A server codec that reads every frame with protobuf (the fast paths off)."""
 
-    def _set_state(self, state):  # type: ignore[no-untyped-def]
+    def _set_state(self, state):
         super()._set_state(state)
         self._fast_acks = False
 
@@ -81,6 +82,7 @@ def _same_reading(data: bytes, rng: random.Random) -> list:
 
 _CONNECT = encode_frame(command(T.CONNECT, client_version="c", protocol_version=20))
 _TOPIC = "persistent://public/default/t"
+_BROADCAST = cast(pb.KeyValue, mode_property("Broadcast"))
 
 
 def _subscribe(rng: random.Random, cid: int, rid: int, subscription: str = "all") -> bytes:
@@ -92,7 +94,7 @@ def _subscribe(rng: random.Random, cid: int, rid: int, subscription: str = "all"
         request_id=rid,
     )
     if rng.random() < 0.7:
-        fields["metadata"] = [mode_property("Broadcast")]
+        fields["metadata"] = [_BROADCAST]
     roll = rng.random()
     if roll < 0.3:
         fields["consumer_name"] = rng.choice(["c", "", "ü-name", "x" * 200])
@@ -106,7 +108,9 @@ def _subscribe(rng: random.Random, cid: int, rid: int, subscription: str = "all"
     if roll > 0.95:  # a consumer name that is not UTF-8: refused, the connection stays
         name = b"\xff\xfe"
         template = SubscribeTemplate(
-            pb.CommandSubscribe(topic=_TOPIC, subscription=subscription, subType=1),
+            pb.CommandSubscribe(
+                topic=_TOPIC, subscription=subscription, subType=pb.CommandSubscribe.Shared
+            ),
             pb.CommandSubscribe(),
         )
         raw = template.command_bytes(cid, rid, "@@")
@@ -129,7 +133,7 @@ def _stream(rng: random.Random) -> bytes:
     base = rng.choice([0, 100, 16_300, 2_097_100, 2**40])
     ids = list(range(base, base + rng.randrange(1, 150)))
     for rid, cid in enumerate(ids):
-        sub = "all" if rng.random() < 0.9 else f"s{cid}"
+        sub = "all" if rng.random() < 0.7 else rng.choice([f"s{cid}", "ü", "x" * 130])
         parts.append(_subscribe(rng, cid, rid if rng.random() < 0.95 else 7, sub))
         if rng.random() < 0.8:
             parts.append(_flow(cid, rng.choice([1, 1000, 2**27 - 1, 2**28, 2**32 - 1])))
@@ -187,8 +191,8 @@ def test_a_storms_subscribes_come_as_protobufs_events_in_one_shape():
     """Every SUBSCRIBE after the first of a shape is read from bytes, and each is the event
     protobuf's path gives; a name that is not UTF-8 is refused by that path, as before."""
     template = SubscribeTemplate(
-        pb.CommandSubscribe(topic=_TOPIC, subscription="all", subType=1),
-        pb.CommandSubscribe(metadata=[mode_property("Broadcast")], durable=True),
+        pb.CommandSubscribe(topic=_TOPIC, subscription="all", subType=pb.CommandSubscribe.Shared),
+        pb.CommandSubscribe(metadata=[_BROADCAST], durable=True),
     )
     frames = [
         frame_sizes(len(raw), 0) + raw
@@ -211,17 +215,56 @@ def test_a_storms_subscribes_come_as_protobufs_events_in_one_shape():
 
 def test_subscribe_shape_is_what_the_template_writes_around_the_ids():
     body = pb.CommandSubscribe(
-        topic=_TOPIC, subscription="all", subType=1, consumer_id=9, request_id=3
+        topic=_TOPIC,
+        subscription="all",
+        subType=pb.CommandSubscribe.Shared,
+        consumer_id=9,
+        request_id=3,
     )
-    body.metadata.append(mode_property("Broadcast"))
+    body.metadata.append(_BROADCAST)
     body.durable = False
-    head, tail = subscribe_shape(body)
+    head, middle, tail = subscribe_shape(body)
     template = SubscribeTemplate(
-        pb.CommandSubscribe(topic=_TOPIC, subscription="all", subType=1),
-        pb.CommandSubscribe(metadata=[mode_property("Broadcast")], durable=False),
+        pb.CommandSubscribe(topic=_TOPIC, subscription="other", subType=pb.CommandSubscribe.Shared),
+        pb.CommandSubscribe(metadata=[_BROADCAST], durable=False),
     )
     raw = template.command_bytes(70_000, 5, "a")
-    assert raw.startswith(b"\x08\x04\x22") and head in raw and raw.endswith(tail)
+    assert raw[4:].startswith(head + b"\x12\x05other" + middle) and raw.endswith(tail)
+
+
+def test_a_shape_is_learned_again_only_at_doubling_misses():
+    """SUBSCRIBEs each of its own shape (another topic each): protobuf reads them all, and
+    the shape is learned again at the 1st, 2nd, 4th, 8th... miss in a row, not at each."""
+    rng = random.Random(3)
+    data = _CONNECT + b"".join(
+        frame_head(
+            command(
+                T.SUBSCRIBE,
+                topic=f"{_TOPIC}-{cid}",
+                subscription="all",
+                subType=pb.CommandSubscribe.Shared,
+                consumer_id=cid,
+                request_id=cid,
+            ).SerializeToString(),
+            None,
+            0,
+        )
+        for cid in range(100)
+    )
+    server = _server()
+    learned = []
+    original = server._learn_subscribe
+
+    def learn(body, event):
+        before = server._subscribe_shape
+        original(body, event)
+        if server._subscribe_shape is not before:
+            learned.append(event.consumer_id)
+
+    server._learn_subscribe = learn  # type: ignore[method-assign]
+    _run(server, [data])
+    assert learned == [0, 1, 2, 4, 8, 16, 32, 64]
+    assert len(_same_reading(data, rng)) == 101
 
 
 @pytest.mark.parametrize("request_id", [0, 1, 127, 128, 16_383, 16_384, 2**21, 2**40, 2**64 - 1])
