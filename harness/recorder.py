@@ -167,9 +167,6 @@ writerow was 2.0 µs of them against 0.9 (a unit test checks the bytes against c
 _SPAN_ROW = "%d,%d,%d,,,,,%d,%d\r\n"
 """The same for a broker with only a dispatch stamp: stages 1-5 as one span."""
 
-_CONNECTION_ROW = ",%d,%d,%d,1,\r\n"
-"""A connections.csv row of a consumer that subscribed after its name, as csv.writer writes
-it (excel dialect) when the name needs no quotes (`_PLAIN_NAMES`)."""
 _PLAIN_NAMES = re.compile(r"[\w.:@/+-]*")
 """Names csv.writer writes as they are (QUOTE_MINIMAL quotes a delimiter, a quote, a line
 break); anything else takes csv.writer's own way."""
@@ -569,19 +566,22 @@ class Recorder:
         formatted as csv writes them and written in one call. One `subscribed` each was 13 %
         of the client's CPU per consumer subscribed (py-spy, benchmarks/client_connect.py).
         A unit test checks both against `subscribed` of each."""
-        names, offset = self._names, self._offset_us
+        get, offset = self._names.get, self._offset_us
         times: list[int] = []
+        names: list[str] = []
         rows: list[str] = []
         for result in results:
             if not result.ok:
                 break
-            index = result.index
-            start, end = result.start_us, result.end_us
+            index, start, end = result.index, result.start_us, result.end_us
             times.append(end - start)
-            rows.append(names.get(index, str(index)))
-            rows.append(_CONNECTION_ROW % (result.connection, start - offset, end - offset))
+            name = get(index, None)  # type: ignore[arg-type]
+            if name is None:
+                name = str(index)
+            names.append(name)
+            rows.append(f"{name},{result.connection},{start - offset},{end - offset},1,\r\n")
         else:
-            if _PLAIN_NAMES.fullmatch("".join(rows[::2])):
+            if _PLAIN_NAMES.fullmatch("".join(names)):
                 if times:
                     self._subscribed += [result.index for result in results]
                     self.connected += len(times)

@@ -293,12 +293,14 @@ class PulsarDriver:
         return SubscribeResult(spec.index, conn.id, start_us, max(start_us, end_us), True)
 
     def subscribe_group(self, specs: Sequence[ConsumerSpec]) -> list[SubscribeResult]:
-        """`subscribe` of every spec (drivers.base.GroupSubscriber). Per connection, the first
-        consumer subscribes as `subscribe` does (it opens the connection and learns the topic's
-        partitions and owner, once per connection), then the others' SUBSCRIBEs leave together
-        and their answers are awaited together (Connection.subscribe_group): no greenlet, no
-        AsyncResult and no deadline per consumer, one write for the lot. Several connections
-        (fewer consumers to one than the group holds) go on at once, a greenlet each."""
+        """`subscribe` of every spec (drivers.base.GroupSubscriber). Per connection, once it
+        is open and the topic's partitions and owner are known (once per connection and
+        topic), the consumers' SUBSCRIBEs leave together and their answers are awaited
+        together (Connection.subscribe_group): no greenlet, no AsyncResult and no deadline per
+        consumer, one write for the lot. Each consumer's time runs from the group's start, its
+        connection's opening included, as it would for one subscribing alone. Several
+        connections (fewer consumers to one than the group holds) go on at once, a greenlet
+        each."""
         pool, settings = self._ready()
         results: list[SubscribeResult | None] = [None] * len(specs)
         per = settings.consumers_per_connection
@@ -306,16 +308,13 @@ class PulsarDriver:
         for position, spec in enumerate(specs):
             by_slot.setdefault(spec.index // per, []).append(position)
 
-        def one_connection(positions: list[int]) -> None:
-            first, *rest = positions
-            results[first] = self.subscribe(specs[first])
-            if rest:
-                self._subscribe_together(specs, rest, results)
-
+        together = self._subscribe_together
         if len(by_slot) == 1:
-            one_connection(next(iter(by_slot.values())))
+            together(specs, next(iter(by_slot.values())), results)
         else:
-            jobs = [gevent.spawn(one_connection, positions) for positions in by_slot.values()]
+            jobs = [
+                gevent.spawn(together, specs, positions, results) for positions in by_slot.values()
+            ]
             gevent.joinall(jobs, raise_error=True)
         assert all(result is not None for result in results)
         return results  # type: ignore[return-value]
@@ -326,10 +325,10 @@ class PulsarDriver:
         positions: list[int],
         results: list[SubscribeResult | None],
     ) -> None:
-        """`subscribe` of specs[p] for each of `positions`, consumers of one connection slot
-        whose partitions and owners are known (its first consumer learnt them): every SUBSCRIBE
-        is sent before any answer is awaited, one group per owner. A consumer whose partitions
-        have several owners subscribes on its own."""
+        """`subscribe` of specs[p] for each of `positions`, consumers of one connection slot:
+        the connection ready and each topic's partitions and owner learnt once, every
+        SUBSCRIBE is sent before any answer is awaited, one group per owner. A consumer whose
+        partitions have several owners subscribes on its own."""
         pool, _ = self._ready()
         start_us = now_us()
         conn: Connection = pool.for_consumer(specs[positions[0]].index)
