@@ -55,15 +55,21 @@ bench: $(STAMP) java-check
 
 # mypy (one process, 21 CPU-s on a fresh clone) runs beside the parallel part at the lowest
 # priority, on what CPU the tests leave; its output follows theirs, and either failing fails.
+# Both pytest runs share one analysis service (FANOUT_TEST_ANALYSIS_HOME, tests/conftest.py):
+# the `alone` part analyses in the JVM the parallel part warmed; stopped at the end, whatever
+# the outcome.
+ALONE_PYTEST = $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist load -m alone $(ALONE_TESTS)
 test: $(STAMP) java-check tools
 	$(BIN)/ruff check .
-	@typed=$$(mktemp); echo "$(BIN)/mypy (beside the tests; its output after theirs)"; \
+	@home=$$(mktemp -d /tmp/fanout-analysis-make.XXXXXX); export FANOUT_TEST_ANALYSIS_HOME=$$home; \
+	trap '$(BIN)/python -c "import sys; from tests.conftest import stop_analysis_service; stop_analysis_service(sys.argv[1])" "$$home"' EXIT; trap 'exit 130' INT TERM; \
+	typed=$$(mktemp); echo "$(BIN)/mypy (beside the tests; its output after theirs)"; \
 	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
 	echo "$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone'"; \
 	( $(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone' ); tests=$$?; \
 	wait $$mypy; types=$$?; echo "$(BIN)/mypy:"; cat $$typed; rm -f $$typed; \
-	[ $$tests -eq 0 ] && [ $$types -eq 0 ]
-	$(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist load -m alone $(ALONE_TESTS)
+	[ $$tests -eq 0 ] && [ $$types -eq 0 ] && echo "$(ALONE_PYTEST)" && \
+	( $(WITH_JAVA) $(ALONE_PYTEST) )
 
 # AWS (docs/aws.md): shared by aws-up, aws-bench and aws-down. Empty means the script's
 # default, or what the last `make aws-up` saved in deploy/aws/.state (gitignored), so a retry

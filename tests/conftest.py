@@ -408,7 +408,8 @@ def analysis_service(
         yield path
     finally:
         os.environ.pop(SOCKET_ENV, None)
-        if not _is_xdist_worker(request.config):  # a run in one process: the service is its own
+        # A run in one process: the service is its own (unless make test's, which make stops).
+        if not _is_xdist_worker(request.config) and ANALYSIS_HOME_ENV not in os.environ:
             _stop_analysis_service(home, proc)
 
 
@@ -418,8 +419,20 @@ _STARTED: list[subprocess.Popen[bytes]] = []
 def pytest_unconfigure(config: pytest.Config) -> None:
     """pytest-xdist's controller, once its workers are done: the analysis service they shared
     (nothing when none was started; a run in one process stopped its own already)."""
-    if not _is_xdist_worker(config):
+    if not _is_xdist_worker(config) and ANALYSIS_HOME_ENV not in os.environ:
         _stop_analysis_service(_analysis_home(config), None)
+
+
+ANALYSIS_HOME_ENV = "FANOUT_TEST_ANALYSIS_HOME"
+"""Set by `make test` for both its pytest runs: the analysis service's folder, so that the
+`alone` part analyses in the JVM the parallel part started and warmed (in the `alone` part, a
+JVM's start and first analysis took 15 s of its 50, a warm analysis 3-4 s). Neither run stops
+it then: make does, after both (stop_analysis_service)."""
+
+
+def stop_analysis_service(home: str) -> None:
+    """`make test`'s end: the service of ANALYSIS_HOME_ENV, if one was started."""
+    _stop_analysis_service(Path(home), None)
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
@@ -431,6 +444,8 @@ def _analysis_home(config: pytest.Config) -> Path:
     runs the session (for an xdist worker, its controller, whose child it is): every worker of
     a run finds the same, another run (another engineer's) another. Not under pytest's deep
     tmp folders: a Unix socket's path must be short (108 bytes)."""
+    if given := os.environ.get(ANALYSIS_HOME_ENV):
+        return Path(given)
     owner = os.getppid() if _is_xdist_worker(config) else os.getpid()
     return Path(tempfile.gettempdir()) / f"fanout-analysis-{owner}"
 
