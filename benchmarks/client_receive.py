@@ -30,6 +30,7 @@ from harness.message_body import stamp
 from harness.recorder import Recorder
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
+from pulsar_protocol.client_commands import SubscribesAnswered
 from pulsar_protocol.commands import T, command, encode_varint
 from pulsar_protocol.frames import encode_frame
 from pulsar_protocol.message_template import MessageTemplate
@@ -64,7 +65,8 @@ def _connected(
         rid = protocol.next_request_id()
         protocol.send(ev.Request(subscribe_command(spec, cid, rid)))
         protocol.receive_data(encode_frame(command(T.SUCCESS, request_id=rid)))
-        assert isinstance(protocol.next_event(), ev.Response)
+        # A storm's SUCCESS comes read from bytes (pulsar_protocol.client_commands).
+        assert isinstance(protocol.next_event(), ev.Response | SubscribesAnswered)
         protocol.send(ev.Flow(cid, settings.consumer.receiver_queue_size))
         conn.consumers[cid] = ConsumerState(spec.index, cid, spec, TOPIC)
     protocol.data_to_send()
