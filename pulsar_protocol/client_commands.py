@@ -138,7 +138,7 @@ class ClientConnection(Connection):
             answered = self._subscribes_answered()
             if answered is not None:
                 return answered
-        return super().next_event()
+        return Connection.next_event(self)  # not super(): this runs once per read
 
     def _subscribes_answered(self) -> SubscribesAnswered | None:
         decoder = self._decoder
