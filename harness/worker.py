@@ -202,7 +202,7 @@ class WorkerRun:
         globals_ = [share[local] for local in locals_]
         placements = plan.consumer_placements(globals_)
         workload = plan.workload
-        mode, prefix = workload.subscription_type, self._names.prefix
+        mode, prefix = workload.subscription_type, self._names.prefix  # ConsumerNames.get's
         if workload.slow_consumers is None and workload.ack_holes is None:
             return [
                 ConsumerSpec(local, f"{prefix}{local}", topic, subscription, mode)

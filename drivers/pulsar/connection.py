@@ -44,7 +44,7 @@ from drivers.net.reactor import Reactor, reactor
 from drivers.net.sockets import connect_socket, send_now
 from drivers.net.tls import EncryptingWire, PlainSource, TlsChannel, TlsFailure
 from drivers.pulsar.ack_flusher import AckFlusher
-from drivers.pulsar.consumer import ConsumerState, group_subscribe_template, subscribe_template
+from drivers.pulsar.consumer import ConsumerState, subscribe_template
 from drivers.pulsar.deadlines import Deadlines
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
@@ -640,7 +640,7 @@ class Connection:
         request_ids = [next_rid() for _ in range(count)]
         names = [specs[k].name for k in owners]
         templates = [
-            group_subscribe_template(specs[k], topic)
+            subscribe_template(specs[k], topic)
             for k, topic in zip(owners, entry_topics, strict=True)
         ]
         group = GroupAnswers(request_ids)

@@ -73,9 +73,6 @@ def subscribe_template(spec: ConsumerSpec, topic: str | None = None) -> GroupSub
     return _template(topic or spec.topic, spec.subscription, spec.subscription_type)
 
 
-group_subscribe_template = subscribe_template
-
-
 @lru_cache(maxsize=256)
 def _template(topic: str, subscription: str, mode: str) -> GroupSubscribeTemplate:
     return GroupSubscribeTemplate(
