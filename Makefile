@@ -55,9 +55,6 @@ bench: $(STAMP) java-check
 
 # mypy (one process, 21 CPU-s on a fresh clone) runs beside the parallel part at the lowest
 # priority, on what CPU the tests leave; its output follows theirs, and either failing fails.
-# One collection first (its errors show in the run after it) writes the compiled modules and
-# rewritten test files once: on a fresh clone six processes each collected without them, 11.3
-# CPU-s a process against 4.5.
 # Both pytest runs share one analysis service (FANOUT_TEST_ANALYSIS_HOME, tests/conftest.py):
 # the `alone` part analyses in the JVM the parallel part warmed; stopped at the end, whatever
 # the outcome.
@@ -68,7 +65,6 @@ test: $(STAMP) java-check tools
 	trap '$(BIN)/python -c "import sys; from tests.conftest import stop_analysis_service; stop_analysis_service(sys.argv[1])" "$$home"' EXIT; trap 'exit 130' INT TERM; \
 	typed=$$(mktemp); echo "$(BIN)/mypy (beside the tests; its output after theirs)"; \
 	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
-	$(BIN)/pytest --collect-only -q -p no:cacheprovider -m 'not alone' >/dev/null 2>&1; \
 	echo "$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone'"; \
 	( $(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone' ); tests=$$?; \
 	wait $$mypy; types=$$?; echo "$(BIN)/mypy:"; cat $$typed; rm -f $$typed; \
