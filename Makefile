@@ -8,7 +8,7 @@ DRIVER ?=
 BENCH_ARGS ?=
 # Six processes, each test file kept in one of them (its module fixtures are started once):
 # on 2 cores, 7.5 min for the parallel part where four took 9-11 (docs/benchmarks.md, "make
-# test"); the tests that compare latencies run after it, in two processes (marker `alone`).
+# test"); the tests that compare latencies run after it, one after another (marker `alone`).
 # --no-loadscope-reorder: files go out in tests/conftest.py's order, the longest first; xdist's
 # own order (most tests first) sent the 160 s deploy test and the minute-long one-test files last.
 PYTEST_ARGS ?= -n 6 --dist loadfile --no-loadscope-reorder
@@ -58,7 +58,9 @@ bench: $(STAMP) java-check
 # Both pytest runs share one analysis service (FANOUT_TEST_ANALYSIS_HOME, tests/conftest.py):
 # the `alone` part analyses in the JVM the parallel part warmed; stopped at the end, whatever
 # the outcome.
-ALONE_PYTEST = $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist load -m alone $(ALONE_TESTS)
+# One process: in two, the slowed-client test's calm run shared the cores with another run and
+# was flagged client-bound on a quiet machine (2026-11-29 00:33, load 0.45 at the start).
+ALONE_PYTEST = $(BIN)/pytest -q -p no:cacheprovider -m alone $(ALONE_TESTS)
 test: $(STAMP) java-check tools
 	$(BIN)/ruff check .
 	@home=$$(mktemp -d /tmp/fanout-analysis-make.XXXXXX); export FANOUT_TEST_ANALYSIS_HOME=$$home; \

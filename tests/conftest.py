@@ -43,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "alone: compares latencies of runs, or bounds one tightly, which the other tests' "
-        "load would move: `make test` runs these after the parallel part, in two processes",
+        "load would move: `make test` runs these after the parallel part, one after another",
     )
 
 
@@ -159,10 +159,8 @@ pytest-xdist's `--dist loadfile` hands files out by their number of tests, most 
 `--no-loadscope-reorder`: without it this list only broke ties, and the deploy test (3 tests,
 160 s) and the one-test files of a minute each went out last.
 
-It also pairs the `alone` tests: `-n 2 --dist load` deals three tests round robin, the first
-and third to one process. test_harness_runs.py's comes first here, then test_client_delay.py's
-two in their file's order, so the slowed-client test (two runs, the longest) has its process to
-itself and the other two share one."""
+The `alone` tests run in one process, one after another (`make test`): in two, a latency
+test's calm run shared the cores with another test's run."""
 
 
 SAME_PROCESS = {
