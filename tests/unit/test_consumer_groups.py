@@ -4,6 +4,7 @@ subscribed exactly once, on whichever worker Locust's own dispatcher puts the us
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -14,17 +15,19 @@ from harness.workload import Workload
 pytestmark = pytest.mark.locust
 
 
+def _plan_of(**fields: Any) -> RunPlan:
+    """The plan of a 1 KB, 1 msg/s workload with `fields`, on the bundled driver."""
+    workload = Workload(name="groups", message_size=1024, producer_rate=1, **fields)
+    return RunPlan.make("g", workload, load_driver_file(None))
+
+
 def _plan(consumers: int, per_connection: int, spawn_rate: float = 0) -> RunPlan:
-    workload = Workload(
-        name="groups",
-        message_size=1024,
-        producer_rate=1,
+    return _plan_of(
         subscription_type="Broadcast",
         consumer_per_subscription=consumers,
         consumers_per_connection=per_connection,
         spawn_rate=spawn_rate,
     )
-    return RunPlan.make("g", workload, load_driver_file(None))
 
 
 def _dispatched(users: int, producers: int, workers: int) -> dict[str, int]:
@@ -82,16 +85,12 @@ def test_a_group_is_whole_connections_and_a_slow_spawn_rate_makes_it_smaller():
 def test_a_groups_placements_are_each_consumers_with_names_shared(
     topics, subscriptions, per_subscription
 ):
-    workload = Workload(
-        name="placements",
-        message_size=1024,
-        producer_rate=1,
+    plan = _plan_of(
         subscription_type="Shared",
         topics=topics,
         subscriptions_per_topic=subscriptions,
         consumer_per_subscription=per_subscription,
     )
-    plan = RunPlan.make("p", workload, load_driver_file(None))
     indexes = list(plan.worker_share(1, 3))
     placements = plan.consumer_placements(indexes)
     assert placements == [plan.consumer_placement(i) for i in indexes]
