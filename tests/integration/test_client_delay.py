@@ -101,6 +101,10 @@ def _p99(summary: dict, metric: str) -> float:
     return float(summary["latency"][metric]["p99"])
 
 
+def _p50(summary: dict, metric: str) -> float:
+    return float(summary["latency"][metric]["p50"])
+
+
 def _needs_kernel_times(summary: dict) -> None:
     if "e2e_kernel" not in summary["latency"]:
         pytest.skip("no kernel receive times on this platform (SO_TIMESTAMPING)")
@@ -132,18 +136,22 @@ def test_a_slowed_client_shows_as_client_delay_and_the_kernel_keeps_the_brokers_
         assert summary["headline"]["deliveries_lost"] == 0
         assert summary["headline"]["e2e_kernel_p99_ms"] == _p99(summary, "e2e_kernel")
 
-    # The client delay grows by about the block: deliveries on the other 19 connections wait
-    # up to SLOW_MS in their sockets (less the broker's spread of the 20 writes), so over 1 %
-    # of them wait nearly all of it; scheduling adds, never subtracts, a little.
-    grown = _p99(slowed, "client_delay") - _p99(calm, "client_delay")
+    # Medians, not P99s, for what must hold run after run: a run of 19 messages has a P99 that
+    # is its worst message, and this VM decides that one (idle, it wakes a sleeping process
+    # 3 ms late about 4 times a second and up to 16 ms; 4.5 % steal; single stalls of 20-40 ms
+    # at the broker or the client moved either run's P99 by that much in 4 of 7 runs here).
+    # The client delay grows by about the block: the deliveries on the other 19 connections
+    # wait up to SLOW_MS in their sockets (less the broker's spread of the 20 writes), so the
+    # median one waits nearly all of it; scheduling adds, never subtracts, a little.
+    grown = _p50(slowed, "client_delay") - _p50(calm, "client_delay")
     assert 0.7 * SLOW_MS <= grown <= SLOW_MS + 40, (grown, calm["latency"], slowed["latency"])
+    assert _p50(calm, "client_delay") <= 0.1 * SLOW_MS, calm["latency"]
 
     # The latency at the kernel stays the broker's. Tolerance: 1 % (HDR precision, 3 digits,
-    # is 0.1 %) plus 20 ms, a quarter of the block: scheduling noise of a broker, a
-    # coordinator, a worker and pytest on a shared 2-core machine, and still far below the
-    # SLOW_MS a read-time clock adds.
-    base_kernel = _p99(calm, "e2e_kernel")
-    assert abs(_p99(slowed, "e2e_kernel") - base_kernel) <= 0.01 * base_kernel + 20, (
+    # is 0.1 %) plus 20 ms, a quarter of the block: far below the SLOW_MS a read-time clock
+    # adds to most deliveries.
+    base_kernel = _p50(calm, "e2e_kernel")
+    assert abs(_p50(slowed, "e2e_kernel") - base_kernel) <= 0.01 * base_kernel + 20, (
         calm["latency"],
         slowed["latency"],
     )
@@ -155,7 +163,16 @@ def test_a_slowed_client_shows_as_client_delay_and_the_kernel_keeps_the_brokers_
     assert any("the client added" in reason for reason in verdict["reasons"]), verdict
     assert verdict["client_delay_p99_ms"] == _p99(slowed, "client_delay")
     assert verdict["distortion_ms"] >= 0.5 * SLOW_MS
-    assert not any("the client added" in reason for reason in calm["client_bound"]["reasons"])
+    # The calm run's verdict may be flagged too, rightly, when a stall of this VM held one of
+    # its 19 messages in the client (the rule's thresholds are unit-tested in
+    # tests/unit/test_analysis_results.py); what must hold is that the rule's distortion tells
+    # the two runs apart by most of the block.
+    calm_verdict = calm["client_bound"]
+    assert calm_verdict["client_delay_p99_ms"] == _p99(calm, "client_delay")
+    assert verdict["distortion_ms"] - calm_verdict["distortion_ms"] >= 0.5 * SLOW_MS, (
+        calm_verdict,
+        verdict,
+    )
 
 
 def test_a_stalled_broker_shows_at_the_kernel_not_as_client_delay(tmp_path: Path) -> None:
