@@ -187,13 +187,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return _SameProcess(config, log)
 
 
-PORTS = range(21000, 31000)
+PORTS = range(10000, 20000)
 """Ports the tests' servers take: below the ephemeral range, so outgoing connections never
-take one, and split between pytest-xdist's workers (`make test` runs 4), so that two workers
-never pick the same free port in the moment before its server binds it."""
+take one; below the harness's own (harness/embedded_broker.py's free_port: 20000-32000), so a
+`bench run` in another test never binds one in the moment between a test's pick and its
+server's bind (a broker of the tests failed "Address already in use" so, 2026-11-29); and
+split between pytest-xdist's workers (`make test` runs 6), so that two workers never pick the
+same free port in that moment either."""
 
 
-def _own_ports() -> range:
+def own_ports() -> range:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # gw0, gw1, ...
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     share = len(PORTS) // max(1, count)
@@ -204,7 +207,7 @@ def _own_ports() -> range:
 def free_port() -> int:
     """A free port of this worker's share, starting at a place of this process's own (a test
     starting several servers gets different ones before any has bound)."""
-    ports = _own_ports()
+    ports = own_ports()
     start = (os.getpid() * 7) % len(ports)
     for i in range(len(ports)):
         port = ports[(start + i) % len(ports)]

@@ -30,6 +30,7 @@ import pytest
 
 from spark_analysis.java_runtime import NoJavaError, choose_java
 from spark_analysis.session import local_driver_options
+from tests.conftest import own_ports
 from tests.integration.test_analysis_spark import build_run
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,8 @@ def free_ports(count: int) -> list[int]:
     """Distinct free ports below the ephemeral range, held together while picking."""
     held: list[socket.socket] = []
     try:
-        for port in range(22000 + (os.getpid() * 13) % 8000, 31000):
+        ports = own_ports()  # this worker's share, clear of the harness's ports
+        for port in range(ports.start + (os.getpid() * 13) % (len(ports) // 2), ports.stop):
             s = socket.socket()
             try:
                 s.bind(("127.0.0.1", port))

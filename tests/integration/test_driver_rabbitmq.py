@@ -203,10 +203,14 @@ def test_an_embedded_node_killed_mid_run_is_a_partial_run_with_failed_publishes(
         for row in path.read_text().splitlines()[1:]
     ]
     (totals,) = manifest["worker_totals"].values()
-    # What the node confirmed before it died reached every consumer; every publish after it
-    # failed (no confirm), so each consumer is short of the producer's schedule by as many.
+    # Every publish after the kill failed (no confirm), so each consumer is short of the
+    # producer's schedule by at least as many. A confirm says the stream holds the message, not
+    # that its consumers have read it: what the node confirmed in its last moment may not have
+    # reached them all (one consumer 12 of 13 once, at load 8). Two messages are 0.4 s at
+    # 5 msg/s, beyond a delivery's time here; nothing beyond what was confirmed arrives.
     assert totals["errors"] > 0
-    assert deliveries == [totals["sent"]] * 20
+    assert len(deliveries) == 20
+    assert all(totals["sent"] - 2 <= d <= totals["sent"] for d in deliveries), (deliveries, totals)
     cpu = [float(r.split(",")[1]) for r in (run_dir / "broker/process.csv").read_text().split()[1:]]
     assert cpu and max(cpu) > 0  # beam.smp's CPU, not the launcher's
     assert not epmd[0].is_running()
