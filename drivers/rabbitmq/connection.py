@@ -6,8 +6,17 @@ basic.qos window and delivery tags), and a producer has a connection and a chann
 in confirm mode. A request is a run of methods sent in one write and answered by the last one's
 reply (a subscribe: channel.open, exchange.declare, queue.declare, queue.bind, basic.qos and
 basic.consume, answered by basic.consume-ok); a channel.close from the server in between is its
-refusal, with RabbitMQ's code and text. The deliveries of one read are acknowledged in that
-read's write, one basic.ack (multiple) per channel, as the MQTT driver's PUBACKs are.
+refusal, with RabbitMQ's code and text.
+
+Acknowledgements are grouped (`ack_every`, consumer.ackEvery): a channel's deliveries are
+acknowledged by one basic.ack (multiple) once ack_every of them wait, in the write that
+follows the read that brought the last one, and what still waits when the driver closes the
+connection goes in its last write. Delivery tags count a channel's deliveries from 1, so what
+waits is the latest tag less the one last acknowledged: no count is kept. On a stream an ack
+only gives the consumer its prefetch credit back (the window stays open while ack_every is
+at most prefetchCount); on a queue it also removes the messages. With one consumer per
+connection, acknowledging every read was one send() per delivery: at 1,000 consumers the
+largest single cost of the client after the read itself (docs/peers.md).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from drivers.rabbitmq.protocol import (
     Delivery,
     Heartbeat,
     Method,
+    Payloads,
 )
 
 log = logging.getLogger("drivers.rabbitmq")
@@ -63,12 +73,18 @@ class RabbitMqConnection(PeerConnection):
         connect_timeout: float,
         operation_timeout: float,
         on_closed: Callable[[PeerConnection], None] = lambda conn: None,
+        ack_every: int = 1,
+        payloads: Payloads | None = None,
     ) -> None:
+        """`ack_every`: deliveries a channel acknowledges at once (consumer.ackEvery);
+        `payloads`: the latest body read, shared with the process's other connections
+        (protocol.Payloads)."""
         super().__init__(
             conn_id, host, port, group, connect_timeout=connect_timeout, on_closed=on_closed
         )
         self.login = login
         self.operation_timeout = operation_timeout
+        self.ack_every = ack_every
         self.frame_max = login.frame_max
         self.channel_max = 0
         self.server_version = ""
@@ -76,10 +92,14 @@ class RabbitMqConnection(PeerConnection):
         """The server's connection.close, when it ended the connection."""
         self.consumers: dict[int, int] = {}
         """channel -> the harness's consumer index."""
-        self._parser = ClientParser(login.frame_max)
+        self._parser = ClientParser(login.frame_max, payloads)
         self._deliveries = ReadDeliveries(self, callback)
+        self._latest: dict[int, int] = {}
+        """channel -> the latest delivery tag read on it."""
+        self._acked: dict[int, int] = {}
+        """channel -> the latest delivery tag acknowledged on it (0: none yet)."""
         self._to_ack: dict[int, int] = {}
-        """channel -> the latest delivery tag of this read, acknowledged at its end."""
+        """channel -> the delivery tag to acknowledge at the end of this read."""
         self._waiting: dict[int, tuple[type, AsyncResult[int]]] = {}
         """channel -> (the method that answers its request, the request's result)."""
         self._next_channel = 1
@@ -123,6 +143,7 @@ class RabbitMqConnection(PeerConnection):
         """`request` ending with basic.consume for consumer `index`; its deliveries count
         from then on."""
         self.consumers[channel] = index
+        self._acked[channel] = 0
         try:
             return self.request(channel, methods, commands.Basic.ConsumeOk)
         except RequestFailed:
@@ -163,16 +184,20 @@ class RabbitMqConnection(PeerConnection):
     # -- the reader ------------------------------------------------------------------------------
     def _on_data(self, data: memoryview, receive_us: int, kernel_us: int) -> None:
         parser, deliveries, consumers = self._parser, self._deliveries, self.consumers
-        to_ack = self._to_ack
+        latest, acked, to_ack = self._latest, self._acked, self._to_ack
+        every = self.ack_every
         parser.receive_data(data)
         deliveries.begin(receive_us, kernel_us)
         try:
             while (event := parser.next_event()) is not NEED_DATA:
                 if type(event) is Delivery:
-                    index = consumers.get(event.channel)
+                    channel = event.channel
+                    index = consumers.get(channel)
                     if index is not None:
                         deliveries.add(index, event.payload)
-                        to_ack[event.channel] = event.delivery_tag
+                        tag = latest[channel] = event.delivery_tag
+                        if tag - acked[channel] >= every:
+                            to_ack[channel] = tag
                     continue
                 deliveries.flush()  # deliveries first, in the order they came
                 if type(event) is Method:
@@ -192,8 +217,32 @@ class RabbitMqConnection(PeerConnection):
             raise
         finally:
             if to_ack and not self.closed:
-                self._queue(b"".join(protocol.ack(ch, tag) for ch, tag in to_ack.items()))
-                to_ack.clear()
+                self._queue_acks(to_ack)
+            to_ack.clear()
+
+    def _queue_acks(self, tags: dict[int, int]) -> None:
+        """One basic.ack (multiple) per channel, of the delivery tag `tags` give it."""
+        acked = self._acked
+        frames = []
+        for channel, tag in tags.items():
+            acked[channel] = tag
+            frames.append(protocol.ack(channel, tag))
+        self._queue(b"".join(frames))
+
+    def close(self) -> None:
+        """What waits to be acknowledged goes first (a queue would otherwise take it back
+        and keep it), in one send that does not wait; then the connection closes."""
+        acked, consumers = self._acked, self.consumers
+        waiting = {
+            ch: tag for ch, tag in self._latest.items() if ch in consumers and tag > acked[ch]
+        }
+        if waiting and not self.closed:
+            try:
+                self._queue_acks(waiting)
+                self._flush_now()
+            except RequestFailed:
+                pass  # lost already: nothing to acknowledge on
+        super().close()
 
     def _on_method(self, event: Method, receive_us: int) -> None:
         m, channel = event.method, event.channel

@@ -24,8 +24,9 @@ What maps to what:
   - Failover: the same queue with `x-single-active-consumer` (one consumer gets everything,
     the next takes over when it goes);
 - each consumer has a channel of its own (its basic.qos window, consumer.prefetchCount);
-  consumersPerConnection channels share a connection; what one read delivers is acknowledged
-  in one basic.ack (multiple) per channel.
+  consumersPerConnection channels share a connection; a channel's deliveries are acknowledged
+  consumer.ackEvery at a time, by one basic.ack (multiple), and the rest when the driver
+  closes (drivers/rabbitmq/connection.py).
 
 Refused, never emulated: Key_Shared (RabbitMQ routes by key to queues, not to the consumers of
 one queue), ackHoles (acknowledgements here are cumulative per channel). A lost connection
@@ -46,6 +47,7 @@ from pamqp import commands
 
 from drivers.base import ConsumerCallback, ConsumerSpec, DriverError, SubscribeResult
 from drivers.config import (
+    ConfigError,
     Parser,
     boolean,
     check_keys,
@@ -97,6 +99,7 @@ _CLIENT: dict[str, tuple[str, Parser]] = {
 _PRODUCER: dict[str, tuple[str, Parser]] = {"persistent": ("persistent", boolean)}
 _CONSUMER: dict[str, tuple[str, Parser]] = {
     "prefetchCount": ("prefetch_count", integer(minimum=1)),
+    "ackEvery": ("ack_every", integer(minimum=1)),
     "queueType": ("queue_type", choice("classic", "quorum")),
     "queueExpiresSeconds": ("queue_expires_seconds", integer(minimum=0)),
 }
@@ -125,6 +128,11 @@ class ProducerConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerConfig:
     prefetch_count: int = 100
+    ack_every: int = 50
+    """Deliveries a channel acknowledges at once, one basic.ack (multiple); at most
+    prefetch_count, or the broker would stop at prefetch_count unacknowledged before the ack
+    is due. Half the window keeps it open with half of it to spare; 1 acknowledges every read
+    (one send per delivery with one consumer per connection)."""
     queue_type: str = "classic"
     """The queues of Shared, Exclusive and Failover subscriptions: classic or quorum."""
     queue_expires_seconds: int = 300
@@ -150,10 +158,17 @@ class RabbitMqConfig(PeerUrls):
     @classmethod
     def parse(cls, sections: Mapping[Any, object], where: str) -> RabbitMqConfig:
         check_keys(sections, ["client", "producer", "consumer", "stream"], where)
+        consumer = ConsumerConfig(**parse_section(sections, "consumer", _CONSUMER, where))
+        if consumer.ack_every > consumer.prefetch_count:
+            raise ConfigError(
+                f"{where}consumer.ackEvery is {consumer.ack_every}, more than "
+                f"consumer.prefetchCount ({consumer.prefetch_count}): RabbitMQ would stop "
+                "delivering before an ack is due (set it to at most prefetchCount)"
+            )
         return cls(
             client=parse_client(sections, RabbitMqClientConfig, _CLIENT, where),
             producer=ProducerConfig(**parse_section(sections, "producer", _PRODUCER, where)),
-            consumer=ConsumerConfig(**parse_section(sections, "consumer", _CONSUMER, where)),
+            consumer=consumer,
             stream=StreamConfig(**parse_section(sections, "stream", _STREAM, where)),
         )
 
@@ -256,6 +271,8 @@ class RabbitMqDriver(PeerDriver[RabbitMqConnection]):
         self._config = RabbitMqConfig()
         self._queues: dict[str, AsyncResult[None]] = {}
         """Streams and quorum queues this process has seen ready for consumers, by name."""
+        self._payloads = protocol.Payloads()
+        """The latest body read, shared by the connections' parsers."""
 
     def parse_config(self, sections: Mapping[Any, object], where: str) -> RabbitMqConfig:
         """Typed sections; kept, so that check_reachable (the coordinator's, on this very
@@ -304,6 +321,8 @@ class RabbitMqDriver(PeerDriver[RabbitMqConnection]):
             connect_timeout=float(client.connect_timeout_seconds),
             operation_timeout=float(client.operation_timeout_seconds),
             on_closed=conns.closed,
+            ack_every=self._config.consumer.ack_every,
+            payloads=self._payloads,
         )
 
     def create_producer(self, topic: str) -> RabbitMqProducer:

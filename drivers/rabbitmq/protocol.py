@@ -16,8 +16,15 @@ takes the three fields a consumer needs (channel, delivery tag, body) by their o
 spec, all three frames in one step when they are whole in the buffer (as RabbitMQ writes
 them), frame by frame otherwise; `tests/unit/test_rabbitmq_protocol.py` checks both against
 pamqp's decoding of the same bytes. Anything else on the wire is pamqp's. The acknowledgement
-the consumer sends back per read is built the same way (`ack`), checked against pamqp's
-marshalling.
+the consumer sends back is built the same way (`ack`), checked against pamqp's marshalling.
+
+A broadcast brings the same body to every consumer, on as many connections: the parsers of a
+process share the latest body read (`Payloads`) and compare the next one with it where it lies
+in the buffer, so a message is copied out once per process, not once per delivery, and every
+delivery of it is that one object (drivers.net.deliveries groups by identity, and compares
+nothing for a body it already holds). Copying each body out twice (a slice, then bytes of
+it) and comparing the copy with the last, here and again in drivers.net.deliveries, was the
+largest part of the read path's CPU socket-free (docs/peers.md, "The client's CPU").
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from pamqp.common import FieldTable
 __all__ = [
     "NEED_DATA",
     "ClientParser",
+    "Payloads",
     "ConnectionClosed",
     "Delivery",
     "Heartbeat",
@@ -116,6 +124,24 @@ class Heartbeat:
 _HEARTBEAT = Heartbeat()
 
 
+class Payloads:
+    """The latest message body read, shared by every parser of a process (see the module's
+    docstring): a body equal to it is this very object."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = b""
+
+    def same(self, payload: bytes) -> bytes:
+        """`payload`, or the equal body read before it."""
+        last = self.last
+        if payload == last:
+            return last
+        self.last = payload
+        return payload
+
+
 class _Content:
     """A method waiting for its content frames on one channel."""
 
@@ -133,12 +159,14 @@ class ClientParser:
     """The server's frames as events. `frame_max` is the largest frame accepted (the tuned
     one once the handshake is done); a larger size prefix is refused as soon as it arrives."""
 
-    def __init__(self, frame_max: int = DEFAULT_FRAME_MAX) -> None:
+    def __init__(
+        self, frame_max: int = DEFAULT_FRAME_MAX, payloads: Payloads | None = None
+    ) -> None:
         self.frame_max = frame_max
         self._buf = bytearray()
         self._pos = 0
         self._content: dict[int, _Content] = {}
-        self._last_payload = b""
+        self._payloads = payloads or Payloads()
 
     def receive_data(self, data: bytes | memoryview) -> None:
         if self._pos:
@@ -212,12 +240,13 @@ class ClientParser:
         ):
             return None
         self._pos = stop + 1
-        payload = bytes(buf[body + 7 : stop])
-        last = self._last_payload
-        if payload == last:  # the same message to the next consumer: one object for all
+        payloads = self._payloads
+        last = payloads.last
+        # compared where it lies (startswith copies nothing); else one copy, through a view
+        if body_size == len(last) and buf.startswith(last, body + 7):
             payload = last
         else:
-            self._last_payload = payload
+            payload = payloads.last = bytes(memoryview(buf)[body + 7 : stop])
         return Delivery(channel, _U64.unpack_from(buf, at)[0], payload)
 
     def _deliver(self, channel: int, start: int, end: int) -> None:
@@ -275,12 +304,7 @@ class ClientParser:
         payload = parts[0] if len(parts) == 1 else b"".join(parts)  # b"" for no body
         if content.method is not None:
             return Method(channel, content.method, payload)
-        last = self._last_payload
-        if payload == last:  # the same message to the next consumer: one object for all
-            payload = last
-        else:
-            self._last_payload = payload
-        return Delivery(channel, content.tag, payload)
+        return Delivery(channel, content.tag, self._payloads.same(payload))
 
 
 # -- what the client sends -------------------------------------------------------------------------

@@ -52,6 +52,8 @@ def test_the_shipped_file_has_every_key_with_its_default_and_round_trips() -> No
         ({"consumer": {"queueType": "stream"}}, "consumer.queueType"),
         ({"client": {"serviceUrl": "nats://127.0.0.1:1"}}, "client.serviceUrl"),
         ({"consumer": {"prefetchCount": 0}}, "consumer.prefetchCount"),
+        ({"consumer": {"ackEvery": 0}}, "consumer.ackEvery"),
+        ({"consumer": {"prefetchCount": 10, "ackEvery": 11}}, r"consumer.ackEvery is 11.*10"),
         ({"producer": {"persistent": "yes"}}, "producer.persistent"),
     ],
 )

@@ -19,6 +19,7 @@ from drivers.rabbitmq.protocol import (
     Delivery,
     Heartbeat,
     Method,
+    Payloads,
     ProtocolError,
 )
 
@@ -87,6 +88,23 @@ def test_the_same_message_to_consumers_of_one_connection_is_one_object() -> None
     body = b"m" * 1000
     got = events(ClientParser(), deliver(1, 1, body) + deliver(2, 1, body) + deliver(3, 1, b"n"))
     assert got[0].payload is got[1].payload and got[2].payload == b"n"
+
+
+@pytest.mark.parametrize("step", [None, 100])
+def test_parsers_sharing_payloads_hand_out_one_object_per_message(step) -> None:
+    """The connections of a process (one consumer each) share the latest body: the same
+    message read by another parser, whole or frame by frame, is that object; a body of the
+    same length that differs is not."""
+    shared = Payloads()
+    first, second, third = (ClientParser(payloads=shared) for _ in range(3))
+    body = b"m" * 1000
+    (a,) = events(first, deliver(1, 1, body), step)
+    (b,) = events(second, deliver(1, 1, bytearray(body)), step)
+    (c,) = events(third, deliver(1, 1, b"n" + body[1:]), step)
+    assert a.payload == body and b.payload is a.payload
+    assert c.payload == b"n" + body[1:] and shared.last is c.payload
+    (d,) = events(ClientParser(), deliver(1, 1, body), step)  # a parser of its own
+    assert d.payload == body and d.payload is not a.payload
 
 
 def test_other_methods_are_pamqp_events_and_a_close_says_why() -> None:
