@@ -167,6 +167,8 @@ class ClientConnection(Connection):
         if not request_ids:
             return None
         decoder._pos = pos
+        if not pending:
+            self._pending = {}  # without the table it grew (Connection._read_response)
         return SubscribesAnswered(request_ids)
 
     def send_subscribes(

@@ -605,7 +605,12 @@ class Connection:
             )
         if _queued_producer(cmd):
             return None  # queued for exclusive access: the ready answer follows
-        del self._pending[request_id]
+        waiting = self._pending
+        del waiting[request_id]
+        if not waiting:
+            # An emptied dict keeps the table it grew; a new empty one has none (a client's
+            # connection holds this one for the whole run).
+            self._pending = {}
         trigger = Trigger.REFUSED if refused else Trigger.ANSWERED
         if request_type == T.SUBSCRIBE and object_id in self._consumers:
             self._move_consumer(object_id, trigger)

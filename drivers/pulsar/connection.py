@@ -201,7 +201,56 @@ class GroupAnswers:
         self._done.wait()
 
 
+_OPENED: AsyncResult[None] = AsyncResult()
+"""A connection's handshake outcome once it succeeded: one settled result shared by every
+open connection (an AsyncResult of each held 160 bytes of it for the whole run)."""
+_OPENED.set(None)
+
+
 class Connection:
+    # Slots: 40 attributes in an instance dict (past CPython's shared keys) were 1.6 KB of
+    # each connection, a fifth of a worker's memory per consumer with one connection each
+    # (tracemalloc, benchmarks/client_connect.py).
+    __slots__ = (
+        "id",
+        "route",
+        "error",
+        "consumers",
+        "carries_consumers",
+        "producers",
+        "kernel_timestamps",
+        "_settings",
+        "_group",
+        "_on_closed",
+        "_on_consumers_lost",
+        "_sock",
+        "_said_unstamped",
+        "_kernel_us",
+        "_recv_size",
+        "_raw",
+        "_unsent",
+        "_reactor",
+        "_fd",
+        "_stamping",
+        "_write_lock",
+        "_protocol",
+        "_wire",
+        "_decoder",
+        "_deliveries",
+        "_ready",
+        "_waiting",
+        "_groups",
+        "_own_deadlines",
+        "_deadlines",
+        "_opening",
+        "_write_wanted",
+        "_writer",
+        "_object_ids",
+        "_partition_counts",
+        "_own_acks",
+        "_acks",
+    )
+
     def __init__(
         self,
         conn_id: int,
@@ -223,7 +272,6 @@ class Connection:
         `engine` reads it (the process's receive engine when None)."""
         self.id = conn_id
         self.route = route or Route.service(settings)
-        self.address = str(self.route)
         self.error: str | None = None
         """Why the connection is closed; None while it is open (or opening)."""
         self.consumers: dict[int, ConsumerState] = {}
@@ -232,7 +280,6 @@ class Connection:
         """Consumers whose SUBSCRIBE succeeded, by consumer_id: the ones deliveries go to."""
         self.producers: dict[int, ProducerLink] = {}
         self._settings = settings
-        self._callback = callback
         self._group = group
         self._on_closed = on_closed
         self._on_consumers_lost = on_consumers_lost
@@ -277,9 +324,16 @@ class Connection:
         self._write_wanted = False
         self._writer: gevent.Greenlet | None = None
         self._object_ids = itertools.count(1)
-        self._partition_counts: dict[str, AsyncResult[int]] = {}
+        self._partition_counts: dict[str, AsyncResult[int] | int] = {}
+        """topic → its partition count, or the answer to come while it is asked (PARTITIONS)."""
         self._own_acks = acks is None
         self._acks = acks or AckFlusher(settings.consumer.ack_group_time_ms, group)
+
+    @property
+    def address(self) -> str:
+        """host:port, as messages name it (made when asked: a str kept per connection was 64
+        bytes of each)."""
+        return str(self.route)
 
     @property
     def closed(self) -> bool:
@@ -519,7 +573,12 @@ class Connection:
         try:
             got = result.get()
         finally:
-            self._waiting.pop(request_id, None)
+            waiting = self._waiting
+            waiting.pop(request_id, None)
+            if not waiting:
+                # A dict emptied keeps the table it grew (200 bytes after a connection's
+                # lookups); a new empty one has none.
+                self._waiting = {}
         assert got is not None
         answer, receive_us = got
         if answer.type == T.ERROR:
@@ -539,6 +598,8 @@ class Connection:
         """PARTITIONED_METADATA for `topic`, once per connection (concurrent callers share
         it): the partition count, 0 for a plain topic."""
         known = self._partition_counts.get(topic)
+        if isinstance(known, int):
+            return known
         if known is not None:
             count = known.get()
             assert count is not None
@@ -556,6 +617,9 @@ class Connection:
                 exc if isinstance(exc, DriverError) else RequestFailed("lookup interrupted")
             )
             raise
+        # The count itself from now on: an AsyncResult kept per connection and topic was 160
+        # bytes of each connection.
+        self._partition_counts[topic] = meta.partitions
         known.set(meta.partitions)
         return meta.partitions
 
@@ -961,7 +1025,8 @@ class Connection:
 
     def _on_connected(self, event: ev.Connected, receive_us: int) -> None:
         if not self._ready.ready():
-            self._ready.set(None)
+            self._ready.set(None)  # its waiters hold it until they have heard
+            self._ready = _OPENED
 
     def _on_refused(self, event: ev.ConnectionRefused, receive_us: int) -> None:
         reason = (
@@ -1077,6 +1142,8 @@ class TlsConnection(Connection):
     """A connection over pulsar+ssl://: the same reads, stamped by the kernel, decrypted
     without a socket of TLS's own (drivers.net.tls), so its deliveries keep kernel receive
     times. Plain connections do none of this: the subclass is chosen once, by the pool."""
+
+    __slots__ = ("_tls",)
 
     def start(self, sock: socket.socket) -> None:
         context = self._settings.tls

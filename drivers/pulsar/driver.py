@@ -92,7 +92,7 @@ class PulsarDriver:
         """The TLS context of an https:// admin URL (the client.tls* keys), kept likewise."""
         self._config: PulsarConfig | None = None
         """The coordinator's driver file, for its check of the broker (check_reachable)."""
-        self._owners: dict[tuple[int, str], AsyncResult] = {}
+        self._owners: dict[tuple[int, str], AsyncResult[Route] | Route] = {}
         self._pacer = Pacer(self._group)
         """Slow and non-acknowledging consumers (ConsumerSpec.read_rate, ack_skip_every)."""
         self.resubscribed = 0
@@ -385,7 +385,9 @@ class PulsarDriver:
         pool, settings = self._ready()
         key = (conn.id, topic)
         known = self._owners.get(key)
-        if known is None:
+        if isinstance(known, Route):
+            route = known
+        elif known is None:
             known = self._owners[key] = AsyncResult()
 
             def connect(route: Route) -> Connection:
@@ -395,14 +397,23 @@ class PulsarDriver:
 
             try:
                 tls = settings.tls is not None
-                known.set(find_owner(topic, conn, pool.service, connect, tls=tls))
+                route = find_owner(topic, conn, pool.service, connect, tls=tls)
             except BaseException as exc:
                 del self._owners[key]
                 known.set_exception(
                     exc if isinstance(exc, DriverError) else RequestFailed("lookup interrupted")
                 )
                 raise
-        route = known.get()
+            if route == conn.route:
+                route = conn.route  # one Route object for the connections it serves
+            # The route itself from now on: an AsyncResult kept per connection and topic was
+            # 200 bytes of each connection (tracemalloc, benchmarks/client_connect.py).
+            self._owners[key] = route
+            known.set(route)
+        else:
+            found = known.get()
+            assert found is not None
+            route = found
         owner = conn if route == conn.route else pool.for_consumer(index, route)
         owner.wait_ready()
         return owner
