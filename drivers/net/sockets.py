@@ -63,7 +63,7 @@ def source_address(conn_id: int, spread: int) -> str | None:
     return str(ipaddress.IPv4Address(_FIRST_SOURCE + conn_id % spread))
 
 
-def send_now(raw: Any, data: bytes | bytearray) -> int:
+def send_now(raw: Any, data: bytes | bytearray | memoryview) -> int:
     """One send() on the non-blocking OS socket `raw`: how much the kernel took now (0 when its
     buffer is full). The receive engine serves every connection of the process and so never
     waits for one; the rest is for the connection's writer. OSError (the peer gone) is raised."""

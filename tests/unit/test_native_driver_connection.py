@@ -24,6 +24,7 @@ from drivers.pulsar import connection as connection_module
 from drivers.pulsar.connection import Connection, RequestFailed, RequestTimeout, connect_socket
 from drivers.pulsar.producer import PulsarProducer
 from drivers.pulsar.settings import ClientConfig, ConsumerConfig, ProducerConfig, Settings
+from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import T, command, message_command_bytes, type_name
 from pulsar_protocol.frames import Frame, FrameDecoder, encode_frame, encode_raw_frame
@@ -639,6 +640,34 @@ def test_a_lost_connection_fails_what_waits_on_it(make_wire):
     with pytest.raises(RequestFailed, match="closed by the broker"):
         task.get(timeout=WAIT)
     assert wire.conn.closed
+
+
+def _stuck_write(wire: Wire) -> tuple[gevent.Greenlet, int]:
+    """A send of more than the socket takes while the broker reads nothing: (its greenlet,
+    the PINGs it carries), once it waits for room."""
+    wire.conn._raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    pings = 20_000  # 160 KB
+    task = gevent.spawn(wire.conn.send, *[ev.Ping()] * pings)
+    gevent.sleep(0.05)
+    assert not task.ready()
+    return task, pings
+
+
+def test_a_write_the_socket_cannot_take_at_once_waits_for_room_and_arrives_whole(make_wire):
+    wire = make_wire()
+    task, pings = _stuck_write(wire)
+    for _ in range(pings):
+        wire.broker.expect(T.PING)
+    task.get(timeout=WAIT)
+    assert wire.conn._write_watcher is None and not wire.conn.closed
+
+
+def test_a_write_waiting_for_room_hears_that_the_connection_closed(make_wire):
+    wire = make_wire()
+    task, _ = _stuck_write(wire)
+    wire.conn.close()
+    with pytest.raises(RequestFailed):
+        task.get(timeout=WAIT)
 
 
 # -- sockets ------------------------------------------------------------------------------------
