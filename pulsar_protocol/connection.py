@@ -30,7 +30,6 @@ GOAWAY, so the shell drains the bytes and closes.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NoReturn
 
@@ -213,7 +212,7 @@ class Connection:
         self._eof = False
         self._out: list[bytes] = []
         # Client side.
-        self._request_ids = itertools.count(1)
+        self._last_request_id = 0
         self._pending: dict[int, tuple[int, int]] = {}
         """request_id → (request type, consumer or producer id, or -1)."""
         self._consumers: dict[int, _Consumer] = {}
@@ -627,7 +626,8 @@ class Connection:
         """A request_id for the next Request: unique on this connection."""
         if self.role is not CLIENT:
             raise LocalProtocolError("only a client makes requests")
-        return next(self._request_ids)
+        self._last_request_id += 1
+        return self._last_request_id
 
     def send(self, event: Event) -> None:
         """Queue `event`'s bytes for `data_to_send()`. Misuse raises LocalProtocolError and

@@ -26,7 +26,6 @@ not take at once is left to the connection's writer greenlet.
 from __future__ import annotations
 
 import errno
-import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -248,7 +247,7 @@ class Connection:
         "_opening",
         "_write_wanted",
         "_writer",
-        "_object_ids",
+        "_last_object_id",
         "_partition_counts",
         "_own_acks",
         "_acks",
@@ -306,7 +305,8 @@ class Connection:
         self._fd = -1
         self._stamping = False
         """Whether reads ask for the kernel's receive time (SO_TIMESTAMPING is on)."""
-        self._write_lock = Semaphore()
+        self._write_lock: Semaphore | None = None
+        """Made by the first write that has to wait for room (`_flush`)."""
         self._write_watcher: Any = None
         """The watcher a write waits on for room in the socket, while one waits (`_fail`
         cancels it)."""
@@ -332,7 +332,7 @@ class Connection:
         self._opening = False
         self._write_wanted = False
         self._writer: gevent.Greenlet | None = None
-        self._object_ids = itertools.count(1)
+        self._last_object_id = 0
         self._partition_counts: dict[str, AsyncResult[int] | int] = {}
         """topic → its partition count, or the answer to come while it is asked (PARTITIONS)."""
         self._own_acks = acks is None
@@ -468,12 +468,17 @@ class Connection:
             self._writer = None
 
     def _flush(self) -> None:
-        """Write everything the codec queued. Drained under the lock, so whatever one greenlet
-        drains leaves before what the next one drains."""
+        """Write everything the codec queued. Drained under the write lock once a write has
+        had to wait, so whatever one greenlet drains leaves before what the next one drains;
+        until then a write never yields between draining and sending, and needs none (a
+        Semaphore made for every connection was 150 bytes of each)."""
         protocol = self._wire
         if not protocol.wants_write and not self._unsent:
             return  # the reader calls this after every recv, and most queue nothing
-        with self._write_lock:
+        lock = self._write_lock
+        if lock is not None:
+            lock.acquire()
+        try:
             data = (
                 self._unsent + protocol.data_to_send() if self._unsent else protocol.data_to_send()
             )
@@ -485,10 +490,16 @@ class Connection:
                 # One send() when the socket has room, as it nearly always has.
                 sent = send_now(sock, data)
                 if sent < len(data):
+                    if lock is None:  # the first wait: from now on, writes take turns
+                        lock = self._write_lock = Semaphore()
+                        lock.acquire()
                     self._write_rest(sock, memoryview(data)[sent:])
             except OSError as exc:
                 self._fail(f"connection to {self.address} lost: {exc.strerror or exc}")
                 raise RequestFailed(f"connection to {self.address} lost") from None
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _write_rest(self, sock: Any, rest: memoryview) -> None:
         """What the kernel did not take at once, as room comes, from the greenlet that holds
@@ -510,7 +521,8 @@ class Connection:
         protocol = self._wire
         if not protocol.wants_write and not self._unsent:
             return
-        if self._unsent or self._write_lock.locked() or self._raw is None:
+        lock = self._write_lock
+        if self._unsent or (lock is not None and lock.locked()) or self._raw is None:
             self._write_soon()
             return
         data = protocol.data_to_send()
@@ -528,7 +540,8 @@ class Connection:
 
     def next_object_id(self) -> int:
         """A consumer_id or producer_id, unique on this connection."""
-        return next(self._object_ids)
+        self._last_object_id += 1
+        return self._last_object_id
 
     def request(self, cmd: pb.BaseCommand, request_id: int) -> tuple[pb.BaseCommand, int]:
         """Send `cmd` and wait for the answer carrying `request_id`: (answer, its receive µs).
@@ -720,8 +733,9 @@ class Connection:
                 owners += [k] * len(names)
                 entry_topics += names
         count = len(owners)
-        ids = self._object_ids
-        consumer_ids = [next(ids) for _ in range(count)]
+        first = self._last_object_id + 1
+        self._last_object_id += count
+        consumer_ids = list(range(first, first + count))
         next_rid = protocol.next_request_id
         request_ids = [next_rid() for _ in range(count)]
         names = [specs[k].name for k in owners]
