@@ -52,6 +52,14 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
+def status_kib(pid: int, field: str) -> int:
+    """A memory figure of `pid` from /proc/<pid>/status (VmRSS, VmHWM), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
 @dataclass(slots=True)
 class Consumers:
     """One connection's consumers, read as frames counted by size prefix."""
@@ -212,6 +220,7 @@ def _measure(
 ) -> dict[str, float]:
     epoll = select.epoll()
     by_fd: dict[int, Consumers] = {}
+    base_kib = status_kib(broker_pid, "VmRSS")  # the idle broker, before the first connection
     started = time.monotonic()
     for first in range(0, consumers, per_connection):
         count = min(per_connection, consumers - first)
@@ -267,6 +276,7 @@ def _measure(
         if time.monotonic() - started > 600:
             raise RuntimeError("consumers did not all subscribe within 600 s")
     subscribed_s = time.monotonic() - started
+    subscribed_kib = status_kib(broker_pid, "VmRSS")  # held for the consumers, no entry yet
     producer = Producer(address)
     producer_fd = producer.sock.fileno()
     epoll.register(producer_fd, select.EPOLLIN)
@@ -289,6 +299,7 @@ def _measure(
         if n < total:
             producer.send(section)
     delivered = sum(c.frames - setup[fd] for fd, c in by_fd.items())
+    peak_kib = status_kib(broker_pid, "VmHWM")
     user = marks[total][0][0] - marks[warmup][0][0]
     system = marks[total][0][1] - marks[warmup][0][1]
     client_cpu = marks[total][1] - marks[warmup][1]
@@ -305,6 +316,10 @@ def _measure(
         "delivered": delivered,
         "expected": consumers * total,
         "seconds_behind": behind,
+        "broker_base_mib": base_kib / 1024,
+        "broker_peak_mib": peak_kib / 1024,
+        "broker_above_base_b": 1024 * (peak_kib - base_kib) / consumers,
+        "broker_subscribed_b": 1024 * (subscribed_kib - base_kib) / consumers,
     }
 
 
@@ -327,6 +342,10 @@ def main() -> None:
         f"the kernel), client {result['client_us']:.2f} "
         f"us/delivery; delivered {result['delivered']:.0f} of {result['expected']:.0f}, "
         f"{result['seconds_behind']:.0f} s behind; subscribed in {result['subscribed_s']:.1f} s; "
+        f"broker peak RSS {result['broker_peak_mib']:.1f} MiB, "
+        f"{result['broker_above_base_b']:.0f} B/consumer above its idle "
+        f"{result['broker_base_mib']:.1f} MiB ({result['broker_subscribed_b']:.0f} once all "
+        "subscribed, before the first entry); "
         f"load average {os.getloadavg()[0]:.2f}"
     )
 

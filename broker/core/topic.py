@@ -189,8 +189,7 @@ class Topic:
         if sub is None:
             if start is None:
                 start = self.log.first_index if initial_earliest else self.log.next_index
-            sub = Subscription(self, name, mode, Cursor(start - 1))
-            sub.durable = durable
+            sub = Subscription(self, name, mode, Cursor(start - 1), durable)
             self.subscriptions[name] = sub
             self.cursor_moved(sub)
             if self.on_subscription_added is not None:

@@ -41,8 +41,7 @@ def compensate(topic: Topic, sub: Subscription, min_age_ms: int, now_ms: int) ->
     if isinstance(dispatcher, BroadcastDispatcher):
         messages = dispatcher.resend_holes(now_ms, min_age_ms, MAX_PER_PASS)
         if messages:
-            events = dispatcher.policy_events
-            events[REDELIVERED] = events.get(REDELIVERED, 0) + messages
+            dispatcher.count_policy_event(REDELIVERED, messages)
         return messages
     cursor = sub.cursor
     if not cursor.acked:
@@ -67,6 +66,5 @@ def compensate(topic: Topic, sub: Subscription, min_age_ms: int, now_ms: int) ->
             messages = sum(consumer.unacked[i] for i in chosen)
             sub.on_redeliver(consumer, chosen)
             redelivered += len(chosen)
-            events = sub.dispatcher.policy_events
-            events[REDELIVERED] = events.get(REDELIVERED, 0) + messages
+            sub.dispatcher.count_policy_event(REDELIVERED, messages)
     return redelivered

@@ -103,6 +103,5 @@ def _evict(topic: Topic, sub: Subscription, index: int) -> None:
     before = sub.mark_delete
     if index <= before or not skip_to(topic, sub, index):
         return
-    events = sub.dispatcher.policy_events
-    events[EVICTED] = events.get(EVICTED, 0) + sub.mark_delete - before
+    sub.dispatcher.count_policy_event(EVICTED, sub.mark_delete - before)
     topic.policy_events[EVICTIONS] = topic.policy_events.get(EVICTIONS, 0) + 1

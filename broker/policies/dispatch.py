@@ -52,7 +52,7 @@ class DispatchPolicy:
         self, dispatcher: Dispatcher, window: RateWindow, scope: str, unit: str, now: float
     ) -> None:
         key = f"dispatchThrottled{unit}EventsBy{scope}Limit"
-        dispatcher.policy_events[key] = dispatcher.policy_events.get(key, 0) + 1
+        dispatcher.count_policy_event(key)
         if self._wake is None:
             delay = window.window_end() - now + WAKE_MARGIN_S
             self._wake = self.clock.call_later(delay, self._woken, dispatcher)

@@ -90,12 +90,12 @@ def metric_lines(topic: Topic, topic_labels: str, sub_labels: dict[str, str]) ->
         f"pulsar_backlog_quota_hold_times{topic_labels} {events.get(HOLD_TIMES, 0)}",
     ]
     for name, sub in topic.subscriptions.items():
-        events = sub.dispatcher.policy_events
+        counted = sub.dispatcher.policy_events
         labels = sub_labels[name]
-        msg = sum(n for k, n in events.items() if k.startswith("dispatchThrottledMsg"))
-        size = sum(n for k, n in events.items() if k.startswith("dispatchThrottledBytes"))
+        msg = sum(n for k, n in counted.items() if k.startswith("dispatchThrottledMsg"))
+        size = sum(n for k, n in counted.items() if k.startswith("dispatchThrottledBytes"))
         lines.append(f"pulsar_subscription_dispatch_throttled_msg_events{labels} {msg}")
         lines.append(f"pulsar_subscription_dispatch_throttled_bytes_events{labels} {size}")
-        expired = events.get(EXPIRED, 0)
+        expired = counted.get(EXPIRED, 0)
         lines.append(f"pulsar_subscription_total_msg_expired{labels} {expired}")
     return lines

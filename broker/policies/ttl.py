@@ -50,8 +50,7 @@ def expire_subscription(topic: Topic, sub: Subscription, ttl_s: int, now_ms: int
     newest, expired = newest_older_than(topic, sub, now_ms - ttl_s * 1000)
     if newest < 0 or not skip_to(topic, sub, newest):
         return 0
-    events = sub.dispatcher.policy_events
-    events[EXPIRED] = events.get(EXPIRED, 0) + expired
+    sub.dispatcher.count_policy_event(EXPIRED, expired)
     return expired
 
 
@@ -86,8 +85,7 @@ def skip_to(topic: Topic, sub: Subscription, index: int) -> bool:
     if isinstance(dispatcher, BroadcastDispatcher):
         moved = dispatcher.skip_behind(index)
         if moved:
-            events = dispatcher.policy_events
-            events[CURSORS_SKIPPED] = events.get(CURSORS_SKIPPED, 0) + moved
+            dispatcher.count_policy_event(CURSORS_SKIPPED, moved)
         return moved > 0
     cursor = sub.cursor
     if not cursor.ack_cumulative(index):

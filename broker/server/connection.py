@@ -92,6 +92,28 @@ class ConnectionHost(Protocol):
 
 
 class ServerConnection(asyncio.Protocol):
+    """With a connection per consumer (19,000 of them) this object and its codec are most of
+    what the broker holds per consumer: slotted, its handler tables the class's, nothing made
+    before it is used (issue 40: 2 KiB a consumer)."""
+
+    __slots__ = (
+        "service",
+        "conn",
+        "transport",
+        "_flush_due",
+        "writable",
+        "sends_broker_entry_metadata",
+        "address",
+        "_handshake_timer",
+        "seen",
+        "_pinged",
+        "reading_paused",
+        "_paused_read_us",
+        "producers",
+        "_waiting_producers",
+        "consumers",
+    )
+
     def __init__(self, service: ConnectionHost) -> None:
         self.service = service
         max_size = service.config.maxMessageSize
@@ -121,32 +143,11 @@ class ServerConnection(asyncio.Protocol):
         unhandled, in the codec until `resume_reading`."""
         self._paused_read_us = 0
         """The wire time of the read the waiting frames came in."""
-        self.producers: dict[int, Producer] = {}
-        self._waiting_producers: dict[int, Producer] = {}
-        """WaitForExclusive producers told "not ready yet", by producer id."""
+        self.producers: dict[int, Producer] | None = None
+        """By producer id; made at the first (most connections of a fan-out have none)."""
+        self._waiting_producers: dict[int, Producer] | None = None
+        """WaitForExclusive producers told "not ready yet", by producer id; made at the first."""
         self.consumers: dict[int, Consumer] = {}
-        self._requests: dict[type[rq.ClientRequest], Callable[[Any], None]] = {
-            rq.PartitionedMetadata: self._on_partitioned_metadata,
-            rq.Lookup: self._on_lookup,
-            rq.Producer: self._on_producer,
-            rq.Subscribe: self._on_subscribe,
-            rq.Unsubscribe: self._on_unsubscribe,
-            rq.CloseProducer: self._on_close_producer,
-            rq.CloseConsumer: self._on_close_consumer,
-            rq.GetLastMessageId: self._on_get_last_message_id,
-            rq.Seek: self._on_seek,
-            rq.GetSchema: self._on_get_schema,
-            rq.GetTopicsOfNamespace: self._on_get_topics_of_namespace,
-        }
-        self._handlers: dict[type[ev.Event], Callable[[Any, int], None]] = {
-            ev.Connect: self._on_connect,
-            ev.Send: self._on_send,
-            ev.Flow: self._on_flow,
-            ev.Ack: self._on_ack,
-            ev.AckRun: self._on_ack_run,
-            rq.RedeliverUnacknowledged: self._on_redeliver,
-            **dict.fromkeys(self._requests, self._on_request),
-        }
 
     @property
     def protocol_version(self) -> int:
@@ -168,10 +169,10 @@ class ServerConnection(asyncio.Protocol):
         self.service.connections.discard(self)
         for consumer in list(self.consumers.values()):
             self._detach_consumer(consumer)
-        for producer in [*self.producers.values(), *self._waiting_producers.values()]:
+        ready, waiting = self.producers or {}, self._waiting_producers or {}
+        for producer in [*ready.values(), *waiting.values()]:
             producer.topic.producer_access.remove(producer)
-        self.producers.clear()
-        self._waiting_producers.clear()
+        self.producers = self._waiting_producers = None
         self.transport = None
 
     def pause_writing(self) -> None:
@@ -192,12 +193,12 @@ class ServerConnection(asyncio.Protocol):
 
     def _handle(self, received_us: int) -> None:
         """Handle the frames the codec holds, until they run out or reading is paused."""
-        conn, handlers = self.conn, self._handlers
+        conn, handlers = self.conn, _HANDLERS
         try:
             while not self.reading_paused and (event := conn.next_event()) is not ev.NEED_DATA:
                 if type(event) is ev.ConnectionClosed:
                     break  # the client's EOF (eof_received): asyncio closes the transport
-                handlers[type(event)](event, received_us)
+                handlers[type(event)](self, event, received_us)
             if self.reading_paused:
                 self._paused_read_us = received_us
         except RemoteProtocolError as exc:
@@ -352,7 +353,7 @@ class ServerConnection(asyncio.Protocol):
         if isinstance(req, _NAMED) and (refused := topic_refusal(req.topic)) is not None:
             self._refuse(req, refused)
             return
-        self._requests[type(req)](req)
+        _REQUESTS[type(req)](self, req)
 
     def _on_partitioned_metadata(self, req: rq.PartitionedMetadata) -> None:
         self._answer(
@@ -384,11 +385,11 @@ class ServerConnection(asyncio.Protocol):
     def _on_producer(self, req: rq.Producer) -> None:
         """Schema first, then the topic's access rules (broker.core.producer_access), as
         Pulsar's ServerCnx.handleProducer; the same producer id again is answered again."""
-        known = self.producers.get(req.producer_id)
+        known = self.producers.get(req.producer_id) if self.producers else None
         if known is not None:
             self._answer(T.PRODUCER_SUCCESS, request_id=req.request_id, producer_name=known.name)
             return
-        if req.producer_id in self._waiting_producers:
+        if self._waiting_producers and req.producer_id in self._waiting_producers:
             self._error(
                 req.request_id, pb.ServiceNotReady, "Producer is already present on the connection"
             )
@@ -418,6 +419,8 @@ class ServerConnection(asyncio.Protocol):
             self._error(req.request_id, exc.server_error, str(exc))
             return
         if not admitted:
+            if self._waiting_producers is None:
+                self._waiting_producers = {}
             self._waiting_producers[req.producer_id] = producer
             self._answer(
                 T.PRODUCER_SUCCESS,
@@ -426,8 +429,13 @@ class ServerConnection(asyncio.Protocol):
                 producer_ready=False,
             )
             return
-        self.producers[req.producer_id] = producer
+        self._add_producer(producer)
         self._producer_success(producer, req.request_id, version, epoch)
+
+    def _add_producer(self, producer: Producer) -> None:
+        if self.producers is None:
+            self.producers = {}
+        self.producers[producer.producer_id] = producer
 
     def _producer_success(
         self, producer: Producer, request_id: int, version: bytes | None, epoch: int | None
@@ -450,18 +458,19 @@ class ServerConnection(asyncio.Protocol):
         refused: ProducerRefused | None,
     ) -> None:
         """A waiting (WaitForExclusive) producer got the topic, or was refused meanwhile."""
-        if self._waiting_producers.pop(producer.producer_id, None) is None:
+        waiting = self._waiting_producers
+        if waiting is None or waiting.pop(producer.producer_id, None) is None:
             return
         if refused is not None:
             self._error(request_id, refused.server_error, str(refused))
             return
-        self.producers[producer.producer_id] = producer
+        self._add_producer(producer)
         self._producer_success(producer, request_id, version, epoch)
 
     def _producer_fenced(self, producer: Producer) -> None:
         """Another producer took the topic (ExclusiveWithFencing): the client is told its
         producer is closed; when it comes back, access control refuses it."""
-        if self.producers.get(producer.producer_id) is producer:
+        if self.producers and self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
             self._send(
                 ev.Notice(command(T.CLOSE_PRODUCER, producer_id=producer.producer_id, request_id=0))
@@ -469,7 +478,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_send(self, send: ev.Send, received_us: int) -> None:
         """A SEND the codec checked (checksum, metadata): publish, and receipt in order."""
-        producer = self.producers.get(send.producer_id)
+        producer = self.producers.get(send.producer_id) if self.producers else None
         if producer is None:
             self._send_error(send, pb.UnknownError, "unknown producer")
             return
@@ -656,9 +665,9 @@ class ServerConnection(asyncio.Protocol):
         self._succeed(req.request_id)
 
     def _on_close_producer(self, req: rq.CloseProducer) -> None:
-        producer = self.producers.pop(req.producer_id, None) or self._waiting_producers.pop(
-            req.producer_id, None
-        )
+        producer = (self.producers or {}).pop(req.producer_id, None) or (
+            self._waiting_producers or {}
+        ).pop(req.producer_id, None)
         if producer is not None:
             producer.topic.producer_access.remove(producer)
         self._succeed(req.request_id)
@@ -758,6 +767,35 @@ class ServerConnection(asyncio.Protocol):
             topics_hash=topics_hash(topics),
             changed=True,
         )
+
+
+_REQUESTS: dict[type[rq.ClientRequest], Callable[[ServerConnection, Any], None]] = {
+    rq.PartitionedMetadata: ServerConnection._on_partitioned_metadata,
+    rq.Lookup: ServerConnection._on_lookup,
+    rq.Producer: ServerConnection._on_producer,
+    rq.Subscribe: ServerConnection._on_subscribe,
+    rq.Unsubscribe: ServerConnection._on_unsubscribe,
+    rq.CloseProducer: ServerConnection._on_close_producer,
+    rq.CloseConsumer: ServerConnection._on_close_consumer,
+    rq.GetLastMessageId: ServerConnection._on_get_last_message_id,
+    rq.Seek: ServerConnection._on_seek,
+    rq.GetSchema: ServerConnection._on_get_schema,
+    rq.GetTopicsOfNamespace: ServerConnection._on_get_topics_of_namespace,
+}
+"""Each request's handler, by its type. Plain functions called with the connection, one
+table for all: a table of bound methods per connection was 2.6 KB (tracemalloc,
+benchmarks/broker_core.py --per-connection 1), half of what the broker held per consumer."""
+
+_HANDLERS: dict[type[ev.Event], Callable[[ServerConnection, Any, int], None]] = {
+    ev.Connect: ServerConnection._on_connect,
+    ev.Send: ServerConnection._on_send,
+    ev.Flow: ServerConnection._on_flow,
+    ev.Ack: ServerConnection._on_ack,
+    ev.AckRun: ServerConnection._on_ack_run,
+    rq.RedeliverUnacknowledged: ServerConnection._on_redeliver,
+    **dict.fromkeys(_REQUESTS, ServerConnection._on_request),
+}
+"""Each event's handler, by its type (with the read's wire time)."""
 
 
 def _drop_if_abandoned(sub: ConsumerSubscription) -> None:

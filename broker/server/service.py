@@ -11,7 +11,6 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -243,22 +242,27 @@ class BrokerService:
             await self.storage.close()
 
     async def _measure_rates(self, interval: float = 1.0) -> None:
-        """msgRateIn/Out as Pulsar reports them: counter deltas over the last interval."""
+        """msgRateIn/Out as Pulsar reports them: counter deltas over the last interval. A
+        subscription keeps its own last count (`rate_base`): the Shared baseline has one per
+        consumer, and a dict of (time, count, bytes) by id was 150 bytes each."""
         last: dict[int, tuple[float, int, int]] = {}
+        before = time.monotonic()
         while True:
             await asyncio.sleep(interval)
             self._gc.tick(sum(len(c.consumers) for c in self.connections))
             now = time.monotonic()
+            dt, before = now - before, now
             for topic in list(self.topics.values()):
-                counters: list[tuple[Any, int, int]] = [(topic, topic.messages_in, topic.bytes_in)]
-                counters += [(sub, sub.messages_out, 0) for sub in topic.subscriptions.values()]
-                for obj, messages, size in counters:
-                    before = last.get(id(obj))
-                    if before is not None and now > before[0]:
-                        dt = now - before[0]
-                        obj.rate_messages = (messages - before[1]) / dt
-                        obj.rate_bytes = (size - before[2]) / dt
-                    last[id(obj)] = (now, messages, size)
+                at = last.get(id(topic))
+                if at is not None and now > at[0]:
+                    topic.rate_messages = (topic.messages_in - at[1]) / (now - at[0])
+                    topic.rate_bytes = (topic.bytes_in - at[2]) / (now - at[0])
+                last[id(topic)] = (now, topic.messages_in, topic.bytes_in)
+                for sub in topic.subscriptions.values():
+                    out, base = sub.messages_out, sub.rate_base
+                    if base is not None and dt > 0:
+                        sub.rate_messages = (out - base) / dt
+                    sub.rate_base = out
 
     async def _write_stats(self) -> None:
         """Periodic broker/stats-<n>.json for the results contract (cpu, rss, topic stats)."""

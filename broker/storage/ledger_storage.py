@@ -391,14 +391,14 @@ class LedgerStorage:
 
     # -- CursorSink (called on the event loop) ---------------------------------------------------
     def moved(self, topic: str, subscription: Subscription) -> None:
-        self._writers[topic].mark_dirty(subscription.name, lambda: self._state(topic, subscription))
+        self._writers[topic].mark_dirty(subscription.name, _StateWhenDue(self, topic, subscription))
 
     def deleted(self, topic: str, subscription: str) -> None:
         writer = self._writers.get(topic)
         if writer is not None:
             writer.delete(subscription)
 
-    def _state(self, topic: str, sub: Subscription) -> CursorState:
+    def state(self, topic: str, sub: Subscription) -> CursorState:
         """Called for every due cursor, on the loop: a few µs, ranges only for holes."""
         entry_log = self._logs[topic]
         first = entry_log.first_index
@@ -527,3 +527,19 @@ class LedgerStorage:
                 failures.append(f"{name}: close: {exc}")
         if failures:
             raise StorageError(Path(self.config.dataDir), failures)
+
+
+class _StateWhenDue:
+    """A changed cursor's state, for the writer to take when it saves it (the latest then). A
+    slotted object of 56 bytes where a closure over the three was 300: held for every
+    subscription acknowledged since the last save, each of the Shared baseline's."""
+
+    __slots__ = ("storage", "topic", "subscription")
+
+    def __init__(self, storage: LedgerStorage, topic: str, subscription: Subscription) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.subscription = subscription
+
+    def __call__(self) -> CursorState:
+        return self.storage.state(self.topic, self.subscription)

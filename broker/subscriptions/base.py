@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import ClassVar, Protocol
 
 from broker.core.consumer import Consumer
@@ -24,6 +25,9 @@ from pulsar_protocol.message_template import MessageTemplate
 
 # Entries read per dispatch round per consumer; Pulsar's dispatcherMaxReadBatchSize.
 READ_BATCH = 100
+
+NO_EVENTS: Mapping[str, int] = MappingProxyType({})
+"""A dispatcher's `policy_events` until a policy acts on it (most never): no dict each."""
 
 
 class SubscriptionError(Exception):
@@ -61,6 +65,23 @@ class Dispatcher(ABC):
     """
 
     mode: ClassVar[str] = ""
+    # Slotted (the Shared baseline has a dispatcher per consumer); modes with state of
+    # their own may leave theirs out and keep it in a __dict__.
+    __slots__ = (
+        "cursor",
+        "departed_expiry_s",
+        "acks_refused",
+        "log",
+        "loop",
+        "_cursor_moved",
+        "consumers",
+        "messages_out",
+        "_dispatch_handle",
+        "closed",
+        "policy",
+        "policy_events",
+        "_turn",
+    )
 
     def __init__(
         self,
@@ -86,10 +107,17 @@ class Dispatcher(ABC):
         self.closed = False
         self.policy: DispatchPolicy | None = None
         """Rate limits and delayed delivery; None, the common case, costs one check a slice."""
-        self.policy_events: dict[str, int] = {}
-        """What topic policies did here, by Pulsar's stat names (dispatchThrottled…)."""
+        self.policy_events: Mapping[str, int] = NO_EVENTS
+        """What topic policies did here, by Pulsar's stat names (dispatchThrottled…); counted
+        through `count_policy_event`, NO_EVENTS until the first."""
         self._turn: DispatchTurn | None = None
         """The notification turn this dispatch runs in, if it runs in one (on_new_entries)."""
+
+    def count_policy_event(self, name: str, n: int = 1) -> None:
+        events = self.policy_events
+        if not isinstance(events, dict):
+            events = self.policy_events = {}
+        events[name] = events.get(name, 0) + n
 
     # -- consumers ------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:

@@ -630,10 +630,10 @@ class BroadcastDispatcher(Dispatcher):
                     entries.append(found[0])
             if entries:
                 cursor.holes_resent([e.index for e in entries], now_ms)
-                counts = cursor.redelivery_counts
                 for entry in entries:
-                    counts[entry.index] = counts.get(entry.index, 0) + 1
-                consumer.wire.write_frames(consumer.frames_for(entries, dispatch_us, counts))
+                    cursor.count_redelivery(entry.index)
+                frames = consumer.frames_for(entries, dispatch_us, cursor.redelivery_counts)
+                consumer.wire.write_frames(frames)
                 n = sum(e.num_messages for e in entries)
                 self.messages_out += n
                 sent += n

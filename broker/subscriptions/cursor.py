@@ -10,9 +10,14 @@ cursor), so acknowledgement is written once, here.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog
+
+NO_ACKS: Final[frozenset[int]] = frozenset()
+"""`Cursor.acked` until an index is acknowledged out of order: a set is 216 bytes, and the
+Shared baseline keeps a subscription, so a cursor, per consumer (issue 40: 2 KiB a consumer)."""
 
 
 class Cursor:
@@ -28,14 +33,16 @@ class Cursor:
 
     def __init__(self, mark_delete: int = -1, acked: Iterable[int] = ()) -> None:
         self.mark_delete = mark_delete
-        self.acked: set[int] = set()
-        """Indexes above mark_delete acknowledged one by one."""
+        self.acked: set[int] | frozenset[int] = NO_ACKS
+        """Indexes above mark_delete acknowledged one by one, out of order (an ack of the one
+        right after mark_delete moves it instead); NO_ACKS until the first."""
         self.redeliver: set[int] | None = None
         """Indexes sent and handed back (a consumer left, or asked): read before new ones.
         None until the first hand-back: a Broadcast subscription keeps a cursor per consumer,
         tens of thousands of them, and those never hand back (216 bytes each saved)."""
-        self.redelivery_counts: dict[int, int] = {}
-        """How often each unacknowledged index was handed back: the MESSAGE redelivery_count."""
+        self.redelivery_counts: dict[int, int] | None = None
+        """How often each unacknowledged index was handed back: the MESSAGE redelivery_count
+        (None until the first hand-back, as `redeliver`)."""
         self.holes_resent_ms: dict[int, int] | None = None
         """When the hole compensation last sent each index again (None until it first does,
         as `redeliver`)."""
@@ -61,11 +68,17 @@ class Cursor:
         """Acknowledge one index; False when it already was (at or below mark_delete)."""
         if index <= self.mark_delete:
             return False
-        self.acked.add(index)
         if self.redeliver:
             self.redeliver.discard(index)
         if index == self.mark_delete + 1:  # only then can mark_delete move
+            self.mark_delete = index
+            if self.redelivery_counts:
+                self.redelivery_counts.pop(index, None)
             self._advance()
+        else:
+            if not isinstance(self.acked, set):
+                self.acked = set()
+            self.acked.add(index)
         return True
 
     def ack_cumulative(self, index: int) -> bool:
@@ -74,7 +87,7 @@ class Cursor:
             return False
         self.mark_delete = index
         if self.acked:
-            self.acked = {i for i in self.acked if i > index}
+            self.acked = {i for i in self.acked if i > index} or NO_ACKS
         if self.redeliver:
             self.redeliver = {i for i in self.redeliver if i > index}
         if self.redelivery_counts:
@@ -85,11 +98,15 @@ class Cursor:
     def _advance(self) -> None:
         """Sweep mark_delete over the acknowledged indexes right after it."""
         acked, counts = self.acked, self.redelivery_counts
+        if not isinstance(acked, set):
+            return  # NO_ACKS
         while self.mark_delete + 1 in acked:
             self.mark_delete += 1
             acked.discard(self.mark_delete)
             if counts:
                 counts.pop(self.mark_delete, None)
+        if not acked:
+            self.acked = NO_ACKS  # the holes filled: the set goes
 
     def is_acked(self, index: int) -> bool:
         return index <= self.mark_delete or index in self.acked
@@ -110,7 +127,7 @@ class Cursor:
         self.rewound_from = max(self.rewound_from, self.read_index)
         self.mark_delete = index - 1
         self.read_index = index
-        self.acked.clear()
+        self.acked = NO_ACKS
         self.redeliver = None
 
     def rewind(self, to: int | None = None) -> None:
@@ -123,13 +140,19 @@ class Cursor:
 
     def hand_back(self, indexes: Iterable[int]) -> None:
         """Entries a consumer was sent and will not acknowledge: send them again (counted)."""
-        counts = self.redelivery_counts
         for index in indexes:
             if index > self.mark_delete and index not in self.acked:
                 if self.redeliver is None:
                     self.redeliver = set()
                 self.redeliver.add(index)
-                counts[index] = counts.get(index, 0) + 1
+                self.count_redelivery(index)
+
+    def count_redelivery(self, index: int) -> None:
+        """`index` is sent again: its MESSAGE's redelivery_count goes up."""
+        counts = self.redelivery_counts
+        if counts is None:
+            counts = self.redelivery_counts = {}
+        counts[index] = counts.get(index, 0) + 1
 
     def hole_due(self, index: int, published_ms: int, oldest_ms: int) -> bool:
         """Whether the hole compensation may send hole `index` again: published before

@@ -9,6 +9,7 @@ from broker.subscriptions.base import READ_BATCH, Dispatcher
 
 class RoundRobinDispatcher(Dispatcher):
     mode = "Shared"
+    __slots__ = ("_next",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -9,7 +9,6 @@ persists `mark_delete` and `cursor`, admin reports on them. The topic is reached
 from __future__ import annotations
 
 import asyncio
-import functools
 from typing import Protocol
 
 from broker.core.consumer import Consumer
@@ -37,22 +36,38 @@ class TopicPort(Protocol):
 
 
 class Subscription:
-    durable = True
-    """False for a non-durable one (CommandSubscribe.durable, a Reader's): its cursor is never
-    persisted, and it goes when its last consumer does (as Pulsar's non-durable cursors)."""
+    """Slotted, with nothing made before it is used: the Shared baseline keeps one per
+    consumer (issue 40: 2 KiB a consumer)."""
 
-    def __init__(self, topic: TopicPort, name: str, mode: str, cursor: Cursor) -> None:
+    __slots__ = ("topic", "name", "cursor", "dispatcher", "durable", "rate_messages", "rate_base")
+
+    def __init__(
+        self, topic: TopicPort, name: str, mode: str, cursor: Cursor, durable: bool = True
+    ) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor
         """For Broadcast the main cursor: read its position through `mark_delete`."""
-        # partial, not a method: a Broadcast ack may move the cursor once per delivery.
-        moved = functools.partial(topic.cursor_moved, self)
+        self.durable = durable
+        """False for a non-durable one (CommandSubscribe.durable, a Reader's): its cursor is
+        never persisted, and it goes when its last consumer does (as Pulsar's non-durable
+        cursors)."""
+        # A bound method, the one object the callback costs (a partial of the topic's was 256
+        # bytes: the partial, its args and keywords, the topic's bound method).
         self.dispatcher: Dispatcher = DISPATCHERS[mode](
-            cursor, topic.log, topic.loop, moved, departed_expiry_s=topic.consumer_cursor_expiry_s
+            cursor,
+            topic.log,
+            topic.loop,
+            self._cursor_moved,
+            departed_expiry_s=topic.consumer_cursor_expiry_s,
         )
-        self.rate_messages = 0.0  # msgRateOut, updated by the service once a second
-        self.rate_bytes = 0.0
+        self.rate_messages = 0.0
+        """msgRateOut, updated by the service once a second (broker.server.service)."""
+        self.rate_base: int | None = None
+        """`messages_out` at the service's last measurement of the rate; None before it."""
+
+    def _cursor_moved(self) -> None:
+        self.topic.cursor_moved(self)
 
     @property
     def mode(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import urllib.request
+from collections.abc import Callable
 
 from broker.admin.http import AdminServer
 from broker.admin.stats import label_value
@@ -88,3 +89,38 @@ def test_names_with_quotes_backslashes_and_newlines_round_trip_through_metrics()
     }
     assert subs == {'s"1\\\n', forged}
     assert [v for name, _, v in samples if name == "pulsar_connections"] == [0]
+
+
+def test_msg_rate_out_is_what_a_subscription_sent_in_the_last_interval() -> None:
+    """The service's measurement keeps each subscription's last count on the subscription:
+    a rate appears the interval after messages go out, and drops to 0 the next."""
+
+    async def rates() -> tuple[float, float, float]:
+        service = BrokerService(BrokerConfig())
+        service.loop = asyncio.get_running_loop()
+        topic = service.topic("persistent://public/default/rates")
+        sub = topic.subscription("s", "Shared", True)
+        measuring = asyncio.ensure_future(service._measure_rates(interval=0.005))
+
+        async def until(done: Callable[[], bool]) -> None:
+            for _ in range(2000):  # bounded: 10 s at most
+                await asyncio.sleep(0.005)
+                if done():
+                    return
+
+        try:
+            await until(lambda: sub.rate_base is not None)  # the base: nothing sent yet
+            before = sub.rate_messages
+            sub.dispatcher.messages_out += 50
+            await until(lambda: sub.rate_base == 50)
+            during = sub.rate_messages
+            await until(lambda: sub.rate_messages == 0.0)  # nothing sent since
+            after = sub.rate_messages
+        finally:
+            measuring.cancel()
+        return before, during, after
+
+    before, during, after = asyncio.run(rates())
+    assert before == 0.0
+    assert during > 0.0
+    assert after == 0.0
