@@ -67,6 +67,13 @@ _NAMED = (rq.Lookup, rq.PartitionedMetadata, rq.Producer, rq.Subscribe, rq.GetSc
 """The requests that name a topic: none reaches its handler with a name that is no topic's."""
 
 
+@functools.cache
+def _frame_limit(max_message_size: int) -> int:
+    """The largest frame taken after the handshake: a message and its command. One int object
+    for every connection (each made its own, 32 bytes)."""
+    return max_message_size + 10 * 1024
+
+
 class ConnectionHost(Protocol):
     """What a connection needs of the broker service (broker.server.service.BrokerService),
     declared here so that the service imports its connections and not the reverse."""
@@ -119,7 +126,7 @@ class ServerConnection(asyncio.Protocol):
         max_size = service.config.maxMessageSize
         self.conn = Connection(
             SERVER,
-            max_frame_size=max_size + 10 * 1024,
+            max_frame_size=_frame_limit(max_size),
             handshake_max_frame_size=PRE_HANDSHAKE_MAX_FRAME,
             server_version=SERVER_VERSION,
             max_message_size=max_size,

@@ -119,10 +119,12 @@ class BroadcastDispatcher(Dispatcher):
         self._in_round = False
         self._round: list[Consumer] = []
         self._round_pos = 0
-        self._by_wire: dict[ConsumerWire, list[Consumer]] = {}
+        self._by_wire: dict[ConsumerWire, Consumer | list[Consumer]] = {}
         """The consumers of each connection: a round serves them connection by connection
         (consumers join interleaved across connections in a storm; in join order, each of
-        the round's slices wrote to every connection, 100 writes of an entry per connection)."""
+        the round's slices wrote to every connection, 100 writes of an entry per connection).
+        A connection's only consumer is kept as itself: a list each was 80 bytes of every
+        consumer with a connection of its own."""
         self._left_in_groups = 0
         """Consumers gone from `consumers` still in their group (`_regroup` drops them)."""
         self._round_entries: dict[int, Entry] = {}
@@ -207,11 +209,7 @@ class BroadcastDispatcher(Dispatcher):
         consumer.slot = len(self.consumers)
         consumer.unacked = NO_UNACKED
         self.consumers.append(consumer)
-        group = self._by_wire.get(consumer.wire)
-        if group is None:
-            self._by_wire[consumer.wire] = [consumer]
-        else:
-            group.append(consumer)
+        self._group(consumer)
         self._marks.append(mark)
         self._reads.append(read)
         self._rewound.append(rewound)
@@ -279,11 +277,18 @@ class BroadcastDispatcher(Dispatcher):
         self._left_in_groups = 0
         self._by_wire = {}
         for consumer in self.consumers:
-            group = self._by_wire.get(consumer.wire)
-            if group is None:
-                self._by_wire[consumer.wire] = [consumer]
-            else:
-                group.append(consumer)
+            self._group(consumer)
+
+    def _group(self, consumer: Consumer) -> None:
+        """Into its connection's group (`_by_wire`)."""
+        by_wire, wire = self._by_wire, consumer.wire
+        group = by_wire.get(wire)
+        if group is None:
+            by_wire[wire] = consumer
+        elif type(group) is list:
+            group.append(consumer)
+        else:
+            by_wire[wire] = [cast(Consumer, group), consumer]
 
     def _depart(
         self, name: str, mark: int, read: int, rewound: int, extras: Cursor | None, since: float
@@ -704,7 +709,12 @@ class BroadcastDispatcher(Dispatcher):
         if not self._in_round:
             self._in_round = True
             if self._everyone:
-                self._round = [c for group in self._by_wire.values() for c in group]
+                self._round = round_ = []
+                for group in self._by_wire.values():
+                    if type(group) is list:
+                        round_ += group
+                    else:
+                        round_.append(cast(Consumer, group))
             else:
                 self._round = sorted(self._targets, key=_wire_id)
             self._everyone = False

@@ -257,3 +257,26 @@ def test_consumers_joined_interleaved_get_an_entry_in_one_write_per_connection(l
     loop.run_until_complete(asyncio.sleep(0.05))
     assert [w.writes for w in wires] == [[6], [5], [6]]
     assert sub.messages_out == 17
+
+
+def test_connections_of_one_consumer_and_of_several_each_get_an_entry_in_one_write(loop):
+    """A connection's only consumer is kept as itself, not in a group of one: it still gets
+    each entry, and so do the consumers of a connection it later shares with another."""
+    topic, sub = _setup(loop, expiry_s=60, entries=0)
+    alone, shared, later = CountingWire(), CountingWire(), CountingWire()
+    for i, wire in enumerate([alone, shared, shared, later]):
+        consumer = Consumer(consumer_id=i, name=f"c{i}", wire=wire)
+        sub.add_consumer(consumer)
+        sub.on_flow(consumer, 10)
+    loop.run_until_complete(topic.publish(SECTION, b"", 1, 1))
+    loop.run_until_complete(asyncio.sleep(0.05))
+    second = Consumer(consumer_id=9, name="c9", wire=later)  # `later` has two from here on
+    sub.add_consumer(second)
+    sub.on_flow(second, 10)
+    loop.run_until_complete(asyncio.sleep(0.05))  # the newcomer is sent what it missed
+    loop.run_until_complete(topic.publish(SECTION, b"", 1, 1))
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert alone.writes == [1, 1]
+    assert shared.writes == [2, 2]
+    assert later.writes == [1, 1, 2]  # the newcomer's missed entry, nobody having acked it
+    assert sub.messages_out == 10
