@@ -99,7 +99,7 @@ def test_parsers_sharing_payloads_hand_out_one_object_per_message(step) -> None:
     first, second, third = (ClientParser(payloads=shared) for _ in range(3))
     body = b"m" * 1000
     (a,) = events(first, deliver(1, 1, body), step)
-    (b,) = events(second, deliver(1, 1, bytearray(body)), step)
+    (b,) = events(second, deliver(1, 1, body), step)
     (c,) = events(third, deliver(1, 1, b"n" + body[1:]), step)
     assert a.payload == body and b.payload is a.payload
     assert c.payload == b"n" + body[1:] and shared.last is c.payload
