@@ -118,7 +118,8 @@ class ServerConnection(asyncio.Protocol):
         "_paused_read_us",
         "producers",
         "_waiting_producers",
-        "consumers",
+        "_only",
+        "_by_id",
     )
 
     def __init__(self, service: ConnectionHost) -> None:
@@ -154,7 +155,47 @@ class ServerConnection(asyncio.Protocol):
         """By producer id; made at the first (most connections of a fan-out have none)."""
         self._waiting_producers: dict[int, Producer] | None = None
         """WaitForExclusive producers told "not ready yet", by producer id; made at the first."""
-        self.consumers: dict[int, Consumer] = {}
+        self._only: Consumer | None = None
+        """The connection's consumer while it has had one only: most connections of a
+        fan-out with a connection per consumer (a dict of one is 224 bytes)."""
+        self._by_id: dict[int, Consumer] | None = None
+        """The consumers by id, once it has had two at once (`_only` is None from then)."""
+
+    # -- its consumers -----------------------------------------------------------------------
+    @property
+    def consumers(self) -> list[Consumer]:
+        """Its consumers (a copy: detaching them while iterating is fine)."""
+        if self._only is not None:
+            return [self._only]
+        return list(self._by_id.values()) if self._by_id else []
+
+    @property
+    def consumer_count(self) -> int:
+        return 1 if self._only is not None else len(self._by_id or ())
+
+    def consumer_by_id(self, consumer_id: int) -> Consumer | None:
+        only = self._only
+        if only is not None:
+            return only if only.consumer_id == consumer_id else None
+        by_id = self._by_id
+        return by_id.get(consumer_id) if by_id else None
+
+    def _add_consumer(self, consumer: Consumer) -> None:
+        only, by_id = self._only, self._by_id
+        if only is None and by_id is None:
+            self._only = consumer
+            return
+        if by_id is None:
+            assert only is not None
+            by_id = self._by_id = {only.consumer_id: only}
+            self._only = None
+        by_id[consumer.consumer_id] = consumer
+
+    def _remove_consumer(self, consumer: Consumer) -> None:
+        if self._only is consumer:
+            self._only = None
+        elif self._by_id is not None and self._by_id.get(consumer.consumer_id) is consumer:
+            del self._by_id[consumer.consumer_id]
 
     @property
     def protocol_version(self) -> int:
@@ -174,7 +215,7 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_handshake_timer()
         self.service.connections.discard(self)
-        for consumer in list(self.consumers.values()):
+        for consumer in self.consumers:
             self._detach_consumer(consumer)
         ready, waiting = self.producers or {}, self._waiting_producers or {}
         for producer in [*ready.values(), *waiting.values()]:
@@ -187,7 +228,7 @@ class ServerConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writable = True
-        for consumer in self.consumers.values():
+        for consumer in self.consumers:
             if consumer.subscription is not None:
                 consumer.subscription.wake(consumer)
 
@@ -543,7 +584,7 @@ class ServerConnection(asyncio.Protocol):
         topic = self._topic_for(req)
         if topic is None:
             return
-        if req.consumer_id in self.consumers:
+        if self.consumer_by_id(req.consumer_id) is not None:
             # The client re-subscribes after a timeout with the same id: answer success again.
             self._succeed(req.request_id)
             return
@@ -582,11 +623,11 @@ class ServerConnection(asyncio.Protocol):
                 topic.remove_subscription(sub.name)
             self._error(req.request_id, exc.server_error, str(exc))
             return
-        self.consumers[req.consumer_id] = consumer
+        self._add_consumer(consumer)
         self._succeed(req.request_id)
 
     def _consumer(self, consumer_id: int) -> Consumer | None:
-        consumer = self.consumers.get(consumer_id)
+        consumer = self.consumer_by_id(consumer_id)
         if consumer is None or consumer.subscription is None:
             return None
         return consumer
@@ -597,7 +638,7 @@ class ServerConnection(asyncio.Protocol):
             consumer.subscription.on_flow(consumer, flow.permits)
 
     def _on_ack(self, ack: ev.Ack, now: int) -> None:
-        consumer = self.consumers.get(ack.consumer_id)
+        consumer = self.consumer_by_id(ack.consumer_id)
         if consumer is not None and (sub := consumer.subscription) is not None:
             index_of = sub.topic.log.index_of
             indexes = [index_of(ledger_id, entry_id) for ledger_id, entry_id in ack.message_ids]
@@ -609,14 +650,15 @@ class ServerConnection(asyncio.Protocol):
         """ACKs of one message for many consumers (a broadcast's consumers of this connection
         acknowledging the same entry, or one-consumer subscriptions each acknowledging it):
         handed to each subscription as one run, the entry's index looked up once a topic."""
-        consumers = self.consumers
+        by_id = self._by_id
+        consumer_of = by_id.get if by_id is not None else self.consumer_by_id
         cumulative, ledger_id, entry_id = run.cumulative, run.ledger_id, run.entry_id
         group: list[Consumer] = []
         sub: ConsumerSubscription | None = None
         entry_log: EntryLog | None = None
         index = 0
         for consumer_id in run.consumer_ids:
-            consumer = consumers.get(consumer_id)
+            consumer = consumer_of(consumer_id)
             if consumer is None or (its := consumer.subscription) is None:
                 continue
             if its is sub:
@@ -642,7 +684,7 @@ class ServerConnection(asyncio.Protocol):
     def _detach_consumer(self, consumer: Consumer, seeking: bool = False) -> None:
         """A non-durable subscription goes with its last consumer, unless the consumer was
         disconnected by a seek (it subscribes again to the position sought)."""
-        self.consumers.pop(consumer.consumer_id, None)
+        self._remove_consumer(consumer)
         sub = consumer.subscription
         if sub is not None:
             sub.remove_consumer(consumer)
@@ -652,7 +694,7 @@ class ServerConnection(asyncio.Protocol):
     def disconnect_consumer(self, consumer: Consumer) -> None:
         """Close `consumer` from the broker's side (CLOSE_CONSUMER): its client subscribes
         again, with fresh permits."""
-        if self.consumers.get(consumer.consumer_id) is consumer:
+        if self.consumer_by_id(consumer.consumer_id) is consumer:
             self._detach_consumer(consumer, seeking=True)
             self._send(
                 ev.Notice(command(T.CLOSE_CONSUMER, consumer_id=consumer.consumer_id, request_id=0))
@@ -680,7 +722,7 @@ class ServerConnection(asyncio.Protocol):
         self._succeed(req.request_id)
 
     def _on_close_consumer(self, req: rq.CloseConsumer) -> None:
-        consumer = self.consumers.get(req.consumer_id)
+        consumer = self.consumer_by_id(req.consumer_id)
         if consumer is not None:
             self._detach_consumer(consumer)
         self._succeed(req.request_id)

@@ -249,7 +249,7 @@ class BrokerService:
         before = time.monotonic()
         while True:
             await asyncio.sleep(interval)
-            self._gc.tick(sum(len(c.consumers) for c in self.connections))
+            self._gc.tick(sum(c.consumer_count for c in self.connections))
             now = time.monotonic()
             dt, before = now - before, now
             for topic in list(self.topics.values()):
@@ -288,7 +288,7 @@ class BrokerService:
             "loop_lag": self.loop_lag.take() if self.loop_lag is not None else None,
             "rss": self._process.memory_info().rss,
             "connections": len(self.connections),
-            "consumers": sum(len(c.consumers) for c in self.connections),
+            "consumers": sum(c.consumer_count for c in self.connections),
             "topics": {
                 name: topic_summary(t, self.cursor_persistence().get(name))
                 for name, t in self.topics.items()

@@ -285,3 +285,64 @@ def test_partitions_of_a_long_name_must_fit_too() -> None:
         wire.close()
 
     run(go)
+
+
+# -- a connection's consumers ------------------------------------------------------------
+
+
+def test_consumers_come_and_go_on_a_connection_whether_it_has_one_or_several() -> None:
+    """A connection keeps its only consumer as itself and its consumers by id from the
+    second on: each id finds its own consumer throughout, and closing finds them all."""
+
+    async def go() -> None:
+        wire = Wire()
+        wire.handshake()
+
+        def subscribe(consumer_id: int) -> int:
+            (answer,) = wire.send(
+                command(
+                    T.SUBSCRIBE,
+                    topic=TOPIC,
+                    subscription=f"s{consumer_id}",
+                    subType=pb.CommandSubscribe.Shared,
+                    consumer_id=consumer_id,
+                    request_id=consumer_id,
+                )
+            )
+            return answer.type
+
+        def close_consumer(consumer_id: int) -> int:
+            (answer,) = wire.send(
+                command(T.CLOSE_CONSUMER, consumer_id=consumer_id, request_id=100 + consumer_id)
+            )
+            return answer.type
+
+        def unsubscribe(consumer_id: int) -> int:
+            (answer,) = wire.send(
+                command(T.UNSUBSCRIBE, consumer_id=consumer_id, request_id=200 + consumer_id)
+            )
+            return answer.type
+
+        topic = wire.service.topic(TOPIC)
+
+        def attached() -> dict[str, int]:
+            return {name: len(s.consumers) for name, s in topic.subscriptions.items()}
+
+        assert subscribe(1) == T.SUCCESS
+        assert wire.conn.consumer_count == 1
+        assert unsubscribe(7) == T.ERROR  # no consumer 7: the only one is 1
+        assert subscribe(2) == T.SUCCESS
+        assert subscribe(3) == T.SUCCESS
+        assert subscribe(2) == T.SUCCESS  # the same id again: answered, not added
+        assert attached() == {"s1": 1, "s2": 1, "s3": 1}
+        assert close_consumer(2) == T.SUCCESS
+        assert attached() == {"s1": 1, "s2": 0, "s3": 1}
+        assert unsubscribe(1) == T.SUCCESS
+        assert attached() == {"s2": 0, "s3": 1}
+        assert wire.conn.consumer_count == 1
+        wire.conn.connection_lost(None)
+        assert attached() == {"s2": 0, "s3": 0}
+        assert wire.conn.consumer_count == 0
+        wire.close()
+
+    run(go)
