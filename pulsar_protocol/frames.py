@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -115,6 +116,44 @@ class _Run:
 _LATEST_RUN: list[_Run | None] = [None]
 """The run any decoder of the process started last (next_message_run): its frames are
 compared, not parsed, on every connection they reach."""
+
+
+class _RecentPayloads:
+    """The payload sections the decoders of the process read last, newest first, so that a
+    decoder reading an entry another one read shortly before holds the same bytes object. With
+    one consumer per connection, connections at different points of a backlog each started
+    their own copy of an entry (the latest run was another entry's) and kept it as their last
+    run: 10 KB a connection with 10 KB messages, most of what a worker held per consumer once
+    the messages flowed (a 19,000-consumer run, docs/benchmarks.md). Entries differ in their
+    first bytes (the checksum), so a miss costs a few bytes compared per payload kept."""
+
+    __slots__ = ("_payloads", "_size", "_max_size", "_max_count")
+
+    def __init__(self, max_count: int = 16, max_size: int = 4 << 20) -> None:
+        self._payloads: deque[bytes] = deque()
+        self._size = 0
+        self._max_count = max_count
+        self._max_size = max_size
+        """Bytes kept at most beyond the newest payload (large messages: fewer kept)."""
+
+    def shared(self, buf: bytearray, start: int, end: int) -> bytes:
+        """buf[start:end], as the payload kept when one is equal (else a copy, kept)."""
+        size = end - start
+        for payload in self._payloads:
+            if len(payload) == size and buf.startswith(payload, start):
+                return payload
+        payload = bytes(buf[start:end])
+        payloads = self._payloads
+        payloads.appendleft(payload)
+        self._size += size
+        while len(payloads) > 1 and (
+            len(payloads) > self._max_count or self._size > self._max_size
+        ):
+            self._size -= len(payloads.pop())
+        return payload
+
+
+_RECENT_PAYLOADS = _RecentPayloads()
 
 
 class ReadBuffers:
@@ -519,11 +558,9 @@ class FrameDecoder:
             start += 6 + bem_size
         payload = self._last_payload
         if end - start != len(payload) or not buf.startswith(payload, start):
-            latest = _LATEST_RUN[0]  # the entry in another dispatch slice's stamps
-            payload = b"" if latest is None else latest.payload
-            if end - start != len(payload) or not buf.startswith(payload, start):
-                payload = bytes(buf[start:end])
-            self._last_payload = payload
+            # The entry another decoder read (in another dispatch slice's stamps, or further
+            # along a backlog), or a copy.
+            payload = self._last_payload = _RECENT_PAYLOADS.shared(buf, start, end)
         after_id = cmd_end - message[6]
         run = self._run = _LATEST_RUN[0] = _Run(
             message, payload, bem, bytes(buf[after_id:start]), bytes(buf[after_id:cmd_end])

@@ -367,6 +367,31 @@ def test_acknowledging_a_run_is_acknowledging_each_delivery(individual):
     )
 
 
+def test_connections_at_different_points_of_a_backlog_share_each_entrys_payload():
+    """One consumer per connection, the client behind: one connection reads entry 4 while
+    the connection before it read entry 5. Each entry's payload is one bytes object however
+    the reads interleave (a copy per connection was 10 KB of each with 10 KB messages)."""
+    stamps = encode_stamps(4, EntryStamps(1, 2, 3, 4, 5))
+
+    def entry(entry_id: int) -> tuple[bytes, bytes]:
+        payload = section(bytes([entry_id]) * 1000)
+        head = MessageTemplate(9, entry_id, len(payload), stamps).head(encode_varint(1))
+        return head + payload, payload
+
+    reads = [entry(4), entry(5), entry(4), entry(6), entry(5), entry(4)]
+    runs = []
+    for data, payload in reads:
+        client = _connected(True)
+        client.receive_data(data)
+        run = client.next_event()
+        assert isinstance(run, ev.MessageRun) and run.payload == payload
+        runs.append(run)
+    assert [run.entry_id for run in runs] == [4, 5, 4, 6, 5, 4]
+    assert runs[2].payload is runs[0].payload and runs[5].payload is runs[0].payload
+    assert runs[4].payload is runs[1].payload
+    assert runs[3].payload is not runs[1].payload
+
+
 def test_one_frame_per_connection_is_compared_with_another_connections_run():
     """One consumer per connection: each socket brings one frame of the entry, the same bytes
     on every one. A connection after the first reads it as that connection's run (the same
