@@ -125,6 +125,8 @@ _ANSWERED = transition(
 class ClientConnection(Connection):
     """A client's codec (`Connection(CLIENT, ...)`) with the connect storm's verbs in bulk."""
 
+    __slots__ = ()
+
     def __init__(self, **options: object) -> None:
         super().__init__(CLIENT, **options)  # type: ignore[arg-type]
 

@@ -172,6 +172,35 @@ class Connection:
     Connections given one `read_buffers` share their read buffers (`release_buffer`).
     """
 
+    # Slotted: with a connection per consumer, the instance dict was 288 B of what each
+    # connection held, client and broker alike (tracemalloc, benchmarks/broker_core.py).
+    __slots__ = (
+        "role",
+        "state",
+        "protocol_version",
+        "server_version",
+        "peer_supports_broker_entry_metadata",
+        "_max_message_size",
+        "_authenticate",
+        "_individual_acks",
+        "_message_runs",
+        "_decoder",
+        "_max_frame_size",
+        "_eof",
+        "_out",
+        "_last_request_id",
+        "_pending",
+        "_consumers",
+        "_producers",
+        "_acks_due",
+        "_unanswered",
+        "_subscribe_shape",
+        "_subscribe_misses",
+        "_readers",
+        "_fast_acks",
+        "_fast_runs",
+    )
+
     def __init__(
         self,
         role: Role,
@@ -787,10 +816,14 @@ class Connection:
         if waiting <= 0:
             raise LocalProtocolError(f"no request {request_id} waits for an answer")
         if settles:
-            if waiting == 1:
-                del self._unanswered[request_id]
-            else:
+            if waiting > 1:
                 self._unanswered[request_id] = waiting - 1
+            elif len(self._unanswered) == 1:
+                # The last one answered: a fresh dict, not the one that grew a table (224 B
+                # kept by every idle connection, a consumer's with one each).
+                self._unanswered = {}
+            else:
+                del self._unanswered[request_id]
 
     def _write_notice(self, event: Notice) -> None:
         t = event.command.type

@@ -195,6 +195,19 @@ class FrameDecoder:
     its body is buffered (Pulsar sizes are 32-bit; buffering first would let a peer ask for 4 GB).
     """
 
+    __slots__ = (
+        "_buffer",
+        "_buffers",
+        "_pos",
+        "_end",
+        "_max",
+        "_oversize",
+        "_oversize_context",
+        "_last_payload",
+        "_room",
+        "_run",
+    )
+
     def __init__(
         self, max_frame_size: int = MAX_FRAME_SIZE, buffers: ReadBuffers | None = None
     ) -> None:

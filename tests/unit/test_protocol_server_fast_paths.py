@@ -251,17 +251,18 @@ def test_a_shape_is_learned_again_only_at_doubling_misses():
         )
         for cid in range(100)
     )
-    server = _server()
     learned = []
-    original = server._learn_subscribe
 
-    def learn(body, event):
-        before = server._subscribe_shape
-        original(body, event)
-        if server._subscribe_shape is not before:
-            learned.append(event.consumer_id)
+    class Watched(Connection):  # a slotted codec: watched by a subclass, not an attribute
+        __slots__ = ()
 
-    server._learn_subscribe = learn  # type: ignore[method-assign]
+        def _learn_subscribe(self, body, event):
+            before = self._subscribe_shape
+            super()._learn_subscribe(body, event)
+            if self._subscribe_shape is not before:
+                learned.append(event.consumer_id)
+
+    server = _server(Watched)
     _run(server, [data])
     assert learned == [0, 1, 2, 4, 8, 16, 32, 64]
     assert len(_same_reading(data, rng)) == 101
