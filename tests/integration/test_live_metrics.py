@@ -260,7 +260,11 @@ def test_prometheus_scrapes_the_run_and_its_rate_matches(live_run):
     prom_rate = float(found["data"]["result"][0]["value"][1])
     series = summary["series"]["consume_rate"]
     run_rate = sum(series) / len(series)
-    assert abs(prom_rate - run_rate) <= 0.05 * run_rate, (prom_rate, run_rate, series)
+    # Within one second's deliveries over the window: the counter rises once a second (the
+    # workers' reports), so a scrape a moment early or late (1 s apart, on a busy machine) sees
+    # one step more or fewer in the window. 5 % failed once at 5.25 % (421 against 400 a
+    # second, every second 390-410: 2026-11-29, make test).
+    assert abs(prom_rate - run_rate) <= run_rate / window, (prom_rate, run_rate, series)
 
 
 def _dashboard_expressions() -> list[str]:
