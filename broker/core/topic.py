@@ -120,6 +120,9 @@ class Topic:
         self.bytes_in = 0
         self.rate_messages = 0.0  # msgRateIn, updated by the service once a second
         self.rate_bytes = 0.0
+        self.rate_base: tuple[int, int] | None = None
+        """(messages_in, bytes_in) at the service's last measurement of the rates; None before
+        it (as a subscription's `rate_base`)."""
         self.publish_gate: PublishGate | None = None
         """The topic's publish rate limit (topic policies); None when it has none."""
         self.publish_rate_limited_times = 0

@@ -243,9 +243,9 @@ class BrokerService:
 
     async def _measure_rates(self, interval: float = 1.0) -> None:
         """msgRateIn/Out as Pulsar reports them: counter deltas over the last interval. A
-        subscription keeps its own last count (`rate_base`): the Shared baseline has one per
-        consumer, and a dict of (time, count, bytes) by id was 150 bytes each."""
-        last: dict[int, tuple[float, int, int]] = {}
+        topic and subscription keeps its own last counts (`rate_base`): the Shared baseline has
+        a subscription per consumer, and a dict of (time, count, bytes) by id was 150 bytes
+        each, never dropped."""
         before = time.monotonic()
         while True:
             await asyncio.sleep(interval)
@@ -253,11 +253,11 @@ class BrokerService:
             now = time.monotonic()
             dt, before = now - before, now
             for topic in list(self.topics.values()):
-                at = last.get(id(topic))
-                if at is not None and now > at[0]:
-                    topic.rate_messages = (topic.messages_in - at[1]) / (now - at[0])
-                    topic.rate_bytes = (topic.bytes_in - at[2]) / (now - at[0])
-                last[id(topic)] = (now, topic.messages_in, topic.bytes_in)
+                counts = (topic.messages_in, topic.bytes_in)
+                if topic.rate_base is not None and dt > 0:
+                    topic.rate_messages = (counts[0] - topic.rate_base[0]) / dt
+                    topic.rate_bytes = (counts[1] - topic.rate_base[1]) / dt
+                topic.rate_base = counts
                 for sub in topic.subscriptions.values():
                     out, base = sub.messages_out, sub.rate_base
                     if base is not None and dt > 0:

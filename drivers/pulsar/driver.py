@@ -33,6 +33,7 @@ from drivers.pulsar.connection import (
     CLIENT_VERSION,
     Connection,
     RequestFailed,
+    asked_once,
     now_us,
     tls_refusal,
 )
@@ -384,36 +385,17 @@ class PulsarDriver:
         made once per topic per connection; concurrent callers share it."""
         pool, settings = self._ready()
         key = (conn.id, topic)
-        known = self._owners.get(key)
-        if isinstance(known, Route):
-            route = known
-        elif known is None:
-            known = self._owners[key] = AsyncResult()
 
-            def connect(route: Route) -> Connection:
-                hop = pool.for_consumer(index, route)
-                hop.wait_ready()
-                return hop
+        def connect(route: Route) -> Connection:
+            hop = pool.for_consumer(index, route)
+            hop.wait_ready()
+            return hop
 
-            try:
-                tls = settings.tls is not None
-                route = find_owner(topic, conn, pool.service, connect, tls=tls)
-            except BaseException as exc:
-                del self._owners[key]
-                known.set_exception(
-                    exc if isinstance(exc, DriverError) else RequestFailed("lookup interrupted")
-                )
-                raise
-            if route == conn.route:
-                route = conn.route  # one Route object for the connections it serves
-            # The route itself from now on: an AsyncResult kept per connection and topic was
-            # 200 bytes of each connection (tracemalloc, benchmarks/client_connect.py).
-            self._owners[key] = route
-            known.set(route)
-        else:
-            found = known.get()
-            assert found is not None
-            route = found
+        def ask() -> Route:
+            route = find_owner(topic, conn, pool.service, connect, tls=settings.tls is not None)
+            return conn.route if route == conn.route else route  # one Route for its connections
+
+        route = asked_once(self._owners, key, ask)
         owner = conn if route == conn.route else pool.for_consumer(index, route)
         owner.wait_ready()
         return owner

@@ -8,15 +8,11 @@ reply (a subscribe: channel.open, exchange.declare, queue.declare, queue.bind, b
 basic.consume, answered by basic.consume-ok); a channel.close from the server in between is its
 refusal, with RabbitMQ's code and text.
 
-Acknowledgements are grouped (`ack_every`, consumer.ackEvery): a channel's deliveries are
-acknowledged by one basic.ack (multiple) once ack_every of them wait, in the write that
-follows the read that brought the last one, and what still waits when the driver closes the
-connection goes in its last write. Delivery tags count a channel's deliveries from 1, so what
-waits is the latest tag less the one last acknowledged: no count is kept. On a stream an ack
-only gives the consumer its prefetch credit back (the window stays open while ack_every is
-at most prefetchCount); on a queue it also removes the messages. With one consumer per
-connection, acknowledging every read was one send() per delivery: at 1,000 consumers the
-largest single cost of the client after the read itself (docs/peers.md).
+Acknowledgements are grouped (`ack_every`, consumer.ackEvery; protocol.ChannelAcks decides
+when): the ones a read made due go in the write that follows it, and what still waits when the
+driver closes the connection goes in its last write. On a stream an ack only gives the consumer
+its prefetch credit back (the window stays open while ack_every is at most prefetchCount); on a
+queue it also removes the messages.
 """
 
 from __future__ import annotations
@@ -35,6 +31,7 @@ from drivers.peer.connection import PeerConnection, RequestFailed
 from drivers.rabbitmq import protocol
 from drivers.rabbitmq.protocol import (
     NEED_DATA,
+    ChannelAcks,
     ClientParser,
     ConnectionClosed,
     Delivery,
@@ -84,7 +81,6 @@ class RabbitMqConnection(PeerConnection):
         )
         self.login = login
         self.operation_timeout = operation_timeout
-        self.ack_every = ack_every
         self.frame_max = login.frame_max
         self.channel_max = 0
         self.server_version = ""
@@ -94,12 +90,7 @@ class RabbitMqConnection(PeerConnection):
         """channel -> the harness's consumer index."""
         self._parser = ClientParser(login.frame_max, payloads)
         self._deliveries = ReadDeliveries(self, callback)
-        self._latest: dict[int, int] = {}
-        """channel -> the latest delivery tag read on it."""
-        self._acked: dict[int, int] = {}
-        """channel -> the latest delivery tag acknowledged on it (0: none yet)."""
-        self._to_ack: dict[int, int] = {}
-        """channel -> the delivery tag to acknowledge at the end of this read."""
+        self._acks = ChannelAcks(ack_every)
         self._waiting: dict[int, tuple[type, AsyncResult[int]]] = {}
         """channel -> (the method that answers its request, the request's result)."""
         self._next_channel = 1
@@ -143,7 +134,7 @@ class RabbitMqConnection(PeerConnection):
         """`request` ending with basic.consume for consumer `index`; its deliveries count
         from then on."""
         self.consumers[channel] = index
-        self._acked[channel] = 0
+        self._acks.consuming(channel)
         try:
             return self.request(channel, methods, commands.Basic.ConsumeOk)
         except RequestFailed:
@@ -184,8 +175,7 @@ class RabbitMqConnection(PeerConnection):
     # -- the reader ------------------------------------------------------------------------------
     def _on_data(self, data: memoryview, receive_us: int, kernel_us: int) -> None:
         parser, deliveries, consumers = self._parser, self._deliveries, self.consumers
-        latest, acked, to_ack = self._latest, self._acked, self._to_ack
-        every = self.ack_every
+        acks = self._acks
         parser.receive_data(data)
         deliveries.begin(receive_us, kernel_us)
         try:
@@ -195,9 +185,7 @@ class RabbitMqConnection(PeerConnection):
                     index = consumers.get(channel)
                     if index is not None:
                         deliveries.add(index, event.payload)
-                        tag = latest[channel] = event.delivery_tag
-                        if tag - acked[channel] >= every:
-                            to_ack[channel] = tag
+                        acks.delivered(channel, event.delivery_tag)
                     continue
                 deliveries.flush()  # deliveries first, in the order they came
                 if type(event) is Method:
@@ -216,29 +204,17 @@ class RabbitMqConnection(PeerConnection):
             self._fail(str(exc))
             raise
         finally:
-            if to_ack and not self.closed:
-                self._queue_acks(to_ack)
-            to_ack.clear()
-
-    def _queue_acks(self, tags: dict[int, int]) -> None:
-        """One basic.ack (multiple) per channel, of the delivery tag `tags` give it."""
-        acked = self._acked
-        frames = []
-        for channel, tag in tags.items():
-            acked[channel] = tag
-            frames.append(protocol.ack(channel, tag))
-        self._queue(b"".join(frames))
+            due = acks.due()
+            if due and not self.closed:
+                self._queue(due)
 
     def close(self) -> None:
         """What waits to be acknowledged goes first (a queue would otherwise take it back
         and keep it), in one send that does not wait; then the connection closes."""
-        acked, consumers = self._acked, self.consumers
-        waiting = {
-            ch: tag for ch, tag in self._latest.items() if ch in consumers and tag > acked[ch]
-        }
-        if waiting and not self.closed:
+        waiting = self._acks.waiting(self.consumers) if not self.closed else b""
+        if waiting:
             try:
-                self._queue_acks(waiting)
+                self._queue(waiting)
                 self._flush_now()
             except RequestFailed:
                 pass  # lost already: nothing to acknowledge on

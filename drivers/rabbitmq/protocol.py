@@ -16,7 +16,10 @@ takes the three fields a consumer needs (channel, delivery tag, body) by their o
 spec, all three frames in one step when they are whole in the buffer (as RabbitMQ writes
 them), frame by frame otherwise; `tests/unit/test_rabbitmq_protocol.py` checks both against
 pamqp's decoding of the same bytes. Anything else on the wire is pamqp's. The acknowledgement
-the consumer sends back is built the same way (`ack`), checked against pamqp's marshalling.
+the consumer sends back is built the same way (`ack`), checked against pamqp's marshalling,
+and when it is due is `ChannelAcks`'s: with one consumer per connection, acknowledging every
+read was one send() per delivery, at 1,000 consumers the largest single cost of the client
+after the read itself (docs/peers.md).
 
 A broadcast brings the same body to every consumer, on as many connections: the parsers of a
 process share the latest body read (`Payloads`) and compare the next one with it where it lies
@@ -30,6 +33,7 @@ largest part of the read path's CPU socket-free (docs/peers.md, "The client's CP
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +44,7 @@ from pamqp.common import FieldTable
 
 __all__ = [
     "NEED_DATA",
+    "ChannelAcks",
     "ClientParser",
     "Payloads",
     "ConnectionClosed",
@@ -141,6 +146,15 @@ class Payloads:
         self.last = payload
         return payload
 
+    def shared(self, buf: bytearray, start: int, end: int) -> bytes:
+        """buf[start:end] as `same` gives it, compared where it lies (startswith copies
+        nothing), copied once, through a view, when it is a new body."""
+        last = self.last
+        if end - start == len(last) and buf.startswith(last, start):
+            return last
+        payload = self.last = bytes(memoryview(buf)[start:end])
+        return payload
+
 
 class _Content:
     """A method waiting for its content frames on one channel."""
@@ -240,13 +254,7 @@ class ClientParser:
         ):
             return None
         self._pos = stop + 1
-        payloads = self._payloads
-        last = payloads.last
-        # compared where it lies (startswith copies nothing); else one copy, through a view
-        if body_size == len(last) and buf.startswith(last, body + 7):
-            payload = last
-        else:
-            payload = payloads.last = bytes(memoryview(buf)[body + 7 : stop])
+        payload = self._payloads.shared(buf, body + 7, stop)
         return Delivery(channel, _U64.unpack_from(buf, at)[0], payload)
 
     def _deliver(self, channel: int, start: int, end: int) -> None:
@@ -367,6 +375,54 @@ def publish(
 def ack(channel: int, delivery_tag: int, multiple: bool = True) -> bytes:
     """basic.ack of `delivery_tag` (and, multiple, of every earlier one on the channel)."""
     return _ACK.pack(FRAME_METHOD, channel, 13, 60, 80, delivery_tag, int(multiple), FRAME_END)
+
+
+class ChannelAcks:
+    """When a connection's deliveries are acknowledged (consumer.ackEvery): a channel's by one
+    basic.ack (multiple) once `every` of them wait (`due`, at the end of the read that brought
+    the last), and what still waits when the connection closes (`waiting`). Delivery tags
+    count a channel's deliveries from 1, so what waits is the latest tag less the one last
+    acknowledged: no count is kept."""
+
+    __slots__ = ("every", "_latest", "_acked", "_due")
+
+    def __init__(self, every: int = 1) -> None:
+        self.every = every
+        self._latest: dict[int, int] = {}
+        """channel -> the latest delivery tag read on it."""
+        self._acked: dict[int, int] = {}
+        """channel -> the latest delivery tag acknowledged on it (0: none yet)."""
+        self._due: dict[int, int] = {}
+        """channel -> the delivery tag to acknowledge at the end of this read."""
+
+    def consuming(self, channel: int) -> None:
+        """A consumer starts on `channel`: its tags count from 1."""
+        self._acked[channel] = 0
+
+    def delivered(self, channel: int, tag: int) -> None:
+        self._latest[channel] = tag
+        if tag - self._acked[channel] >= self.every:
+            self._due[channel] = tag
+
+    def due(self) -> bytes:
+        """The acks the read made due (b"" for none), counted as sent."""
+        if not self._due:
+            return b""
+        data = self._acks(self._due)
+        self._due.clear()
+        return data
+
+    def waiting(self, channels: Iterable[int]) -> bytes:
+        """The acks of what waits on `channels` (the ones still consuming), counted as sent."""
+        acked, latest = self._acked, self._latest
+        return self._acks(
+            {ch: latest[ch] for ch in channels if ch in latest and latest[ch] > acked[ch]}
+        )
+
+    def _acks(self, tags: dict[int, int]) -> bytes:
+        """One basic.ack (multiple) per channel, of the delivery tag `tags` give it."""
+        self._acked.update(tags)
+        return b"".join(ack(channel, tag) for channel, tag in tags.items())
 
 
 def close_ok_reply(event: object) -> bytes:
