@@ -69,12 +69,15 @@ class CountingTransport:
 
 
 def _client_bytes(first_id: int, count: int, shared: bool) -> bytes:
-    """A connection's CONNECT, then a SUBSCRIBE and a FLOW per consumer, ids from `first_id`
-    (the subscription of each, with `shared`, named after its place across the connections)."""
+    """A connection's CONNECT, then a SUBSCRIBE per consumer, then a FLOW per consumer, ids
+    from `first_id` (the subscription of each, with `shared`, named after its place across the
+    connections). The SUBSCRIBEs in a row, as the native driver writes a connection's
+    (subscribe_group), then their FLOWs; until 2026-11-29 a SUBSCRIBE and a FLOW each in turn."""
     client = Connection(CLIENT)
     client.send(ev.Connect("bench", 20, supports_broker_entry_metadata=True))
     out = client.data_to_send()
     prop = mode_property("Broadcast")
+    flows = b""
     for k, cid in enumerate(range(first_id, first_id + count)):
         # Shared: the seed's baseline, one subscription per consumer.
         sub = command(
@@ -88,8 +91,8 @@ def _client_bytes(first_id: int, count: int, shared: bool) -> bytes:
         )
         out += frame_head(sub.SerializeToString(), None, 0)
         flow = command(T.FLOW, consumer_id=cid, messagePermits=1000)
-        out += frame_head(flow.SerializeToString(), None, 0)
-    return out
+        flows += frame_head(flow.SerializeToString(), None, 0)
+    return out + flows
 
 
 def _status_kib(field: str) -> int:

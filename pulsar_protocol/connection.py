@@ -30,6 +30,7 @@ GOAWAY, so the shell drains the bytes and closes.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NoReturn
 
@@ -65,6 +66,7 @@ from pulsar_protocol.events import (
     ConsumerPacing,
     Event,
     Flow,
+    FlowRun,
     Message,
     MessageRun,
     Notice,
@@ -84,6 +86,7 @@ from pulsar_protocol.frames import (
     ReadBuffers,
     frame_head,
     frame_sizes,
+    subscribe_run_pattern,
 )
 from pulsar_protocol.payload import decode_payload
 from pulsar_protocol.state import (
@@ -168,7 +171,10 @@ class Connection:
     (`authenticate`); a CLIENT chooses with
     `individual_acks` whether `flush_acks()` acknowledges every id or the latest only, and
     with `message_runs` whether MESSAGEs in their common shape come as `MessageRun` events
-    (read from bytes, a run of one entry's deliveries at a time) instead of one `Message` each.
+    (read from bytes, a run of one entry's deliveries at a time) instead of one `Message` each;
+    a SERVER chooses with `consumer_runs` whether SUBSCRIBEs in a row that differ only in their
+    ids and consumer names come as one `requests.SubscribeRun`, and FLOWs in a row that give
+    the same permits as one `FlowRun`.
     Connections given one `read_buffers` share their read buffers (`release_buffer`).
     """
 
@@ -196,6 +202,7 @@ class Connection:
         "_unanswered",
         "_subscribe_shape",
         "_subscribe_misses",
+        "_consumer_runs",
         "_readers",
         "_fast_acks",
         "_fast_runs",
@@ -211,6 +218,7 @@ class Connection:
         max_message_size: int = 0,
         individual_acks: bool = False,
         message_runs: bool = False,
+        consumer_runs: bool = False,
         authenticate: Callable[[str, bytes], str | None] | None = None,
         read_buffers: ReadBuffers | None = None,
     ) -> None:
@@ -218,6 +226,8 @@ class Connection:
             raise LocalProtocolError("a server must have a server_version (clients require it)")
         if role is SERVER and message_runs:
             raise LocalProtocolError("only a client receives MESSAGEs")
+        if role is CLIENT and consumer_runs:
+            raise LocalProtocolError("only a server receives SUBSCRIBEs and FLOWs")
         self.role = role
         self.state = ConnectionState.IDLE
         self.protocol_version = 0
@@ -255,6 +265,10 @@ class Connection:
         subscription and consumer name (`_next_subscribe`)."""
         self._subscribe_misses = 0
         """SUBSCRIBEs in a row not of that shape."""
+        self._consumer_runs = consumer_runs
+        """Server side: SUBSCRIBEs in a row that differ only in their ids and consumer names
+        come as one requests.SubscribeRun (`_subscribe_run`), FLOWs of the same permits in a
+        row as one FlowRun."""
         self._readers: dict[int, Reader] = {}
         self._set_state(ConnectionState.IDLE)
 
@@ -386,8 +400,14 @@ class Connection:
                         if (acks := decoder.next_ack_run()) is not None:
                             return AckRun(*acks)
                     elif kind == T.FLOW:
-                        if (flow := decoder.next_flow()) is not None:
-                            return _new_flow(*flow)
+                        if not self._consumer_runs:
+                            if (flow := decoder.next_flow()) is not None:
+                                return _new_flow(*flow)
+                        elif (flows := decoder.next_flow_run()) is not None:
+                            ids, permits = flows
+                            if len(ids) == 1:
+                                return _new_flow(ids[0], permits)
+                            return FlowRun(ids, permits)
                     elif kind == T.SUBSCRIBE and self._subscribe_shape is not None:
                         if (subscribe := self._next_subscribe()) is not None:
                             return subscribe
@@ -495,14 +515,17 @@ class Connection:
         unanswered = self._unanswered
         unanswered[request_id] = unanswered.get(request_id, 0) + 1
         if type(event) is requests.Subscribe:
-            self._learn_subscribe(cmd.subscribe, event)
+            shape = self._learn_subscribe(cmd.subscribe, event)
+            if shape is not None and self._consumer_runs:
+                return self._subscribe_run(event, shape)
         return event
 
-    def _next_subscribe(self) -> requests.Subscribe | None:
+    def _next_subscribe(self) -> requests.Subscribe | requests.SubscribeRun | None:
         """The next frame if it is a SUBSCRIBE that differs from the last one protobuf read
         only in subscription, consumer_id, request_id and consumer_name (a connect storm's):
         the event `_read_request` would give, built from the last one's fields and these four,
-        without protobuf (whose field reads cost 10 us a SUBSCRIBE). None, and nothing
+        without protobuf (whose field reads cost 10 us a SUBSCRIBE), or with `consumer_runs`
+        the SubscribeRun it starts (`_subscribe_run`). None, and nothing
         consumed, for any other frame, and for a name that is not UTF-8 (`_read_request`
         refuses it)."""
         shape = self._subscribe_shape
@@ -527,18 +550,45 @@ class Connection:
         self._subscribe_misses = 0
         unanswered = self._unanswered
         unanswered[request_id] = unanswered.get(request_id, 0) + 1
-        return _parsed_subscribe(
+        event = _parsed_subscribe(
             request_id, shape.topic, subscription, shape.sub_type, consumer_id, name, *shape.after
         )
+        if self._consumer_runs and subscription is shape.subscription:
+            return self._subscribe_run(event, shape)
+        return event
 
-    def _learn_subscribe(self, body: pb.CommandSubscribe, event: requests.Subscribe) -> None:
+    def _subscribe_run(
+        self, event: requests.Subscribe, shape: _SubscribeShape
+    ) -> requests.Subscribe | requests.SubscribeRun:
+        """`event` (of `shape`, to its subscription), and the frames after it that differ from
+        it only in consumer_id, request_id and consumer_name, as one SubscribeRun; `event`
+        alone when none follows."""
+        pattern = shape.run_pattern
+        if pattern is None:
+            pattern = shape.run_pattern = subscribe_run_pattern(
+                shape.head, shape.subscription_bytes, shape.middle
+            )
+        consumer_ids, request_ids, names = self._decoder.next_subscribe_run(pattern, shape.tail)
+        if not consumer_ids:
+            return event
+        self._subscribe_misses = 0
+        unanswered = self._unanswered
+        for request_id in request_ids:
+            unanswered[request_id] = unanswered.get(request_id, 0) + 1
+        return requests.SubscribeRun(event, consumer_ids, request_ids, names)
+
+    def _learn_subscribe(
+        self, body: pb.CommandSubscribe, event: requests.Subscribe
+    ) -> _SubscribeShape | None:
         """Remember the shape of a SUBSCRIBE protobuf read. After misses (SUBSCRIBEs of other
         shapes, as a pattern consumer's to each of its topics), only at the 1st, 2nd, 4th,
-        8th... miss in a row: learning costs a few serializations."""
+        8th... miss in a row: learning costs a few serializations. The shape when it is now
+        `event`'s, to its subscription (a run may follow it), else None."""
         misses = self._subscribe_misses
         if self._subscribe_shape is not None and misses & (misses - 1):
-            return
-        self._subscribe_shape = _subscribe_shape_of(body, event)
+            return None
+        shape = self._subscribe_shape = _subscribe_shape_of(body, event)
+        return shape if shape.subscription == event.subscription else None
 
     def _read_ack(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> Event:
         """An ACK in any shape (common ones never get here: next_ack_run reads them)."""
@@ -1084,6 +1134,7 @@ class _SubscribeShape:
         "subscription_bytes",
         "sub_type",
         "after",
+        "run_pattern",
     )
 
     def __init__(self, serialized: tuple[bytes, bytes, bytes], event: requests.Subscribe) -> None:
@@ -1095,6 +1146,8 @@ class _SubscribeShape:
         self.subscription_bytes = event.subscription.encode()
         self.sub_type = event.sub_type
         self.after = tuple(getattr(event, name) for name in _SUBSCRIBE_FIELDS[6:])
+        self.run_pattern: re.Pattern[bytes] | None = None
+        """frames.subscribe_run_pattern of the shape, made at its first run."""
 
 
 _SHAPES: dict[tuple[bytes, bytes, bytes], _SubscribeShape] = {}

@@ -129,6 +129,17 @@ class AckRun(Event):
     entry_id: int
 
 
+@dataclass(slots=True)  # not frozen: see MessageRun
+class FlowRun(Event):
+    """FLOWs in a row in their common shape that give each of `consumer_ids` the same
+    `permits`, read from bytes in one pass (FrameDecoder.next_flow_run): a client gives the
+    consumers it subscribed at once their first permits at once. Only a server codec made
+    with `consumer_runs=True` hands these out, for two FLOWs or more; one comes as a Flow."""
+
+    consumer_ids: list[int]
+    permits: int
+
+
 @dataclass(frozen=True, slots=True)
 class Send(Event):
     """One SEND: `payload` is the whole payload section (magic, checksum, metadata, data).

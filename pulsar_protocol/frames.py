@@ -21,6 +21,7 @@ from pulsar_protocol.commands import (
     COMMON_ACK_PATTERN,
     CommonMessage,
     decode_varint,
+    encode_varint,
     parse_message,
 )
 from pulsar_protocol.errors import RemoteProtocolError
@@ -52,6 +53,7 @@ _SUBSCRIBE_IDS = re.compile(
 )
 _CUMULATIVE = pb.CommandAck.Cumulative
 _ACK_START = b"\x08\x0a\x52"  # BaseCommand.type = ACK, then the ack field
+_FLOW_START = b"\x08\x0b\x5a"  # BaseCommand.type = FLOW, then the flow field
 _MESSAGE_START = b"\x08\x09\x4a"  # BaseCommand.type = MESSAGE, then the message field
 _MAX_COMMON_MESSAGE = 4 + 127  # parse_message takes one-byte body sizes
 _KEEP_BUFFER = 1 << 20
@@ -384,20 +386,46 @@ class FrameDecoder:
         """The next frame if it is a FLOW in its common shape (flow_command_bytes: consumer_id,
         messagePermits, nothing else), consumed and read without protobuf: (consumer_id,
         permits). Otherwise None, and nothing is consumed."""
+        m = self._common_flow()
+        if m is None:
+            return None
+        self._pos = m.end()
+        return decode_varint(m.group(4)), decode_varint(m.group(5))
+
+    def next_flow_run(self) -> tuple[list[int], int] | None:
+        """`next_flow`, and every whole frame after it that gives the same permits to another
+        consumer, consumed: (their consumer ids in order, permits). A client gives the
+        consumers it subscribed at once their first permits at once (drivers/pulsar's
+        subscribe_group): compared with the first frame's bytes after the id, not parsed,
+        as `next_ack_run` does."""
+        m = self._common_flow()
+        if m is None:
+            return None
+        end = m.end()
+        consumer_ids = [decode_varint(m.group(4))]
+        if end < self._end:
+            tail = m.group(0)[m.start(5) - 1 - m.start() :]  # 0x10, then the permits
+            more, end = self._same_frames(
+                end, tail, [None] * 10, lambda total, id_len: _flow_head(total, id_len, tail)
+            )
+            consumer_ids += more
+        self._pos = end
+        return consumer_ids, decode_varint(m.group(5))
+
+    def _common_flow(self) -> re.Match[bytes] | None:
+        """The match of the next frame if it is a whole FLOW in its common shape."""
         pos = self._pos
         m = _COMMON_FLOW_FRAME.match(self._buffer, pos, self._end)
         if m is None:
             return None
-        total, cmd_size, body_size, consumer_id, permits = m.groups()
-        end = m.end()
+        total, cmd_size, body_size = m.group(1, 2, 3)
         if (
-            body_size[0] != end - pos - 12
+            body_size[0] != m.end() - pos - 12
             or cmd_size[0] != body_size[0] + 4
             or total[0] != cmd_size[0] + 4
         ):
             return None
-        self._pos = end
-        return decode_varint(consumer_id), decode_varint(permits)
+        return m
 
     def next_subscribe(
         self, head: bytes, middle: bytes, tail: bytes
@@ -444,6 +472,56 @@ class FrameDecoder:
             return None
         self._pos = end
         return subscription, decode_varint(consumer_id), decode_varint(request_id), name
+
+    def next_subscribe_run(
+        self, pattern: re.Pattern[bytes], tail: bytes
+    ) -> tuple[list[int], list[int], list[str | None]]:
+        """The whole frames from here on that `pattern` (subscribe_run_pattern) matches up to
+        the consumer name and that end with the name, valid UTF-8, then `tail`, and nothing
+        else, consumed: their consumer ids, request ids and names (None: no name), in order.
+        The first frame out of that shape ends the run, unconsumed.
+
+        One match a frame, where `next_subscribe` takes three and reads the subscription: the
+        frames of a run name the same one (a client subscribing its connection's consumers)."""
+        buf = self._buffer
+        pos = self._pos
+        size = self._end
+        limit = self._max
+        tail_size = len(tail)
+        match = pattern.match
+        consumer_ids: list[int] = []
+        request_ids: list[int] = []
+        names: list[str | None] = []
+        while (m := match(buf, pos, size)) is not None:
+            total_bytes, cmd_bytes, body, consumer_id, request_id, name_size = m.groups()
+            total = int.from_bytes(total_bytes)
+            end = pos + 4 + total
+            if (
+                end > size
+                or total > limit
+                or int.from_bytes(cmd_bytes) != total - 4
+                or _varint(body) != end - pos - 11 - len(body)
+            ):
+                break
+            at = m.end()
+            name = None
+            if name_size is not None:
+                name_end = at + _varint(name_size)
+                if name_end > end:
+                    break
+                try:
+                    name = buf[at:name_end].decode()
+                except UnicodeDecodeError:
+                    break  # protobuf's path refuses it
+                at = name_end
+            if end - at != tail_size or (tail_size and not buf.startswith(tail, at)):
+                break
+            consumer_ids.append(_varint(consumer_id))
+            request_ids.append(_varint(request_id))
+            names.append(name)
+            pos = end
+        self._pos = pos
+        return consumer_ids, request_ids, names
 
     def next_message_run(self) -> RunParts | None:
         """The next frame if it is a MESSAGE in its common shape (commands.parse_message) with
@@ -667,6 +745,40 @@ RunParts = tuple[list[int], CommonMessage, bytes, bytes | None, list[bytes] | No
 """(consumer ids, the entry's parse_message, payload section, broker entry metadata, and each
 consumer's own metadata when the frames carry different ones, else None)."""
 AckRunParts = tuple[list[int], bool, int, int]
+
+
+def subscribe_run_pattern(head: bytes, subscription: bytes, middle: bytes) -> re.Pattern[bytes]:
+    """A SUBSCRIBE frame of the shape `head`, `middle` (FrameDecoder.next_subscribe) to
+    `subscription`, up to the end of its consumer name's size (FrameDecoder.next_subscribe_run):
+    groups the frame's two sizes (below 64 KiB), the body size, consumer_id, request_id and
+    the name's size (None without a name)."""
+    return re.compile(
+        rb"\x00\x00(..)\x00\x00(..)\x08\x04\x22"
+        + _VARINT_63
+        + re.escape(head + b"\x12" + encode_varint(len(subscription)) + subscription + middle)
+        + rb"\x20"
+        + _VARINT_63
+        + rb"\x28"
+        + _VARINT_63
+        + rb"(?:\x32"
+        + _VARINT_63
+        + rb")?",
+        re.DOTALL,
+    )
+
+
+def _varint(data: bytes) -> int:
+    """decode_varint, a one-byte varint without its call (ids and sizes mostly are)."""
+    return data[0] if len(data) == 1 else decode_varint(data)
+
+
+def _flow_head(total: int, id_size: int, tail: bytes) -> bytes:
+    """A common FLOW frame's bytes before its consumer id (`tail`: the permits field); b""
+    past the pattern's one-byte sizes."""
+    body_size = 1 + id_size + len(tail)
+    if body_size > 127:
+        return b""
+    return _HEADER.pack(total, body_size + 4) + _FLOW_START + bytes((body_size, 8))
 
 
 def _ack_head(total: int, body_size: int) -> bytes:

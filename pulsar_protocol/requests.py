@@ -203,6 +203,29 @@ class Subscribe(ClientRequest):
     consumer_epoch: int | None = None
 
 
+@dataclass(slots=True)  # not frozen, as events.MessageRun: one per run, its lists the codec's
+class SubscribeRun(Event):
+    """SUBSCRIBEs in a row that say what `subscribe` says but for their consumer_id,
+    request_id and consumer_name: `subscribe`, then one more consumer per place of the three
+    lists (at least one). What a `Subscribe` each would say, read from bytes in one pass: a
+    client subscribes the consumers of a connection in one write (drivers/pulsar's
+    subscribe_group), and a broker then settles the topic, the mode and the subscription once
+    a run. Only a server codec made with `subscribe_runs=True` hands these out."""
+
+    subscribe: Subscribe
+    consumer_ids: list[int]
+    request_ids: list[int]
+    consumer_names: list[str | None]
+
+    def requests(self) -> list[Subscribe]:
+        """The run as the Subscribe of each of its consumers, in order."""
+        more = zip(self.consumer_ids, self.request_ids, self.consumer_names, strict=True)
+        return [self.subscribe] + [
+            dataclasses.replace(self.subscribe, consumer_id=c, request_id=r, consumer_name=n)
+            for c, r, n in more
+        ]
+
+
 @dataclass(frozen=True, slots=True)
 class Unsubscribe(ClientRequest):
     TYPE: ClassVar[int] = T.UNSUBSCRIBE

@@ -12,6 +12,7 @@ the read path.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import logging
@@ -132,6 +133,7 @@ class ServerConnection(asyncio.Protocol):
             server_version=SERVER_VERSION,
             max_message_size=max_size,
             authenticate=auth.check_connect if (auth := service.authenticator) else None,
+            consumer_runs=True,
         )
         self.transport: asyncio.Transport | None = None
         self._flush_due = False
@@ -421,7 +423,7 @@ class ServerConnection(asyncio.Protocol):
             authoritative=True,
         )
 
-    def _topic_for(self, req: rq.Producer | rq.Subscribe) -> Topic | None:
+    def _topic_for(self, req: rq.Producer) -> Topic | None:
         """The request's topic, or None after answering InvalidTopicName (a name that passed
         `topic_refusal` may still be one persistent storage cannot hold)."""
         try:
@@ -581,14 +583,54 @@ class ServerConnection(asyncio.Protocol):
         self._send(ev.SendError(send.producer_id, send.sequence_id, error, message))
 
     def _on_subscribe(self, req: rq.Subscribe) -> None:
-        topic = self._topic_for(req)
-        if topic is None:
+        self._subscribe(req, [])
+
+    def _on_subscribe_run(self, run: rq.SubscribeRun, now: int) -> None:
+        """SUBSCRIBEs in a row that differ only in their ids and consumer names (a client
+        subscribing its connection's consumers in one write): what a Subscribe each would do,
+        with the topic's name checked, the topic looked up and the mode chosen once, as each
+        depends only on what they share."""
+        req = run.subscribe
+        if (refused := topic_refusal(req.topic)) is not None:
+            for each in run.requests():
+                self._refuse(each, refused)
             return
-        if self.consumer_by_id(req.consumer_id) is not None:
-            # The client re-subscribes after a timeout with the same id: answer success again.
-            self._succeed(req.request_id)
+        more = zip(run.consumer_ids, run.request_ids, run.consumer_names, strict=True)
+        self._subscribe(req, list(more))
+
+    def _subscribe(self, req: rq.Subscribe, more: list[tuple[int, int, str | None]]) -> None:
+        """`req`'s consumer, then those of its run (`more`: their consumer id, request id and
+        name), each joining the subscription (`_join`), or each answered InvalidTopicName
+        when the name, though it passed `topic_refusal`, is one storage cannot hold."""
+        try:
+            topic = self.service.topic(req.topic)
+        except ValueError as exc:
+            for request_id in (req.request_id, *(rid for _, rid, _ in more)):
+                self._error(request_id, pb.InvalidTopicName, str(exc))
             return
         requested = self.service.subscription_mode(req)
+        ranges = _sticky_ranges(req)
+        join = self._join
+        join(req, topic, requested, ranges, req.consumer_id, req.request_id, req.consumer_name)
+        for consumer_id, request_id, name in more:
+            join(req, topic, requested, ranges, consumer_id, request_id, name)
+
+    def _join(
+        self,
+        req: rq.Subscribe,
+        topic: Topic,
+        requested: str,
+        ranges: tuple[tuple[int, int], ...] | None,
+        consumer_id: int,
+        request_id: int,
+        name: str | None,
+    ) -> None:
+        """The consumer `req` asks for, or one of its run (these ids and name in its stead),
+        joins its subscription on `topic` in mode `requested`; the request is answered."""
+        if self.consumer_by_id(consumer_id) is not None:
+            # The client re-subscribes after a timeout with the same id: answer success again.
+            self._succeed(request_id)
+            return
         refused = consumer_admission(
             self.service.config,
             self.service.schemas,
@@ -599,7 +641,7 @@ class ServerConnection(asyncio.Protocol):
             req.schema,
         )
         if refused is not None:
-            self._refuse(req, refused)
+            self._refuse(_with_ids(req, consumer_id, request_id, name), refused)
             return
         sub = topic.subscriptions.get(req.subscription)
         if sub is None:
@@ -609,22 +651,22 @@ class ServerConnection(asyncio.Protocol):
                 req.subscription, requested, earliest, start=start, durable=req.durable
             )
         consumer = Consumer(
-            consumer_id=req.consumer_id,
-            name=req.consumer_name or f"{req.subscription}-{req.consumer_id}",
+            consumer_id=consumer_id,
+            name=name or f"{req.subscription}-{consumer_id}",
             wire=self,
             priority=req.priority_level,
             address=self.address,
-            hash_ranges=_sticky_ranges(req),
+            hash_ranges=ranges,
         )
         try:
             sub.add_consumer(consumer)
         except SubscriptionError as exc:
             if not sub.durable and not sub.consumers:
                 topic.remove_subscription(sub.name)
-            self._error(req.request_id, exc.server_error, str(exc))
+            self._error(request_id, exc.server_error, str(exc))
             return
         self._add_consumer(consumer)
-        self._succeed(req.request_id)
+        self._succeed(request_id)
 
     def _consumer(self, consumer_id: int) -> Consumer | None:
         consumer = self.consumer_by_id(consumer_id)
@@ -636,6 +678,14 @@ class ServerConnection(asyncio.Protocol):
         consumer = self._consumer(flow.consumer_id)
         if consumer is not None and consumer.subscription is not None:
             consumer.subscription.on_flow(consumer, flow.permits)
+
+    def _on_flow_run(self, run: ev.FlowRun, now: int) -> None:
+        """FLOWs of the same permits for many consumers: what a Flow each would do."""
+        permits = run.permits
+        for consumer_id in run.consumer_ids:
+            consumer = self._consumer(consumer_id)
+            if consumer is not None and consumer.subscription is not None:
+                consumer.subscription.on_flow(consumer, permits)
 
     def _on_ack(self, ack: ev.Ack, now: int) -> None:
         consumer = self.consumer_by_id(ack.consumer_id)
@@ -839,8 +889,10 @@ _HANDLERS: dict[type[ev.Event], Callable[[ServerConnection, Any, int], None]] = 
     ev.Connect: ServerConnection._on_connect,
     ev.Send: ServerConnection._on_send,
     ev.Flow: ServerConnection._on_flow,
+    ev.FlowRun: ServerConnection._on_flow_run,
     ev.Ack: ServerConnection._on_ack,
     ev.AckRun: ServerConnection._on_ack_run,
+    rq.SubscribeRun: ServerConnection._on_subscribe_run,
     rq.RedeliverUnacknowledged: ServerConnection._on_redeliver,
     **dict.fromkeys(_REQUESTS, ServerConnection._on_request),
 }
@@ -862,6 +914,17 @@ def _message_id(ledger_id: int, entry_id: int) -> pb.MessageIdData:
     """A position as a MessageIdData (entry id -1, "before the ledger's first", is Pulsar's
     int64 -1; the codec's MessageId wraps it onto the uint64 wire)."""
     return rq.MessageId(ledger_id, entry_id).to_pb()
+
+
+def _with_ids(
+    req: rq.Subscribe, consumer_id: int, request_id: int, name: str | None
+) -> rq.Subscribe:
+    """`req` with another consumer's ids and name (one of its run's, to refuse it)."""
+    if (consumer_id, request_id, name) == (req.consumer_id, req.request_id, req.consumer_name):
+        return req
+    return dataclasses.replace(
+        req, consumer_id=consumer_id, request_id=request_id, consumer_name=name
+    )
 
 
 def _sticky_ranges(req: rq.Subscribe) -> tuple[tuple[int, int], ...] | None:

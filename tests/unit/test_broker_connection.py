@@ -346,3 +346,72 @@ def test_consumers_come_and_go_on_a_connection_whether_it_has_one_or_several() -
         wire.close()
 
     run(go)
+
+
+def _storm(topic: str, ids: list[int], names: bool) -> tuple[list[bytes], list[bytes]]:
+    """A client's SUBSCRIBEs to one Broadcast subscription (consumer id k, request id k + 1000)
+    and their FLOWs, each frame's bytes, as drivers/pulsar's subscribe_group writes them."""
+    subscribes = [
+        encode_raw_frame(
+            command(
+                T.SUBSCRIBE,
+                topic=topic,
+                subscription="all",
+                subType=pb.CommandSubscribe.Shared,
+                consumer_id=cid,
+                request_id=cid + 1000,
+                metadata=[pb.KeyValue(key="subscriptionMode", value="broadcast")],
+                **({"consumer_name": f"c{cid}"} if names else {}),
+            ).SerializeToString()
+        )
+        for cid in ids
+    ]
+    flows = [
+        encode_raw_frame(command(T.FLOW, consumer_id=cid, messagePermits=500).SerializeToString())
+        for cid in ids
+    ]
+    return subscribes, flows
+
+
+@pytest.mark.parametrize(
+    ("topic", "names"), [(TOPIC, True), (TOPIC, False), ("nope://x/y/z", False)]
+)
+def test_a_connections_subscribes_in_one_read_are_answered_as_one_by_one(topic, names) -> None:
+    """SUBSCRIBEs and FLOWs in one read come as runs (the codec's consumer_runs): the answers,
+    in order, and the consumers made are those of the same frames read one at a time, with a
+    consumer id repeated and consumers past maxConsumersPerSubscription among them."""
+
+    async def go() -> tuple[list[pb.BaseCommand], list[tuple[int, str, int]], int]:
+        ids = [*range(1, 8), 3, *range(8, 12)]
+        subscribes, flows = _storm(topic, ids, names)
+        wire = Wire(maxConsumersPerSubscription=9)
+        wire.handshake()
+        if together:
+            wire.conn.data_received(b"".join(subscribes))
+            wire.conn.data_received(b"".join(flows))
+        else:
+            for frame in subscribes + flows:
+                wire.conn.data_received(frame)
+        answers = wire.transport.take()
+        consumers = [(c.consumer_id, c.name, c.permits) for c in wire.conn.consumers]
+        subs = wire.service.topics[topic].subscriptions if topic in wire.service.topics else {}
+        attached = sum(len(s.consumers) for s in subs.values())
+        wire.close()
+        return answers, consumers, attached
+
+    together = True
+    runs = asyncio.run(go())
+    together = False
+    one_by_one = asyncio.run(go())
+    assert runs == one_by_one
+    answers, consumers, attached = runs
+    assert len(answers) == 12
+    if topic == TOPIC:
+        assert [a.type for a in answers].count(T.SUCCESS) == 10  # 9 consumers and the repeat
+        assert attached == 9
+        assert {cid: permits for cid, _, permits in consumers} == {
+            cid: 1000 if cid == 3 else 500
+            for cid in range(1, 10)  # 3's FLOW came twice
+        }
+    else:
+        assert all(a.type == T.ERROR for a in answers) and not consumers

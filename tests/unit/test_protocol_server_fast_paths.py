@@ -2,7 +2,8 @@
 SUBSCRIBEs, pulsar_protocol.connection.next_event): exactly what protobuf's path reads, for any
 input. Each stream here goes to two server codecs, one with the fast paths and one without
 (`ProtobufOnly`); both must give the same events (an AckRun spelled as its Acks), queue the
-same bytes and fail at the same frame."""
+same bytes and fail at the same frame. A third codec reads them with `consumer_runs` (its
+SubscribeRuns and FlowRuns spelled as their Subscribes and Flows)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ class ProtobufOnly(Connection):
         self._fast_acks = False
 
 
-def _server(cls: type[Connection] = Connection) -> Connection:
-    return cls(SERVER, server_version="test-broker")
+def _server(cls: type[Connection] = Connection, runs: bool = False) -> Connection:
+    return cls(SERVER, server_version="test-broker", consumer_runs=runs)
 
 
 def _normalized(events: list) -> list:
@@ -52,9 +53,19 @@ def _normalized(events: list) -> list:
             out += [
                 ev.Ack(cid, e.cumulative, ((e.ledger_id, e.entry_id),)) for cid in e.consumer_ids
             ]
+        elif isinstance(e, rq.SubscribeRun):
+            assert e.consumer_ids, "a run has a consumer after its first"
+            out += e.requests()
+        elif isinstance(e, ev.FlowRun):
+            assert len(e.consumer_ids) > 1, "one FLOW comes as a Flow"
+            out += [ev.Flow(cid, e.permits) for cid in e.consumer_ids]
         else:
             out.append(e)
     return out
+
+
+_RUNS_SEEN = {rq.SubscribeRun: 0, ev.FlowRun: 0}
+"""Runs the runs codec handed out, over the tests (a test checks that some did)."""
 
 
 def _run(conn: Connection, chunks: list[bytes]) -> tuple[list, bytes, str | None]:
@@ -66,6 +77,8 @@ def _run(conn: Connection, chunks: list[bytes]) -> tuple[list, bytes, str | None
             conn.receive_data(chunk)
             while (event := conn.next_event()) is not ev.NEED_DATA:
                 events.append(event)
+                if type(event) in _RUNS_SEEN:
+                    _RUNS_SEEN[type(event)] += 1
     except RemoteProtocolError as exc:
         error = f"{exc} [{exc.server_error}]"
     return _normalized(events), conn.data_to_send(), error
@@ -77,6 +90,7 @@ def _same_reading(data: bytes, rng: random.Random) -> list:
     fast = _run(_server(), chunks)
     slow = _run(_server(ProtobufOnly), chunks)
     assert fast == slow
+    assert _run(_server(runs=True), chunks) == slow
     return fast[0]
 
 
@@ -128,15 +142,29 @@ def _flow(cid: int, permits: int) -> bytes:
 
 
 def _stream(rng: random.Random) -> bytes:
-    """A connect storm and its acks: SUBSCRIBEs (mostly of one shape), FLOWs, runs of ACKs."""
+    """A connect storm and its acks: SUBSCRIBEs (mostly of one shape), FLOWs, runs of ACKs;
+    half of them with each SUBSCRIBE's FLOW after it, half with the FLOWs after all the
+    SUBSCRIBEs (as drivers/pulsar's subscribe_group writes them: runs)."""
     parts = [_CONNECT]
     base = rng.choice([0, 100, 16_300, 2_097_100, 2**40])
     ids = list(range(base, base + rng.randrange(1, 150)))
+    grouped = rng.random() < 0.5
+    flows: list[bytes] = []
     for rid, cid in enumerate(ids):
-        sub = "all" if rng.random() < 0.7 else rng.choice([f"s{cid}", "ü", "x" * 130])
+        sub = (
+            "all"
+            if rng.random() < (0.95 if grouped else 0.7)
+            else rng.choice([f"s{cid}", "ü", "x" * 130])
+        )
         parts.append(_subscribe(rng, cid, rid if rng.random() < 0.95 else 7, sub))
         if rng.random() < 0.8:
-            parts.append(_flow(cid, rng.choice([1, 1000, 2**27 - 1, 2**28, 2**32 - 1])))
+            permits = (
+                1000
+                if grouped and rng.random() < 0.9
+                else rng.choice([1, 1000, 2**27 - 1, 2**28, 2**32 - 1])
+            )
+            (flows if grouped else parts).append(_flow(cid, permits))
+    parts += flows
     for entry in range(rng.randrange(1, 4)):
         kind = pb.CommandAck.Cumulative if rng.random() < 0.9 else pb.CommandAck.Individual
         for cid in ids:
@@ -151,6 +179,7 @@ def test_fast_paths_read_a_connect_storm_as_protobuf_does():
         events = _same_reading(_stream(rng), rng)
         subscribes += sum(isinstance(e, rq.Subscribe) for e in events)
     assert subscribes > 2000
+    assert _RUNS_SEEN[rq.SubscribeRun] > 20 and _RUNS_SEEN[ev.FlowRun] > 20
 
 
 def test_fast_paths_read_mangled_streams_as_protobuf_does():
