@@ -39,7 +39,7 @@ from locust.env import Environment
 from drivers.base import ConsumerSpec
 from harness.driver_config import load_driver_file
 from harness.embedded_broker import EmbeddedBroker
-from harness.messages import RunConfig
+from harness.messages import PhaseTimes, RunConfig
 from harness.run_plan import RunPlan
 from harness.users import user_classes
 from harness.worker import WorkerRun
@@ -133,13 +133,21 @@ def _measure(
         recorder.connected += 1
 
     collecting = [0.0, 0.0, 0]  # started, seconds, collections
+    longest = [0.0, 0.0, 0.0]  # the longest collection of each generation (s)
+    counted = [0, 0, 0]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
+        # A worker's event loop stalls for a whole collection: the longest one is what the
+        # loop-lag rule sees (a full one walks every object the storm left).
         if phase == "start":
             collecting[0] = time.perf_counter()
         else:
-            collecting[1] += time.perf_counter() - collecting[0]
+            took = time.perf_counter() - collecting[0]
+            collecting[1] += took
             collecting[2] += 1
+            generation = info["generation"]
+            counted[generation] += 1
+            longest[generation] = max(longest[generation], took)
 
     gc.callbacks.append(on_gc)
     gc.collect()
@@ -167,7 +175,16 @@ def _measure(
         profiler.disable()
     cpu, wall = time.process_time() - started_cpu, time.perf_counter() - started
     gc.callbacks.remove(on_gc)
+    # What a worker does once every consumer answered (WorkerRun.set_phases: the collector's
+    # thresholds back, one collection of the young generations, everything left frozen), and
+    # then a full collection: either one stalls the worker's event loop for its whole length.
+    at = time.perf_counter()
+    now = time.time()
+    run.set_phases(PhaseTimes(now, now + 1, now + 2, now + 3))
+    phases_s = time.perf_counter() - at
+    at = time.perf_counter()
     gc.collect()
+    full_s = time.perf_counter() - at
     held = _rss() - rss_before
     snapshot = tracemalloc.take_snapshot() if trace else None
     tracemalloc.stop()
@@ -180,6 +197,15 @@ def _measure(
         f"({cpu:.2f} s; {collecting[1]:.2f} s in {collecting[2]} garbage collections), "
         f"wall {wall:.2f} s, {recorder.failed} failed; resident memory held "
         f"{held / 2**20:.1f} MiB = {held / consumers / 1024:.2f} KiB/consumer"
+    )
+    print(
+        "garbage collections by generation (count, longest ms): "
+        + ", ".join(f"{g}: {counted[g]}, {1e3 * longest[g]:.1f}" for g in range(3))
+        + f"; {gc.get_freeze_count()} objects frozen (gc.freeze)"
+    )
+    print(
+        f"after the storm: set_phases (collect(1), freeze) {1e3 * phases_s:.1f} ms, "
+        f"then a full collection {1e3 * full_s:.1f} ms"
     )
     if snapshot is not None:
         stats = snapshot.statistics("lineno")

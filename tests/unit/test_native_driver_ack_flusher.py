@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import gevent
+import pytest
 from gevent.pool import Group
 
 from drivers.pulsar.ack_flusher import AckFlusher
@@ -48,4 +49,37 @@ def test_a_connection_due_again_after_a_flush_is_flushed_again() -> None:
     flusher.due(conn)  # closed: nothing more is flushed
     gevent.sleep(0.1)
     assert len(conn.flushed_at) == 2
+    group.kill()
+
+
+def test_a_long_turn_lets_the_loop_run_between_its_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn over many connections must not hold the event loop for its whole length (at a
+    million consumers it was the lag that flagged a run client-bound): with a slice of no
+    length, a timer's greenlet runs between two connections' flushes, and every connection is
+    still flushed once, in the order it became due."""
+    monkeypatch.setattr("drivers.pulsar.ack_flusher.PASS_SECONDS", -1.0)
+    log: list[object] = []
+
+    class Logged:
+        def flush_acks(self) -> None:
+            log.append(self)
+
+    def probe() -> None:
+        while True:
+            gevent.sleep(0.0001)
+            log.append("timer")
+
+    group = Group()
+    flusher = AckFlusher(10, group)
+    conns = [Logged() for _ in range(5)]
+    for conn in conns:
+        flusher.due(conn)
+    prober = gevent.spawn(probe)
+    gevent.sleep(0.3)
+    prober.kill()
+    flushed = [entry for entry in log if entry != "timer"]
+    assert flushed == conns
+    first, last = log.index(conns[0]), log.index(conns[-1])
+    assert "timer" in log[first:last]
+    flusher.close()
     group.kill()
