@@ -58,6 +58,12 @@ SEEK_RETURN_S = 60.0
 """How long a non-durable subscription (a Reader's) waits for the consumers a seek disconnected
 to subscribe again (the official client comes back within its reconnection back-off)."""
 
+ACK_RUN_KEPT = 8
+"""Runs of ACKs this long and longer have their consumers kept for the next run of the same
+ids (`_on_ack_run`); shorter ones are looked up each time (a connection per consumer keeps
+nothing: memory per consumer)."""
+_AckGroups = list[tuple[ConsumerSubscription, list[Consumer]]]
+
 PRE_HANDSHAKE_MAX_FRAME = 64 * 1024
 """The largest frame taken before the handshake. A CONNECT is a few hundred bytes (a few KB
 with auth data); a peer that has not even said CONNECT must not make the broker buffer the
@@ -121,6 +127,7 @@ class ServerConnection(asyncio.Protocol):
         "_waiting_producers",
         "_only",
         "_by_id",
+        "_ack_groups",
     )
 
     def __init__(self, service: ConnectionHost) -> None:
@@ -162,6 +169,10 @@ class ServerConnection(asyncio.Protocol):
         fan-out with a connection per consumer (a dict of one is 224 bytes)."""
         self._by_id: dict[int, Consumer] | None = None
         """The consumers by id, once it has had two at once (`_only` is None from then)."""
+        self._ack_groups: tuple[list[int], _AckGroups] | None = None
+        """The consumer ids of the last long run of ACKs and their consumers by subscription
+        (`_on_ack_run`): a client acknowledges each entry for the same consumers in the same
+        order. Dropped when the connection's consumers change."""
 
     # -- its consumers -----------------------------------------------------------------------
     @property
@@ -183,6 +194,7 @@ class ServerConnection(asyncio.Protocol):
         return by_id.get(consumer_id) if by_id else None
 
     def _add_consumer(self, consumer: Consumer) -> None:
+        self._ack_groups = None
         only, by_id = self._only, self._by_id
         if only is None and by_id is None:
             self._only = consumer
@@ -194,6 +206,7 @@ class ServerConnection(asyncio.Protocol):
         by_id[consumer.consumer_id] = consumer
 
     def _remove_consumer(self, consumer: Consumer) -> None:
+        self._ack_groups = None
         if self._only is consumer:
             self._only = None
         elif self._by_id is not None and self._by_id.get(consumer.consumer_id) is consumer:
@@ -699,29 +712,42 @@ class ServerConnection(asyncio.Protocol):
     def _on_ack_run(self, run: ev.AckRun, now: int) -> None:
         """ACKs of one message for many consumers (a broadcast's consumers of this connection
         acknowledging the same entry, or one-consumer subscriptions each acknowledging it):
-        handed to each subscription as one run, the entry's index looked up once a topic."""
-        by_id = self._by_id
-        consumer_of = by_id.get if by_id is not None else self.consumer_by_id
+        handed to each subscription as one run, the entry's index looked up once a topic. The
+        consumers of a long run are looked up once for the runs of the same ids after it."""
+        ids = run.consumer_ids
+        cached = self._ack_groups
+        if cached is not None and cached[0] == ids:
+            groups = cached[1]
+        else:
+            groups = self._ack_groups_of(ids)
+            if len(ids) >= ACK_RUN_KEPT:
+                self._ack_groups = (ids, groups)
         cumulative, ledger_id, entry_id = run.cumulative, run.ledger_id, run.entry_id
-        group: list[Consumer] = []
-        sub: ConsumerSubscription | None = None
         entry_log: EntryLog | None = None
         index = 0
-        for consumer_id in run.consumer_ids:
+        for sub, consumers in groups:
+            if sub.topic.log is not entry_log:
+                entry_log = sub.topic.log
+                index = entry_log.index_of(ledger_id, entry_id)
+            sub.on_ack_run(consumers, cumulative, index)
+
+    def _ack_groups_of(self, consumer_ids: list[int]) -> _AckGroups:
+        """The connection's consumers of `consumer_ids` that are on a subscription, in order,
+        in runs of one subscription (unknown ids left out)."""
+        by_id = self._by_id
+        consumer_of = by_id.get if by_id is not None else self.consumer_by_id
+        groups: _AckGroups = []
+        group: list[Consumer] = []
+        sub: ConsumerSubscription | None = None
+        for consumer_id in consumer_ids:
             consumer = consumer_of(consumer_id)
             if consumer is None or (its := consumer.subscription) is None:
                 continue
-            if its is sub:
-                group.append(consumer)
-                continue
-            if sub is not None:
-                sub.on_ack_run(group, cumulative, index)
-            sub, group = its, [consumer]
-            if its.topic.log is not entry_log:
-                entry_log = its.topic.log
-                index = entry_log.index_of(ledger_id, entry_id)
-        if sub is not None:
-            sub.on_ack_run(group, cumulative, index)
+            if its is not sub:
+                sub, group = its, []
+                groups.append((its, group))
+            group.append(consumer)
+        return groups
 
     def _on_redeliver(self, req: rq.RedeliverUnacknowledged, now: int) -> None:
         consumer = self._consumer(req.consumer_id)

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import struct
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import uvloop
@@ -20,8 +20,9 @@ from broker.core.topic_name import InvalidTopicName
 from broker.server.connection import PRE_HANDSHAKE_MAX_FRAME, ServerConnection
 from broker.server.service import BrokerService
 from pulsar_protocol import pulsar_api_pb2 as pb
-from pulsar_protocol.commands import T, body_of, command
+from pulsar_protocol.commands import T, ack_command_bytes, body_of, command
 from pulsar_protocol.frames import FrameDecoder, encode_raw_frame
+from pulsar_protocol.payload import encode_payload
 from pulsar_protocol.state import ConnectionState
 
 PEER = ("127.0.0.1", 50000)
@@ -415,3 +416,62 @@ def test_a_connections_subscribes_in_one_read_are_answered_as_one_by_one(topic, 
         }
     else:
         assert all(a.type == T.ERROR for a in answers) and not consumers
+
+
+def test_runs_of_acks_move_the_cursors_as_acks_one_by_one_do() -> None:
+    """A connection's ACKs of an entry in one read (a run; the consumers of a long one kept for
+    the next of the same ids) move each consumer's cursor as the same ACKs each in its own
+    read do, also after a consumer of the run closed and came back under its id in between."""
+
+    async def go(together: bool) -> dict[int, int]:
+        ids = list(range(1, 11))
+        subscribes, flows = _storm(TOPIC, ids, names=True)
+        wire = Wire()
+        wire.handshake()
+        wire.conn.data_received(b"".join(subscribes) + b"".join(flows))
+        topic = wire.service.topic(TOPIC)
+        section = encode_payload(
+            pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"x"
+        )
+        entries = [await topic.publish(section, b"", 1, 1) for _ in range(4)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+        def ack(entry: Any, consumer_ids: list[int]) -> None:
+            msg_id = pb.MessageIdData(ledgerId=entry.ledger_id, entryId=entry.entry_id)
+            frames = [
+                encode_raw_frame(
+                    ack_command_bytes(cid, pb.CommandAck.Cumulative, [msg_id.SerializeToString()])
+                )
+                for cid in consumer_ids
+            ]
+            if together:
+                wire.conn.data_received(b"".join(frames))
+            else:
+                for frame in frames:
+                    wire.conn.data_received(frame)
+
+        ack(entries[0], ids)
+        ack(entries[1], ids)
+        wire.send(command(T.CLOSE_CONSUMER, consumer_id=5, request_id=99))
+        ack(entries[2], ids)
+
+        async def subscribe(consumer_id: int) -> None:
+            subscribes, flows = _storm(TOPIC, [consumer_id], names=True)
+            wire.conn.data_received(subscribes[0] + flows[0])
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        await subscribe(5)  # the same id, another consumer: the ids' run looked up again
+        await subscribe(11)
+        ack(entries[3], ids)
+        ack(entries[3], [11])
+        sub = topic.subscriptions["all"]
+        dispatcher: Any = cast(Any, sub).dispatcher
+        marks = {c.consumer_id: dispatcher.cursor_of(c).mark_delete for c in wire.conn.consumers}
+        wire.close()
+        return marks
+
+    runs = asyncio.run(go(True))
+    assert runs == asyncio.run(go(False))
+    assert sorted(runs) == list(range(1, 12)) and len(set(runs.values())) == 1
