@@ -30,7 +30,13 @@ from pulsar_protocol.commands import (
 from pulsar_protocol.connection import Connection
 from pulsar_protocol.errors import RemoteProtocolError
 from pulsar_protocol.extensions import mode_property
-from pulsar_protocol.frames import FrameDecoder, encode_frame, frame_head, frame_sizes
+from pulsar_protocol.frames import (
+    FrameDecoder,
+    encode_frame,
+    frame_head,
+    frame_sizes,
+    varints_of_columns,
+)
 from pulsar_protocol.state import SERVER
 
 
@@ -309,3 +315,17 @@ def test_varints_of_every_length_round_trip(value):
     encoded = encode_varint(value)
     assert decode_varint(encoded) == value
     assert encoded == pb.MessageIdData(ledgerId=value, entryId=0).SerializeToString()[1:-2]
+
+
+@pytest.mark.parametrize("length", range(1, 10))
+def test_varints_of_columns_are_each_varints_value(length):
+    """Ids of every length read column by column (the bulk reading of runs) are the values
+    decode_varint reads one by one, the smallest and largest of the length among them."""
+    rng = random.Random(length)
+    low, high = (0 if length == 1 else 1 << (7 * (length - 1))), (1 << (7 * length)) - 1
+    values = [low, high, *(rng.randint(low, min(high, 2**63 - 1)) for _ in range(200))]
+    encoded = [encode_varint(v) for v in values]
+    assert all(len(e) == length for e in encoded)
+    columns = [bytearray(e[i] for e in encoded) for i in range(length)]
+    assert varints_of_columns(columns, len(values)) == [decode_varint(e) for e in encoded]
+    assert varints_of_columns(columns, 3) == values[:3]
