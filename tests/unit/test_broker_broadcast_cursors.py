@@ -280,3 +280,47 @@ def test_connections_of_one_consumer_and_of_several_each_get_an_entry_in_one_wri
     assert shared.writes == [2, 2]
     assert later.writes == [1, 1, 2]  # the newcomer's missed entry, nobody having acked it
     assert sub.messages_out == 10
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_long_ack_run_moves_the_cursors_as_the_loop_does(loop, monkeypatch, seed):
+    """A run of cumulative acks long enough for the numpy pass (`_ack_run_arrays`) leaves
+    every cursor, the refused count and the main cursor's state as the loop does: consumers
+    with different permits (some sent less, so some acks refused), a consumer twice in the
+    run, one that left, acks below and above where each stands."""
+    import random
+
+    from broker.subscriptions import broadcast
+
+    def state(arrays: bool):
+        monkeypatch.setattr(broadcast, "ACK_ARRAYS_FROM", 2 if arrays else 10**9)
+        rng = random.Random(seed)
+        topic, sub = _setup(loop, expiry_s=60, entries=8)
+        consumers = []
+        for cid in range(40):
+            consumer = Consumer(consumer_id=cid, name=f"c{cid}", wire=QuietWire())
+            sub.add_consumer(consumer)
+            sub.on_flow(consumer, rng.choice([1, 3, 8, 1000]))
+            consumers.append(consumer)
+        loop.run_until_complete(asyncio.sleep(0.01))  # dispatched
+        sub.remove_consumer(consumers[5])
+        dispatcher = sub.dispatcher
+        seen = []
+        for index in [rng.randrange(0, 8) for _ in range(6)]:
+            run = rng.sample(consumers, 30) + consumers[:2]
+            sub.on_ack_run(run, True, index)
+            seen.append(
+                (
+                    [c.slot >= 0 and dispatcher.cursor_of(c).mark_delete for c in consumers],
+                    dispatcher.acks_refused,
+                    dispatcher._slowest_stale,
+                    sub.mark_delete,
+                )
+            )
+        topic.close()
+        return seen
+
+    arrays = state(True)
+    assert arrays == state(False)
+    assert arrays[-1][1] > 0  # some acks were refused
+    assert len({mark for mark in arrays[-1][0] if mark is not False}) > 1
