@@ -27,7 +27,6 @@ are arrays too (by departure, oldest first), with their names in a dict.
 from __future__ import annotations
 
 import asyncio
-import operator
 from array import array
 from itertools import compress
 from typing import Any, cast
@@ -53,14 +52,10 @@ GONE = 2**63 - 1
 START_REFRESH_S = 0.05
 """With MANY consumers, how stale the place a newcomer starts at may be (`_start_mark`)."""
 MANY = 10_000
-ACK_ARRAYS_FROM = 16
-"""Runs of acks this long and longer move the cursors in one numpy pass (`_ack_run_arrays`);
-shorter ones cost less in a Python loop than numpy's calls."""
 FEW_PLACES = 16
 """Up to this many distinct mark-deletes, named cursors are grouped one C pass per place."""
 
 Groups = list[tuple[int, list[tuple[int, int]], list[str]]]
-_SLOT = operator.attrgetter("slot")
 
 
 def _view(positions: array[int]) -> np.ndarray:
@@ -489,9 +484,6 @@ class BroadcastDispatcher(Dispatcher):
             for consumer in consumers:
                 self.on_ack(consumer, False, [index])
             return
-        if len(consumers) >= ACK_ARRAYS_FROM and not self._holes:
-            self._ack_run_arrays(consumers, index)
-            return
         marks, reads, rewound, holes = self._marks, self._reads, self._rewound, self._holes
         slowest = self.cursor.mark_delete
         moved_slowest = moved = False
@@ -522,34 +514,6 @@ class BroadcastDispatcher(Dispatcher):
             self._unsaved = True
             self._cursor_moved()
         elif moved and not self._unsaved:
-            self._unsaved = True  # storage saves the consumers' own cursors too
-            self._cursor_moved()
-
-    def _ack_run_arrays(self, consumers: list[Consumer], index: int) -> None:
-        """`on_ack_run`'s cumulative ack by cursors without extras, one numpy pass over the
-        consumers' slots: what its loop does for each, in C (0.25 us an ack in Python; a
-        client acknowledges each entry for the 100 consumers of its connection at once)."""
-        slots = np.fromiter(map(_SLOT, consumers), np.int64, len(consumers))
-        slots = slots[slots >= 0]
-        marks = _view(self._marks)
-        before = marks[slots]
-        after = before < index
-        if not after.any():
-            return
-        slots, before = slots[after], before[after]
-        sent = (index < _view(self._reads)[slots]) | (index < _view(self._rewound)[slots])
-        refused = len(slots) - int(np.count_nonzero(sent))
-        if refused:
-            self.acks_refused += refused
-        if refused == len(slots):
-            return
-        marks[slots[sent]] = index  # what ack_cumulative does with nothing above it
-        del marks
-        if bool((before[sent] <= self.cursor.mark_delete).any()) and not self._slowest_stale:
-            self._slowest_stale = True
-            self._unsaved = True
-            self._cursor_moved()
-        elif not self._unsaved:
             self._unsaved = True  # storage saves the consumers' own cursors too
             self._cursor_moved()
 
