@@ -85,7 +85,7 @@ def _version() -> str:
 
 
 def _worker(argv: list[str]) -> int:
-    import locust  # noqa: F401 - gevent monkey-patching must come first
+    import harness.locust_first  # noqa: F401 - gevent's patching before any socket
 
     parser = argparse.ArgumentParser(
         prog="bench worker", description="Join a run's coordinator (Locust master)."

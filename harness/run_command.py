@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import locust  # noqa: F401, I001 - gevent monkey-patching must come before sockets are made
+import harness.locust_first  # noqa: F401 - gevent's patching before sockets are made
 
+# isort: split
 from broker.cli import SETTINGS as BROKER_SETTINGS
 from broker.cli import settings_problem
 from drivers.base import MessageSizeLimit

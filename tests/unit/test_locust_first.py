@@ -1,0 +1,103 @@
+"""harness/locust_first.py: gevent's plugins looked up once, and the same ones called as gevent's
+own look-up per event would (in the `locust` test process: importing it patches)."""
+
+from __future__ import annotations
+
+import socket
+from importlib import metadata
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.locust
+
+CALLS: list[tuple[str, Any]] = []
+
+
+def record_plugin(event: Any) -> None:
+    """A plugin's entry point (named by its dotted path below)."""
+    CALLS.append(("plugin", event))
+
+
+class _Dist:
+    """A distribution with a name and entry points, as importlib.metadata gives them."""
+
+    def __init__(self, name: str, *entries: metadata.EntryPoint) -> None:
+        self.metadata = {"Name": name}
+        self.entry_points = list(entries)
+
+
+def _entry(group: str, name: str = "p") -> metadata.EntryPoint:
+    return metadata.EntryPoint(name, f"{__name__}:record_plugin", group)
+
+
+def _event_groups() -> set[str]:
+    import gevent.events
+
+    return {
+        cls.ENTRY_POINT_NAME
+        for cls in vars(gevent.events).values()
+        if isinstance(cls, type) and isinstance(getattr(cls, "ENTRY_POINT_NAME", None), str)
+    }
+
+
+def test_the_installed_plugins_are_those_gevent_looks_up_per_event() -> None:
+    from harness.locust_first import plugins_by_group
+
+    found = plugins_by_group(metadata.distributions())
+    groups = _event_groups()
+    assert "gevent.plugins.monkey.will_patch_all" in groups  # gevent's own plugin's group
+    for group in groups:
+        expected = [(e.name, e.value) for e in metadata.entry_points(group=group)]
+        assert [(e.name, e.value) for e in found.get(group, [])] == expected, group
+    assert found["gevent.plugins.monkey.will_patch_all"]  # gevent.monkey:_subscribe_signal_os
+
+
+def test_plugins_of_gevents_groups_only_each_distribution_once() -> None:
+    from harness.locust_first import plugins_by_group
+
+    found = plugins_by_group(
+        [
+            _Dist("gevent", _entry("gevent.plugins.a"), _entry("console_scripts")),
+            _Dist("Other.Plugin", _entry("gevent.plugins.a", "q"), _entry("gevent.plugins.b")),
+            _Dist("other-plugin", _entry("gevent.plugins.c")),  # the same, later on the path
+        ]  # type: ignore[list-item]
+    )
+    assert {group: [e.name for e in entries] for group, entries in found.items()} == {
+        "gevent.plugins.a": ["p", "q"],
+        "gevent.plugins.b": ["p"],
+    }
+
+
+def test_an_event_goes_to_its_subscribers_then_its_groups_plugins() -> None:
+    import gevent.events
+
+    from harness.locust_first import notifier
+
+    class Event:
+        ENTRY_POINT_NAME = "gevent.plugins.test"
+
+    class OtherEvent:
+        ENTRY_POINT_NAME = "gevent.plugins.other"
+
+    notify = notifier({"gevent.plugins.test": [_entry("gevent.plugins.test")]})
+    event, other = Event(), OtherEvent()
+    subscriber = gevent.events.subscribers.append
+    subscriber(lambda e: CALLS.append(("subscriber", e)))
+    CALLS.clear()
+    try:
+        notify(event)
+        notify(other)
+    finally:
+        gevent.events.subscribers.pop()
+    assert CALLS == [("subscriber", event), ("plugin", event), ("subscriber", other)]
+
+
+def test_the_process_is_patched_with_the_looked_up_plugins() -> None:
+    import gevent.events
+    import gevent.socket
+
+    import harness.locust_first  # noqa: F401
+
+    assert gevent.events.notify_and_call_entry_points.__module__ == "harness.locust_first"
+    assert socket.socket is gevent.socket.socket
