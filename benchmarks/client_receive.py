@@ -5,9 +5,11 @@ for each of `--entries` entries, the MESSAGE frames the bundled broker writes fo
 consumer, from a `MessageTemplate`, with full broker stamps), cut into recvs of RECV_SIZE
 bytes as the socket returns them. Each recv goes through the reader's own handling (codec,
 delivery grouping, the harness's Recorder, permits), then the ack flusher's `flush_acks`.
-What it leaves out is the kernel and gevent: the recv copies and the ack writes a real run
-adds. Run: `python -m benchmarks.client_receive [--consumers N] [--entries N] [--size BYTES]
-[--read-size BYTES] [--individual] [--profile]`.
+The Recorder samples stages as a workload's `stageSampleFraction` says: all by default, as in
+issue 40's workloads (one stages row per message). What it leaves out is the kernel and
+gevent: the recv copies and the ack writes a real run adds. Run: `python -m
+benchmarks.client_receive [--consumers N] [--entries N] [--size BYTES] [--read-size BYTES]
+[--individual] [--sample-fraction F] [--profile]`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.settings import ConsumerConfig, Settings
 from harness.message_body import stamp
 from harness.recorder import Recorder
+from harness.workload import Workload
 from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.client_commands import SubscribesAnswered
@@ -38,6 +41,9 @@ from pulsar_protocol.payload import encode_payload
 from pulsar_protocol.stamps import EntryStamps, encode_stamps
 
 TOPIC = "persistent://public/default/bench"
+SAMPLE_FRACTION = Workload.__dataclass_fields__["stage_sample_fraction"].default
+"""A workload's stageSampleFraction unless it sets one (it was 0.01 here, so the benchmark
+sampled each consumer's pairs by hash, a loop over the consumers per message no run took)."""
 LEDGER = 7
 
 
@@ -102,12 +108,15 @@ def _measure(
     profiler: cProfile.Profile | None,
     shared: bool = False,
     connections: int = 1,
+    sample_fraction: float = SAMPLE_FRACTION,
 ) -> tuple[float, int]:
     """CPU seconds for `entries` broadcast entries, and how many ACK frames were flushed."""
     if connections > 1:
-        return _measure_connections(consumers, entries, size, connections, profiler)
+        return _measure_connections(
+            consumers, entries, size, connections, profiler, sample_fraction
+        )
     with tempfile.TemporaryDirectory() as directory:
-        recorder = Recorder(Path(directory), 0.01, {})
+        recorder = Recorder(Path(directory), sample_fraction, {})
         recorder.phases.measure_start = 0.0
         conn = _connected(consumers, individual, recorder)
         protocol = conn._protocol
@@ -137,14 +146,19 @@ def _measure(
 
 
 def _measure_connections(
-    consumers: int, entries: int, size: int, connections: int, profiler: cProfile.Profile | None
+    consumers: int,
+    entries: int,
+    size: int,
+    connections: int,
+    profiler: cProfile.Profile | None,
+    sample_fraction: float = SAMPLE_FRACTION,
 ) -> tuple[float, int]:
     """`_measure` over `connections` connections of `consumers` each (1: one connection per
     consumer), each entry read on every connection in turn as one pass of the receive engine
     would (one recv each, its own read and kernel times, the pass's deliveries handed over at
     its end), then the ack flusher's turn over every connection."""
     with tempfile.TemporaryDirectory() as directory:
-        recorder = Recorder(Path(directory), 0.01, {})
+        recorder = Recorder(Path(directory), sample_fraction, {})
         recorder.phases.measure_start = 0.0
         decoder = DeliveryDecoder(False)
         conns = [_connected(consumers, False, recorder, n + 1, decoder) for n in range(connections)]
@@ -183,6 +197,12 @@ def main() -> None:
     parser.add_argument("--individual", action="store_true", help="individual acks")
     parser.add_argument("--profile", action="store_true", help="cProfile, top functions")
     parser.add_argument(
+        "--sample-fraction",
+        type=float,
+        default=SAMPLE_FRACTION,
+        help="the workload's stageSampleFraction (share of deliveries with a stages row)",
+    )
+    parser.add_argument(
         "--shared", action="store_true", help="one subscription per consumer (Shared baseline)"
     )
     parser.add_argument(
@@ -202,6 +222,7 @@ def main() -> None:
         profiler,
         args.shared,
         args.connections,
+        args.sample_fraction,
     )
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)

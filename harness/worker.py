@@ -199,7 +199,7 @@ class WorkerRun:
         of one subscription share its names (RunPlan.consumer_placements)."""
         plan = self.plan
         share = self._share
-        globals_ = [share[local] for local in locals_]
+        globals_ = share[locals_.start : locals_.stop]  # a range: placements see its order
         placements = plan.consumer_placements(globals_)
         workload = plan.workload
         mode, prefix = workload.subscription_type, self._names.prefix  # ConsumerNames.get's

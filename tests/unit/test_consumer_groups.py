@@ -97,3 +97,27 @@ def test_a_groups_placements_are_each_consumers_with_names_shared(
     by_name: dict[tuple[str, str], tuple[str, str]] = {}
     for placement in placements:
         assert by_name.setdefault(placement, placement) is placement  # one tuple per subscription
+
+
+@pytest.mark.parametrize(
+    "topics,subscriptions,per_subscription", [(1, 1, 250), (3, 2, 7), (1, 2, 2), (4, 1, 3)]
+)
+def test_placements_of_a_range_are_each_numbers_whatever_it_spans(
+    topics, subscriptions, per_subscription
+):
+    """A worker's group comes as a range (ascending numbers): within one subscription its
+    placement is shared; a range across subscriptions, topics or the topics' wrap (numbers a
+    topics' span apart with the same placement but others between) has each its own."""
+    plan = _plan_of(
+        subscription_type="Shared",
+        topics=topics,
+        subscriptions_per_topic=subscriptions,
+        consumer_per_subscription=per_subscription,
+    )
+    span = topics * subscriptions * per_subscription
+    for start in range(0, 2 * span + 3):
+        for stop in range(start, start + span + 4):
+            for step in (1, 2, 3):
+                numbers = range(start, stop, step)
+                placements = plan.consumer_placements(numbers)
+                assert placements == [plan.consumer_placement(i) for i in numbers], numbers

@@ -612,6 +612,29 @@ def test_a_group_subscribes_in_one_write_each_consumer_all_or_nothing(make_wire)
     assert wire.deliveries.got[0][0] == 0
 
 
+def test_a_group_of_several_subscriptions_sends_each_consumers_own(make_wire):
+    """A group's SUBSCRIBEs come from one template per run of a subscription and type: each
+    consumer's own subscription and mode reach the wire, in order, in one write."""
+    wire = make_wire()
+    wire.conn._sock = recording = RecordingSocket(wire.conn._sock)
+    plan = [("a", "Shared"), ("a", "Shared"), ("b", "Shared"), ("b", "Failover"), ("a", "Shared")]
+    specs = [ConsumerSpec(i, f"c{i}", "topic", sub, mode) for i, (sub, mode) in enumerate(plan)]
+    task = gevent.spawn(wire.conn.subscribe_group, specs, [["topic"]] * len(specs))
+    subs = [wire.broker.expect(T.SUBSCRIBE).subscribe for _ in specs]
+    assert len(recording.writes) == 1
+    assert [(s.subscription, s.subType, s.consumer_name) for s in subs] == [
+        ("a", pb.CommandSubscribe.Shared, "c0"),
+        ("a", pb.CommandSubscribe.Shared, "c1"),
+        ("b", pb.CommandSubscribe.Shared, "c2"),
+        ("b", pb.CommandSubscribe.Failover, "c3"),
+        ("a", pb.CommandSubscribe.Shared, "c4"),
+    ]
+    wire.broker.send(*(encode_frame(command(T.SUCCESS, request_id=s.request_id)) for s in subs))
+    outcomes, ids = task.get(timeout=WAIT)
+    assert all(type(o) is int for o in outcomes)
+    assert ids == [[s.consumer_id] for s in subs]
+
+
 def test_a_lost_connection_fails_a_group_waiting_on_it(make_wire):
     wire = make_wire()
     lost: list = []
