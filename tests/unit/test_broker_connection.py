@@ -349,7 +349,9 @@ def test_consumers_come_and_go_on_a_connection_whether_it_has_one_or_several() -
     run(go)
 
 
-def _storm(topic: str, ids: list[int], names: bool) -> tuple[list[bytes], list[bytes]]:
+def _storm(
+    topic: str, ids: list[int], names: bool, subscription: str = "all", earliest: bool = False
+) -> tuple[list[bytes], list[bytes]]:
     """A client's SUBSCRIBEs to one Broadcast subscription (consumer id k, request id k + 1000)
     and their FLOWs, each frame's bytes, as drivers/pulsar's subscribe_group writes them."""
     subscribes = [
@@ -357,12 +359,13 @@ def _storm(topic: str, ids: list[int], names: bool) -> tuple[list[bytes], list[b
             command(
                 T.SUBSCRIBE,
                 topic=topic,
-                subscription="all",
+                subscription=subscription,
                 subType=pb.CommandSubscribe.Shared,
                 consumer_id=cid,
                 request_id=cid + 1000,
                 metadata=[pb.KeyValue(key="subscriptionMode", value="broadcast")],
                 **({"consumer_name": f"c{cid}"} if names else {}),
+                **({"initialPosition": pb.CommandSubscribe.Earliest} if earliest else {}),
             ).SerializeToString()
         )
         for cid in ids
@@ -421,7 +424,8 @@ def test_a_connections_subscribes_in_one_read_are_answered_as_one_by_one(topic, 
 def test_runs_of_acks_move_the_cursors_as_acks_one_by_one_do() -> None:
     """A connection's ACKs of an entry in one read (a run; the consumers of a long one kept for
     the next of the same ids) move each consumer's cursor as the same ACKs each in its own
-    read do, also after a consumer of the run closed and came back under its id in between."""
+    read do, also after a consumer of the run closed and came back under its id in between,
+    on the same subscription and on another."""
 
     async def go(together: bool) -> dict[int, int]:
         ids = list(range(1, 11))
@@ -456,22 +460,29 @@ def test_runs_of_acks_move_the_cursors_as_acks_one_by_one_do() -> None:
         wire.send(command(T.CLOSE_CONSUMER, consumer_id=5, request_id=99))
         ack(entries[2], ids)
 
-        async def subscribe(consumer_id: int) -> None:
-            subscribes, flows = _storm(TOPIC, [consumer_id], names=True)
+        async def subscribe(consumer_id: int, subscription: str = "all") -> None:
+            subscribes, flows = _storm(
+                TOPIC, [consumer_id], names=True, subscription=subscription, earliest=True
+            )
             wire.conn.data_received(subscribes[0] + flows[0])
             for _ in range(5):
                 await asyncio.sleep(0)
 
         await subscribe(5)  # the same id, another consumer: the ids' run looked up again
         await subscribe(11)
-        ack(entries[3], ids)
         ack(entries[3], [11])
-        sub = topic.subscriptions["all"]
-        dispatcher: Any = cast(Any, sub).dispatcher
-        marks = {c.consumer_id: dispatcher.cursor_of(c).mark_delete for c in wire.conn.consumers}
+        # The last consumer again under its id, on another subscription: the ids' run is the
+        # connection's consumers in order as before, no longer all on one subscription.
+        wire.send(command(T.CLOSE_CONSUMER, consumer_id=11, request_id=98))
+        await subscribe(11, "other")
+        ack(entries[3], [c.consumer_id for c in wire.conn.consumers])  # in the order they came
+        marks = {
+            c.consumer_id: cast(Any, c.subscription).dispatcher.cursor_of(c).mark_delete
+            for c in wire.conn.consumers
+        }
         wire.close()
         return marks
 
     runs = asyncio.run(go(True))
     assert runs == asyncio.run(go(False))
-    assert sorted(runs) == list(range(1, 12)) and len(set(runs.values())) == 1
+    assert sorted(runs) == list(range(1, 12)) and len(set(runs.values())) == 1  # all acked
