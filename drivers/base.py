@@ -86,9 +86,13 @@ class BatchConsumerCallback(ConsumerCallback, Protocol):
         when the callback has it (harness.recorder.Recorder does)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConsumerSpec:
-    """One consumer to create. `index` is unique within the worker and names it in callbacks."""
+    """One consumer to create. `index` is unique within the worker and names it in callbacks.
+
+    Not frozen: one is made per consumer in the subscribe storm, and a frozen dataclass's
+    `__init__` (an `object.__setattr__` per field) took 2.3 µs against 0.7 (docs/benchmarks.md,
+    issue 40, 2026-11-29). Nothing changes one after it is made."""
 
     index: int
     name: str
@@ -104,8 +108,10 @@ class ConsumerSpec:
     is), the others individually; 0: all are acknowledged, as the driver's settings say."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SubscribeResult:
+    """One consumer's subscription; not frozen, as ConsumerSpec."""
+
     index: int
     connection: int
     start_us: int
