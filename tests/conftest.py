@@ -7,6 +7,7 @@ import fcntl
 import importlib.abc
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from playwright.sync_api import Browser, BrowserContext
     from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,12 +166,22 @@ test's calm run shared the cores with another test's run."""
 
 
 SAME_PROCESS = {
-    "tests/integration/test_analysis_many_consumers.py": "tests/integration/test_analysis_spark.py"
+    "tests/integration/test_analysis_many_consumers.py": "tests/integration/test_analysis_spark.py",
+    **{
+        f"tests/integration/{name}.py": "tests/integration/test_report_browser.py"
+        for name in (
+            "test_report_headline_browser",
+            "test_policy_report_browser",
+            "test_history_browser",
+            "test_report_fit_chart_browser",
+        )
+    },
 }
 """Files that `--dist loadfile` hands out as one, to one process: their tests share a session
-fixture that costs a JVM per test process (`spark`: its start and first analysis's warm-up).
-The two files with `-n 2`, whole tree's CPU with the JVMs: 44.1 and 46.2 CPU-s as one, 55.0
-and 56.3 in two processes (2026-11-28 22:22-22:27, load 2-4.5)."""
+fixture that costs a JVM per test process (`spark`: its start and first analysis's warm-up),
+or a Chromium (`browser`). The two analysis files with `-n 2`, whole tree's CPU with the JVMs:
+44.1 and 46.2 CPU-s as one, 55.0 and 56.3 in two processes (2026-11-28 22:22-22:27, load
+2-4.5)."""
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -517,6 +529,43 @@ def spark() -> Iterator[SparkSession]:
     session = build_session(IN_PROCESS_MASTER)
     yield session
     session.stop()
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Browser]:
+    """One headless Chromium (Debian's package) per test process, for the report's browser
+    tests (SAME_PROCESS hands their files to one process). Playwright's driver and a Chromium
+    started per module cost about 2.7 CPU-s each time, six times a run. Started at the first
+    test that asks."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not shutil.which(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; make tools does as root)")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browser(chromium: Browser) -> Iterator[BrowserContext]:
+    """A context of its own in the process's Chromium for each test: nothing (cookies,
+    storage, pages) is left from the test before, and its pages close with it."""
+    context = chromium.new_context()
+    yield context
+    context.close()
 
 
 @pytest.fixture

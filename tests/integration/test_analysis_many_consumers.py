@@ -21,15 +21,13 @@ from reports.render import RUN_CHARTS, render_run
 from results_contract.paths import CONNECTIONS_FILE
 from results_contract.summary import Connection, Deliveries, Headline, PerConsumer, Top
 from spark_analysis import analyze_run
-from tests.integration.test_report_browser import _assert_rendered, _open, browser
+from tests.integration.test_report_browser import _assert_rendered, _open
 
 pytestmark = pytest.mark.integration
 
 SMALL, LARGE = 1_000, 20_000
 REPORT_GROWTH_BYTES = 4096
 """How much larger LARGE's report may be than SMALL's: digits of larger numbers, no rows."""
-
-__all__ = ["browser"]  # the browser fixture, shared with the report's own browser tests
 
 
 @pytest.fixture(scope="module")

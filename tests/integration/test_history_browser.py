@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from reports.history import main as history_main
-from tests.integration.test_report_browser import _assert_rendered, _open, browser
+from tests.integration.test_report_browser import _assert_rendered, _open
 from tests.unit.test_history import REVISIONS, STEP_AT, history_runs, revision
 
 pytestmark = pytest.mark.integration
-__all__ = ["browser"]  # the module-scoped Chromium fixture, shared
 
 
 def test_the_trend_page_renders_with_its_change_point(browser, tmp_path) -> None:

@@ -3,8 +3,6 @@ console errors, and every chart drew data marks."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from reports.compare import COMPARE_RUN_CHARTS, COMPARE_SWEEP_CHARTS, render_comparison
@@ -12,29 +10,6 @@ from reports.render import RUN_CHARTS, SWEEP_CHARTS, render_run, render_sweep
 from tests.samples import sample_summary, sample_sweep, write_run, write_sweep
 
 pytestmark = pytest.mark.integration
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; make tools does as root)")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def _open(browser, path):

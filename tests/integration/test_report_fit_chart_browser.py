@@ -5,17 +5,12 @@ kept in the test's folder to look at."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from reports.render import render_sweep
 from tests.samples import sample_sweep, write_sweep
 
 pytestmark = pytest.mark.integration
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 
 
 def _overlap(a: dict[str, float], b: dict[str, float]) -> float:
@@ -24,27 +19,20 @@ def _overlap(a: dict[str, float], b: dict[str, float]) -> float:
     return max(0.0, w) * max(0.0, h)
 
 
-def test_the_fit_charts_texts_do_not_overlap(tmp_path):
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; make tools does as root)")
+def test_the_fit_charts_texts_do_not_overlap(browser, tmp_path):
     path = render_sweep(write_sweep(tmp_path / "sweep", sample_sweep()))
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.goto(path.resolve().as_uri())
-            page.wait_for_load_state("load")
-            chart = page.locator('figure.chart[data-chart="connection-vs-consumers"]')
-            chart.screenshot(path=str(tmp_path / "fit-chart.png"))
-            texts = chart.locator("svg text")
-            boxes = []
-            for i in range(texts.count()):
-                box = texts.nth(i).bounding_box()
-                if box and box["width"] > 0:
-                    boxes.append((texts.nth(i).text_content() or "", box))
-        finally:
-            browser.close()
+    page = browser.new_page()
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    page.goto(path.resolve().as_uri())
+    page.wait_for_load_state("load")
+    chart = page.locator('figure.chart[data-chart="connection-vs-consumers"]')
+    chart.screenshot(path=str(tmp_path / "fit-chart.png"))
+    texts = chart.locator("svg text")
+    boxes = []
+    for i in range(texts.count()):
+        box = texts.nth(i).bounding_box()
+        if box and box["width"] > 0:
+            boxes.append((texts.nth(i).text_content() or "", box))
     at_100k = [t for t, _ in boxes if "at 100K" in t]
     assert (
         sorted(at_100k) == sorted([t for t in at_100k if t.startswith(("Shared", "Broadcast"))])

@@ -8,13 +8,13 @@ import pytest
 from reports.compare import render_comparison
 from reports.formatting import fmt_ms
 from reports.render import render_run, render_sweep
-from tests.integration.test_report_browser import _open, browser  # noqa: F401 (fixture)
+from tests.integration.test_report_browser import _open
 from tests.samples import sample_summary, sample_sweep, write_run, write_sweep
 
 pytestmark = pytest.mark.integration
 
 
-def test_case_page_leads_with_the_kernel_p99(browser, tmp_path):  # noqa: F811
+def test_case_page_leads_with_the_kernel_p99(browser, tmp_path):
     summary = sample_summary(e2e_p99_ms=44.6)
     kernel = summary["headline"]["e2e_kernel_p99_ms"]
     page, errors, _ = _open(browser, render_run(write_run(tmp_path / "k", summary)))
@@ -32,7 +32,7 @@ def test_case_page_leads_with_the_kernel_p99(browser, tmp_path):  # noqa: F811
     assert "no kernel receive times" in tile.locator("[data-kernel-time]").inner_text()
 
 
-def test_case_page_with_some_kernel_times_leads_with_read_time(browser, tmp_path):  # noqa: F811
+def test_case_page_with_some_kernel_times_leads_with_read_time(browser, tmp_path):
     summary = sample_summary(e2e_p99_ms=44.6)
     summary["latency"]["e2e_kernel"]["count"] = 59_000
     page, _, _ = _open(browser, render_run(write_run(tmp_path / "p", summary)))
@@ -41,7 +41,7 @@ def test_case_page_with_some_kernel_times_leads_with_read_time(browser, tmp_path
     assert "only 59,000 of 60,000 deliveries" in tile.locator("[data-kernel-time]").inner_text()
 
 
-def test_sweep_page_cases_and_side_by_side_show_the_kernel_p99(browser, tmp_path):  # noqa: F811
+def test_sweep_page_cases_and_side_by_side_show_the_kernel_p99(browser, tmp_path):
     sweep = sample_sweep()
     path = write_sweep(tmp_path / "s", sweep)
     for case in sweep["cases"][:-1]:  # the last case has no report: named, not linked
@@ -65,7 +65,7 @@ def test_sweep_page_cases_and_side_by_side_show_the_kernel_p99(browser, tmp_path
     assert "P99 at the kernel" in title
 
 
-def test_compare_pages_lead_with_the_kernel_p99(browser, tmp_path):  # noqa: F811
+def test_compare_pages_lead_with_the_kernel_p99(browser, tmp_path):
     a = sample_summary(run_id="a", subscription_type="Shared", e2e_p99_ms=44.6)
     b = sample_summary(run_id="b", e2e_p99_ms=12.8, kernel_times=False)
     cmp = render_comparison(
@@ -93,7 +93,7 @@ def test_compare_pages_lead_with_the_kernel_p99(browser, tmp_path):  # noqa: F81
     )
 
 
-def test_case_page_shows_the_stage_sample_count(browser, tmp_path):  # noqa: F811
+def test_case_page_shows_the_stage_sample_count(browser, tmp_path):
     summary = sample_summary(consumers=500, seconds=15)
     summary["stages"]["tail"]["count"] = 75
     page, errors, _ = _open(browser, render_run(write_run(tmp_path / "n", summary)))
@@ -110,7 +110,7 @@ def test_case_page_shows_the_stage_sample_count(browser, tmp_path):  # noqa: F81
     assert "from 3 deliveries" in counts and "few samples: under 50" in counts
 
 
-def test_a_driver_without_broker_stamps_says_so(browser, tmp_path):  # noqa: F811
+def test_a_driver_without_broker_stamps_says_so(browser, tmp_path):
     summary = sample_summary(consumers=3000, stage_rows=False)
     summary["driver"]["name"] = "redis"
     page, errors, _ = _open(browser, render_run(write_run(tmp_path / "redis", summary)))
