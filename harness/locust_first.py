@@ -43,14 +43,17 @@ def notifier(plugins: dict[str, list[metadata.EntryPoint]]) -> Callable[[object]
     subscribers, then each plugin of its group."""
 
     def notify_and_call_entry_points(event: object) -> None:
-        gevent.events.notify(event)
+        gevent.events.notify(event)  # type: ignore[attr-defined] # zope.event's, not in the stubs
         for plugin in plugins.get(getattr(event, "ENTRY_POINT_NAME", ""), ()):
             plugin.load()(event)
 
     return notify_and_call_entry_points
 
 
-# gevent.monkey and gevent.hub import the function from gevent.events when they call it.
-gevent.events.notify_and_call_entry_points = notifier(plugins_by_group(metadata.distributions()))
+# gevent.monkey and gevent.hub import the function from gevent.events when they call it (not
+# in types-gevent's stubs).
+gevent.events.notify_and_call_entry_points = notifier(  # type: ignore[attr-defined]
+    plugins_by_group(metadata.distributions())
+)
 
 import locust  # noqa: E402, F401, I001 - the patching itself

@@ -170,6 +170,7 @@ SAME_PROCESS = {
     **{
         f"tests/integration/{name}.py": "tests/integration/test_report_browser.py"
         for name in (
+            "test_driver_sweep",
             "test_report_headline_browser",
             "test_policy_report_browser",
             "test_history_browser",

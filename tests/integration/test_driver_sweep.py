@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.test_report_browser import _assert_rendered, _open, browser  # noqa: F401
+from tests.integration.test_report_browser import _assert_rendered, _open
 
 pytestmark = pytest.mark.integration
 
 
-def test_one_run_compares_brokers_side_by_side(tmp_path, browser):  # noqa: F811
+def test_one_run_compares_brokers_side_by_side(tmp_path, browser):
     workload = tmp_path / "side.yaml"
     workload.write_text(
         textwrap.dedent("""
