@@ -52,6 +52,8 @@ GONE = 2**63 - 1
 START_REFRESH_S = 0.05
 """With MANY consumers, how stale the place a newcomer starts at may be (`_start_mark`)."""
 MANY = 10_000
+ACK_RANGE_FROM = 8
+"""Runs of acks this long and longer are tried as a range of slots first (`_ack_range`)."""
 FEW_PLACES = 16
 """Up to this many distinct mark-deletes, named cursors are grouped one C pass per place."""
 
@@ -484,6 +486,12 @@ class BroadcastDispatcher(Dispatcher):
             for consumer in consumers:
                 self.on_ack(consumer, False, [index])
             return
+        if (
+            len(consumers) >= ACK_RANGE_FROM
+            and not self._holes
+            and self._ack_range(consumers, index)
+        ):
+            return
         marks, reads, rewound, holes = self._marks, self._reads, self._rewound, self._holes
         slowest = self.cursor.mark_delete
         moved_slowest = moved = False
@@ -516,6 +524,30 @@ class BroadcastDispatcher(Dispatcher):
         elif moved and not self._unsaved:
             self._unsaved = True  # storage saves the consumers' own cursors too
             self._cursor_moved()
+
+    def _ack_range(self, consumers: list[Consumer], index: int) -> bool:
+        """`on_ack_run`'s loop in a few C calls when `consumers` hold consecutive slots in
+        order (a connection's consumers subscribe in one run, so they get them) and every one
+        of them takes the ack: each was sent `index` and had not acknowledged it (no cursor
+        with extras: the caller checks). False, and nothing done, otherwise: the loop decides.
+        The loop took 0.15-0.35 us an ack at 100 consumers a run."""
+        lo = consumers[0].slot
+        hi = lo + len(consumers)
+        if lo < 0 or self.consumers[lo:hi] != consumers:  # identity, element by element, in C
+            return False
+        marks = self._marks
+        before = marks[lo:hi]
+        if max(before) >= index or min(self._reads[lo:hi]) <= index:
+            return False
+        marks[lo:hi] = array("q", (index,)) * len(consumers)
+        if min(before) <= self.cursor.mark_delete and not self._slowest_stale:
+            self._slowest_stale = True
+            self._unsaved = True
+            self._cursor_moved()
+        elif not self._unsaved:
+            self._unsaved = True  # storage saves the consumers' own cursors too
+            self._cursor_moved()
+        return True
 
     def on_redeliver(self, consumer: Consumer, indexes: list[int] | None) -> None:
         # Rewind this consumer's virtual cursor only (Cursor.rewind); the others are not affected.

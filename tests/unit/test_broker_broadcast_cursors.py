@@ -280,3 +280,47 @@ def test_connections_of_one_consumer_and_of_several_each_get_an_entry_in_one_wri
     assert shared.writes == [2, 2]
     assert later.writes == [1, 1, 2]  # the newcomer's missed entry, nobody having acked it
     assert sub.messages_out == 10
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_acks_of_consecutive_slots_move_the_cursors_as_the_loop_does(loop, monkeypatch, seed):
+    """Runs of cumulative acks over consumers in consecutive slots (`_ack_range`), over
+    consumers not in them (a leaver's slot taken by the last), over some not sent the entry
+    (refused) and some past it: every cursor, the refused count and the main cursor's state
+    as the loop leaves them."""
+    import random
+
+    from broker.subscriptions import broadcast
+
+    def state(ranges: bool) -> list:
+        monkeypatch.setattr(broadcast, "ACK_RANGE_FROM", 2 if ranges else 10**9)
+        rng = random.Random(seed)
+        topic, sub = _setup(loop, expiry_s=60, entries=8)
+        consumers = []
+        for cid in range(40):
+            consumer = Consumer(consumer_id=cid, name=f"c{cid}", wire=QuietWire())
+            sub.add_consumer(consumer)
+            sub.on_flow(consumer, 1000 if rng.random() < 0.9 else rng.choice([1, 3]))
+            consumers.append(consumer)
+        loop.run_until_complete(asyncio.sleep(0.01))  # dispatched
+        sub.remove_consumer(consumers[rng.randrange(40)])
+        dispatcher = sub.dispatcher
+        seen = []
+        for index in sorted(rng.randrange(0, 8) for _ in range(8)):
+            start = rng.randrange(0, 30)
+            sub.on_ack_run(consumers[start : start + rng.randrange(2, 12)], True, index)
+            seen.append(
+                (
+                    [c.slot >= 0 and dispatcher.cursor_of(c).mark_delete for c in consumers],
+                    dispatcher.acks_refused,
+                    dispatcher._slowest_stale,
+                    dispatcher._unsaved,
+                    sub.mark_delete,
+                )
+            )
+        topic.close()
+        return seen
+
+    ranges = state(True)
+    assert ranges == state(False)
+    assert len({mark for mark in ranges[-1][0] if mark is not False}) > 1
