@@ -175,8 +175,9 @@ class ServerConnection(asyncio.Protocol):
         self._by_id: dict[int, Consumer] | None = None
         """The consumers by id, once it has had two at once (`_only` is None from then)."""
         self._one_sub: ConsumerSubscription | None | object = _UNKNOWN
-        """The subscription all its consumers are on, None if they are not on one; worked out
-        when a run of ACKs asks (`_on_ack_run`), forgotten when its consumers change."""
+        """The subscription all its consumers are on, None if they are not on one (for
+        `_on_ack_run`): kept as consumers come and go, worked out again only when one leaves
+        those that were on several."""
 
     # -- its consumers -----------------------------------------------------------------------
     @property
@@ -198,8 +199,12 @@ class ServerConnection(asyncio.Protocol):
         return by_id.get(consumer_id) if by_id else None
 
     def _add_consumer(self, consumer: Consumer) -> None:
-        self._one_sub = _UNKNOWN
+        """Keep `consumer`, which is on its subscription already."""
         only, by_id = self._only, self._by_id
+        if only is None and not by_id:
+            self._one_sub = consumer.subscription
+        elif self._one_sub is not consumer.subscription and self._one_sub is not _UNKNOWN:
+            self._one_sub = None
         if only is None and by_id is None:
             self._only = consumer
             return
@@ -210,7 +215,8 @@ class ServerConnection(asyncio.Protocol):
         by_id[consumer.consumer_id] = consumer
 
     def _remove_consumer(self, consumer: Consumer) -> None:
-        self._one_sub = _UNKNOWN
+        if self._one_sub is None:  # those left may all be on one
+            self._one_sub = _UNKNOWN
         if self._only is consumer:
             self._only = None
         elif self._by_id is not None and self._by_id.get(consumer.consumer_id) is consumer:
