@@ -730,8 +730,8 @@ class ServerConnection(asyncio.Protocol):
         ids = run.consumer_ids
         by_id = self._by_id
         groups: _AckGroups
-        if by_id is not None and len(by_id) == len(ids) and list(by_id) == ids:
-            sub = self._one_sub
+        sub = self._one_sub  # None (several subscriptions, as Shared's): nothing to compare
+        if sub is not None and by_id is not None and len(by_id) == len(ids) and list(by_id) == ids:
             if sub is _UNKNOWN:
                 sub = self._one_sub = _one_subscription(by_id.values())
             if sub is not None:
