@@ -16,7 +16,6 @@ from math import isfinite, sqrt
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from results_contract.headline import HeadlineP99, of_case
 
@@ -72,7 +71,12 @@ def fit_band(fit: Mapping[str, Any] | None) -> FitBand | None:
     fitted = np.array([sum(c * x**k for k, c in enumerate(coefficients)) for x in xs])
     dof = len(points) - p
     s = sqrt(float(np.sum((ys - fitted) ** 2)) / dof)
-    t = float(stats.t.ppf(0.5 + LEVEL / 2, dof))
+    # Student's t quantile from scipy.special, imported here: `scipy.stats` (the same
+    # `t.ppf`) took 0.8-1.0 CPU-s to import, in every process that imports reports.render
+    # (each pytest process, `bench run`, `bench report`), `scipy.special` 0.4.
+    from scipy.special import stdtrit
+
+    t = float(stdtrit(dof, 0.5 + LEVEL / 2))
     if not (isfinite(s) and isfinite(t)):
         return None
     return FitBand(coefficients, tuple(xs), scale, np.linalg.pinv(design), s, t)

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-import jwt
-
 from broker.config import BrokerConfig, BrokerConfigError
 
 METHOD = "token"
@@ -59,6 +57,10 @@ class TokenAuthenticator:
 
     def role_of(self, token: str | bytes) -> str:
         """The token's subject; raises AuthenticationFailed saying why not."""
+        # Imported here, by the brokers that check tokens: jwt (with cryptography) took 0.15
+        # CPU-s to import in every broker start, about 75 of them in a `make test`.
+        import jwt
+
         try:
             claims = jwt.decode(token, self.secret, algorithms=ALGORITHMS)
         except jwt.PyJWTError as exc:
