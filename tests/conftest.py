@@ -166,23 +166,12 @@ test's calm run shared the cores with another test's run."""
 
 
 SAME_PROCESS = {
-    "tests/integration/test_analysis_many_consumers.py": "tests/integration/test_analysis_spark.py",
-    **{
-        f"tests/integration/{name}.py": "tests/integration/test_report_browser.py"
-        for name in (
-            "test_driver_sweep",
-            "test_report_headline_browser",
-            "test_policy_report_browser",
-            "test_history_browser",
-            "test_report_fit_chart_browser",
-        )
-    },
+    "tests/integration/test_analysis_many_consumers.py": "tests/integration/test_analysis_spark.py"
 }
 """Files that `--dist loadfile` hands out as one, to one process: their tests share a session
-fixture that costs a JVM per test process (`spark`: its start and first analysis's warm-up),
-or a Chromium (`browser`). The two analysis files with `-n 2`, whole tree's CPU with the JVMs:
-44.1 and 46.2 CPU-s as one, 55.0 and 56.3 in two processes (2026-11-28 22:22-22:27, load
-2-4.5)."""
+fixture that costs a JVM per test process (`spark`: its start and first analysis's warm-up).
+The two files with `-n 2`, whole tree's CPU with the JVMs: 44.1 and 46.2 CPU-s as one, 55.0
+and 56.3 in two processes (2026-11-28 22:22-22:27, load 2-4.5)."""
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -545,12 +534,13 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Browser]:
-    """One headless Chromium (Debian's package) per test process, for the report's browser
-    tests (SAME_PROCESS hands their files to one process). Playwright's driver and a Chromium
-    started per module cost about 2.7 CPU-s each time, six times a run. Started at the first
-    test that asks."""
+    """One headless Chromium (Debian's package) per test file, for the report's browser tests;
+    each test gets a context of its own (`browser`). Not one per process: Playwright's sync API
+    keeps its event loop set as the thread's running loop until it stops, and every later test
+    file of the process that ran asyncio failed ("asyncio.run() cannot be called from a running
+    event loop": 67 broker tests in the make test of 2026-11-29 05:25)."""
     playwright = pytest.importorskip("playwright.sync_api")
     if not shutil.which(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; make tools does as root)")
