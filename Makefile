@@ -7,7 +7,7 @@ WORKLOAD ?= workloads/laptop-sweep.yaml
 DRIVER ?=
 BENCH_ARGS ?=
 # Six processes, each test file kept in one of them (its module fixtures are started once):
-# on 2 cores the parallel part took 7:15-8:05 on fresh clones (2026-11-29), where four took
+# on 2 cores the parallel part took 6:20-8:05 on fresh clones (2026-11-29), where four took
 # 9-11 (docs/benchmarks.md, "make test"); the tests that compare latencies run after it, one
 # after another (marker `alone`, about 65 s).
 # --no-loadscope-reorder: files go out in tests/conftest.py's order, the longest first; xdist's
