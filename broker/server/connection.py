@@ -446,13 +446,15 @@ class ServerConnection(asyncio.Protocol):
             authoritative=True,
         )
 
-    def _topic_for(self, req: rq.Producer) -> Topic | None:
-        """The request's topic, or None after answering InvalidTopicName (a name that passed
-        `topic_refusal` may still be one persistent storage cannot hold)."""
+    def _topic_for(self, name: str, request_ids: Iterable[int]) -> Topic | None:
+        """The topic `name`, or None after answering InvalidTopicName to each of
+        `request_ids` (a name that passed `topic_refusal` may still be one persistent storage
+        cannot hold)."""
         try:
-            return self.service.topic(req.topic)
+            return self.service.topic(name)
         except ValueError as exc:
-            self._error(req.request_id, pb.InvalidTopicName, str(exc))
+            for request_id in request_ids:
+                self._error(request_id, pb.InvalidTopicName, str(exc))
             return None
 
     def _on_producer(self, req: rq.Producer) -> None:
@@ -467,7 +469,7 @@ class ServerConnection(asyncio.Protocol):
                 req.request_id, pb.ServiceNotReady, "Producer is already present on the connection"
             )
             return
-        topic = self._topic_for(req)
+        topic = self._topic_for(req.topic, (req.request_id,))
         if topic is None:
             return
         version = producer_admission(self.service.config, self.service.schemas, topic, req.schema)
@@ -623,13 +625,10 @@ class ServerConnection(asyncio.Protocol):
 
     def _subscribe(self, req: rq.Subscribe, more: list[tuple[int, int, str | None]]) -> None:
         """`req`'s consumer, then those of its run (`more`: their consumer id, request id and
-        name), each joining the subscription (`_join`), or each answered InvalidTopicName
-        when the name, though it passed `topic_refusal`, is one storage cannot hold."""
-        try:
-            topic = self.service.topic(req.topic)
-        except ValueError as exc:
-            for request_id in (req.request_id, *(rid for _, rid, _ in more)):
-                self._error(request_id, pb.InvalidTopicName, str(exc))
+        name), each joining the subscription (`_join`)."""
+        request_ids = itertools.chain((req.request_id,), (rid for _, rid, _ in more))
+        topic = self._topic_for(req.topic, request_ids)
+        if topic is None:
             return
         requested = self.service.subscription_mode(req)
         ranges = _sticky_ranges(req)
