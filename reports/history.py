@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 from markupsafe import Markup, escape
-from scipy import stats
 
 from reports import identities
 from reports.changes import InputError, center, sample
@@ -319,6 +318,8 @@ def points(history: Sequence[Stored], metric: str) -> list[Point]:
             # The t interval of the revision's centre, on the log scale as the gate's t-test.
             logs = np.log(vals)
             if np.ptp(logs) > 0:
+                from scipy import stats  # imported where used, as in reports/stats.py
+
                 lo_, hi_ = stats.t.interval(
                     1 - ALPHA, len(vals) - 1, loc=logs.mean(), scale=stats.sem(logs)
                 )

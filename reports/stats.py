@@ -24,6 +24,10 @@ Criterion.rs's rule: a change is called only when it is significant (the one-sid
 level, after Holm's correction over the metrics of one comparison: `decide_family`) **and** its
 whole interval lies beyond the rule's threshold. The minimum detectable effect (80 % power at
 the level used) is reported beside each verdict, and a threshold below it is said to be so.
+
+scipy is imported in the functions that use it: `scipy.stats` takes 1.2 CPU-s to import, which
+every process that imported this module paid, also one that compares nothing (each pytest
+process collected it through reports/compare.py; a refused `bench gate`).
 """
 
 from __future__ import annotations
@@ -36,8 +40,6 @@ from enum import StrEnum
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import special, stats
-from scipy.optimize import brentq
 
 from reports.metrics import Direction
 
@@ -211,6 +213,8 @@ def _t_test(diff: float, se: float, df: float, alpha: float) -> tuple[float, flo
     """Two-sided p and interval (low, high) of a difference with standard error `se` under
     Student's t with `df` degrees of freedom: what scipy's t-tests return, from the same
     `scipy.special` functions they call, without their ~1 ms of input handling a call."""
+    from scipy import special  # imported where used: see the module's note
+
     p = 2 * float(special.stdtr(df, -abs(diff / se)))
     low = diff + float(special.stdtrit(df, alpha / 2)) * se
     high = diff + float(special.stdtrit(df, 1 - alpha / 2)) * se
@@ -231,6 +235,9 @@ def _mde_t(se: float, df: int, alpha: float) -> float:
 
 @functools.cache
 def _noncentrality(df: int, alpha: float) -> float:
+    from scipy import stats  # imported where used: see the module's note
+    from scipy.optimize import brentq
+
     crit = stats.t.ppf(1 - alpha / 2, df)
     return float(brentq(lambda x: stats.nct.sf(crit, df, x) - POWER, 0.0, 1e3))
 
@@ -474,6 +481,8 @@ def _bootstrap(
     alpha: float,
     seed: int,
 ) -> Change:
+    from scipy import stats  # imported where used: see the module's note
+
     res = stats.bootstrap(
         data,
         statistic,
@@ -507,6 +516,8 @@ def _z_mde(alpha: float) -> float:
     """The normal quantiles of a two-sided level and 80 % power (the bootstrap's minimum
     detectable effect in standard errors); `scipy.special.ndtri` is `stats.norm.ppf` without
     its ~100 µs of argument handling, paid on each redraw of a bootstrapped change."""
+    from scipy import special  # imported where used: see the module's note
+
     return float(special.ndtri(1 - alpha / 2) + special.ndtri(POWER))
 
 
