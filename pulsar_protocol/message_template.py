@@ -64,6 +64,27 @@ class MessageTemplate:
         ]
         return frames
 
+    @property
+    def prefix_key(self) -> tuple[int, int]:
+        """What a head's prefix depends on besides the id's length (the command body's size
+        past the id, and what follows the command): `id_heads` made with one template serve
+        every template with the same key, the next entry's too when it is as long."""
+        return len(self._rest), len(self._suffix) - len(self._rest) + self._payload_size
+
+    def id_heads(self, consumer_id_varints: list[bytes]) -> list[bytes]:
+        """Each consumer's head up to its id (prefix + id), to keep between entries: a head
+        is then one concatenation (`frames_from_id_heads`), not two."""
+        prefixes = self._prefixes
+        return [(prefixes[len(v)] or self._prefix(len(v))) + v for v in consumer_id_varints]
+
+    def frames_from_id_heads(self, id_heads: list[bytes], payload: bytes) -> list[bytes]:
+        """`frames` for the consumers whose `id_heads` (from a template of the same
+        `prefix_key`) are given."""
+        suffix = self._suffix
+        frames = [payload] * (2 * len(id_heads))
+        frames[0::2] = [head + suffix for head in id_heads]
+        return frames
+
     def _prefix(self, id_length: int) -> bytes:
         body_size = 1 + id_length + len(self._rest)
         command_size = len(_MESSAGE_TYPE) + 1 + len(encode_varint(body_size)) + body_size
