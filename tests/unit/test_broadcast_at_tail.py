@@ -12,9 +12,10 @@ from typing import cast
 
 import pytest
 
+from broker.admin.stats import subscription_stats
 from broker.core import entry_log
 from broker.core import topic as topic_module
-from broker.core.consumer import Consumer
+from broker.core.consumer import Consumer, SlotConsumer
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import Topic
 from broker.subscriptions import broadcast
@@ -205,4 +206,42 @@ def test_a_connection_at_the_tail_is_served_whole_only_while_every_consumer_can_
     assert calls[-1] == 4  # all at the tail again: whole
     assert [c.permits for c in group] == [3, 3, 3, 3]
     assert [c.bytes_out for c in group] == [4 * len(SINGLE)] * 4
+    topic.close()
+
+
+def test_permits_and_counters_kept_by_slot_follow_the_consumer_in_and_out(loop):
+    """A Broadcast consumer's permits and counters live in its dispatcher's arrays while it
+    has a slot (`SlotConsumer`), and are its own again once it leaves: exact across a slot
+    moved by another's leaving, FLOWs, entries served whole and one by one, and a return."""
+    topic = Topic("t", MemoryEntryLog(), persistent=False, loop=loop)
+    sub = topic.subscription("all", "Broadcast", initial_earliest=False)
+    wire = RawWire(bem=False)
+    group = [Consumer(consumer_id=i, name=f"c{i}", wire=wire, permits=10 + i) for i in range(5)]
+    for consumer in group:
+        sub.add_consumer(consumer)
+    assert all(isinstance(c, SlotConsumer) for c in group)
+    assert [c.permits for c in group] == [10, 11, 12, 13, 14]
+    sub.on_flow(group[2], 100)
+    loop.run_until_complete(topic.publish(SINGLE, b"", 1, 1))
+    loop.run_until_complete(asyncio.sleep(0.01))
+    sub.remove_consumer(group[1])  # the last one takes its slot
+    assert type(group[1]) is Consumer and group[1].counters is None
+    assert (group[1].permits, group[1].messages_out, group[1].bytes_out) == (10, 1, len(SINGLE))
+    assert group[4].slot == 1
+    for body in (SINGLE, BATCH):
+        loop.run_until_complete(topic.publish(body, b"", 1, 1))
+        loop.run_until_complete(asyncio.sleep(0.01))
+    live = [group[0], group[2], group[3], group[4]]
+    assert [c.permits for c in live] == [10 - 5, 112 - 5, 13 - 5, 14 - 5]
+    assert [c.messages_out for c in live] == [5, 5, 5, 5]
+    assert [c.bytes_out for c in live] == [2 * len(SINGLE) + len(BATCH)] * 4
+    assert sub.messages_out == 1 * 5 + 1 * 4 + 3 * 4
+    stats = subscription_stats(sub)
+    assert [c["availablePermits"] for c in stats["consumers"]] == [5, 9, 107, 8]  # by slot
+    sub.remove_consumer(group[3])
+    back = group[3]
+    assert type(back) is Consumer and (back.permits, back.messages_out) == (8, 5)
+    sub.add_consumer(back)  # its name's cursor again; its counters carried on
+    assert isinstance(back, SlotConsumer) and (back.permits, back.messages_out) == (8, 5)
+    assert [c.permits for c in (group[0], group[2], group[4])] == [5, 107, 9]
     topic.close()
