@@ -8,7 +8,8 @@ event loop (uvloop). What it leaves out is the kernel: the socket writes and rea
 adds. It also reports the process's peak resident memory (VmHWM, /proc/self/status) per
 consumer, and what storage's save of every cursor and the admin's topic stats cost at that
 size. Run: `python -m benchmarks.broker_core [--consumers N] [--per-connection N]
-[--entries N] [--size BYTES] [--shared] [--local-ids]`; numbers in docs/benchmarks.md.
+[--entries N] [--size BYTES] [--shared] [--local-ids] [--acks-in-round]`; numbers in
+docs/benchmarks.md.
 
 Consumer ids run across the connections (0 to N-1, as the official client numbers them per
 client: three bytes a varint past 16,383) unless `--local-ids`, which numbers each connection's
@@ -23,6 +24,8 @@ import json
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
+from functools import partial
 
 from broker.admin.stats import prometheus_text, topic_stats
 from broker.app import loop_factory
@@ -48,9 +51,14 @@ class CountingTransport:
 
     def __init__(self) -> None:
         self.writes = 0
+        self.on_write: Callable[[], None] | None = None
+        """Called once at the next write (`--acks-in-round`: the client's acks then arrive)."""
 
     def writelines(self, buffers: list[bytes]) -> None:
         self.writes += 1
+        if self.on_write is not None:
+            self.on_write()
+            self.on_write = None
 
     def write(self, data: bytes) -> None:
         self.writelines([data])
@@ -122,6 +130,7 @@ async def _run(
     trace: int = 0,
     restart: bool = False,
     local_ids: bool = False,
+    acks_in_round: bool = False,
 ) -> None:
     """`trace`: list that many source lines holding the most memory at the end (tracemalloc,
     per consumer; the traced run is several times slower, and its RSS larger). `restart`:
@@ -135,7 +144,9 @@ async def _run(
         try:
             if trace:
                 tracemalloc.start(1)
-            await _measure(service, consumers, per_connection, entries, size, shared, local_ids)
+            await _measure(
+                service, consumers, per_connection, entries, size, shared, local_ids, acks_in_round
+            )
             peak = _status_kib("VmHWM")  # before the save and the stats below
             if trace:
                 _print_held(tracemalloc.take_snapshot(), consumers, trace)
@@ -195,7 +206,13 @@ async def _measure(
     size: int,
     shared: bool,
     local_ids: bool = False,
+    acks_in_round: bool = False,
 ) -> None:
+    """`acks_in_round`: each connection's acks of an entry reach the broker as soon as it has
+    been written the entry (a callback after the write's, as a read between two slices of
+    the round), not after every consumer has been sent it: the round's CPU then includes the
+    acks handled during it, as in a real run where the early consumers' acks arrive while
+    the later ones are still being served (issue 40)."""
     conns: list[tuple[ServerConnection, CountingTransport, int, int]] = []
     # The clients' bytes are made before the clock starts: their encoding (19 us a consumer)
     # was counted as the broker's subscribe until 2026-11-28 late.
@@ -219,27 +236,53 @@ async def _measure(
         pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"x" * size
     )
     dispatch_cpu = ack_cpu = 0.0
+    loop = asyncio.get_running_loop()
+    arrived = [0]
+    in_round = 0
+
+    def arrive(conn: ServerConnection, data: bytes, count: int) -> None:
+        conn.data_received(data)
+        arrived[0] += count
+
     for n in range(entries):
         started = time.process_time()
         entry = await topic.publish(section, b"", 1, 1)
         subs = list(topic.subscriptions.values())
+        if acks_in_round:  # made before the round starts, off the clock
+            making = time.process_time()
+            arrived[0] = 0
+            for conn, transport, first, count in conns:
+                data = _acks(first, count, entry.ledger_id, entry.entry_id)
+                transport.on_write = partial(loop.call_soon, arrive, conn, data, count)
+            started += time.process_time() - making
         dispatch_cpu += await _until_sent(subs, consumers * (n + 1)) - started
-        acks = [_acks(first, count, entry.ledger_id, entry.entry_id) for *_, first, count in conns]
         started = time.process_time()
-        for (conn, *_), data in zip(conns, acks, strict=True):
-            conn.data_received(data)
+        if acks_in_round:
+            in_round += arrived[0]
+            for _ in range(1000):  # the last slice's: its writes leave at the turn's end
+                if arrived[0] >= consumers:
+                    break
+                await asyncio.sleep(0)
+        else:
+            acks = [
+                _acks(first, count, entry.ledger_id, entry.entry_id) for *_, first, count in conns
+            ]
+            started = time.process_time()
+            for (conn, *_), data in zip(conns, acks, strict=True):
+                conn.data_received(data)
         await asyncio.sleep(0)
         ack_cpu += time.process_time() - started
     deliveries = consumers * entries
     writes = sum(t.writes for _, t, *_ in conns)
     layout = "one Shared subscription each" if shared else "one Broadcast subscription"
+    during = f"acks handled in the round {in_round / deliveries:.0%}; " if acks_in_round else ""
     print(
         f"{consumers} consumers ({layout}), {per_connection} per connection, "
         f"{entries} entries of {size} B: "
         f"subscribe {1e6 * subscribed / consumers:.2f} us/consumer; "
         f"dispatch {1e6 * dispatch_cpu / deliveries:.2f} us/delivery; "
         f"ack {1e6 * ack_cpu / deliveries:.2f} us/delivery; "
-        f"{writes / entries:.0f} writes per entry; "
+        f"{writes / entries:.0f} writes per entry; {during}"
         f"mark-delete {min(s.mark_delete for s in subs)}"
     )
 
@@ -280,6 +323,11 @@ def main() -> None:
     parser.add_argument(
         "--local-ids", action="store_true", help="consumer ids from 0 on each connection"
     )
+    parser.add_argument(
+        "--acks-in-round",
+        action="store_true",
+        help="each connection's acks arrive once it is written an entry, during the round",
+    )
     args = parser.parse_args()
     if args.local_ids and args.shared:
         parser.error("--local-ids names one Broadcast subscription's consumers only")
@@ -294,6 +342,7 @@ def main() -> None:
                 args.tracemalloc,
                 args.restart,
                 args.local_ids,
+                args.acks_in_round,
             )
         )
 
