@@ -13,8 +13,10 @@ of each entry came (the broker keeping up).
 
 Layouts: `broadcast` (one Broadcast subscription), `shared` (seed 000's baseline: a Shared
 subscription per consumer). Run: `python -m benchmarks.broker_wire [--consumers N]
-[--per-connection N] [--layout broadcast|shared] [--warmup S] [--seconds S]`; numbers in
-docs/benchmarks.md ("The bundled broker per connection").
+[--per-connection N] [--layout broadcast|shared] [--warmup S] [--seconds S] [--stats]`;
+numbers in docs/benchmarks.md ("The bundled broker per connection"). `--stats` fetches the
+topic's admin stats once at the end, as a run's coordinator does (broker/topic-stats.json):
+a whole run's broker peak includes that reply, 2.2 KB a subscription of the Shared baseline.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import socket
 import struct
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,8 +184,22 @@ def _count_frames(c: Consumers, data: bytes) -> None:
         pos = end
 
 
+def topic_stats_bytes(admin_url: str) -> int:
+    """Fetch the topic's admin stats once, as a run does at its end (the coordinator's
+    broker/topic-stats.json): the size of the reply."""
+    url = f"{admin_url}/admin/v2/persistent/{TOPIC.split('://', 1)[1]}/stats"
+    with urllib.request.urlopen(url, timeout=120) as reply:
+        return len(reply.read())
+
+
 def run(
-    consumers: int, per_connection: int, layout: str, warmup: int, seconds: int, size: int
+    consumers: int,
+    per_connection: int,
+    layout: str,
+    warmup: int,
+    seconds: int,
+    size: int,
+    stats: bool = False,
 ) -> dict[str, float]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -196,6 +213,7 @@ def run(
             print(f"broker pid {broker.pid}", flush=True)
             return _measure(
                 (broker.host, broker.port),
+                broker.admin_url if stats else None,
                 broker.pid,
                 consumers,
                 per_connection,
@@ -210,6 +228,7 @@ def run(
 
 def _measure(
     address: tuple[str, int],
+    admin_url: str | None,
     broker_pid: int,
     consumers: int,
     per_connection: int,
@@ -300,6 +319,11 @@ def _measure(
             producer.send(section)
     delivered = sum(c.frames - setup[fd] for fd, c in by_fd.items())
     peak_kib = status_kib(broker_pid, "VmHWM")
+    stats_bytes = 0
+    if admin_url is not None:
+        # While every consumer is still connected, as the coordinator asks.
+        stats_bytes = topic_stats_bytes(admin_url)
+    stats_peak_kib = status_kib(broker_pid, "VmHWM")
     user = marks[total][0][0] - marks[warmup][0][0]
     system = marks[total][0][1] - marks[warmup][0][1]
     client_cpu = marks[total][1] - marks[warmup][1]
@@ -320,6 +344,8 @@ def _measure(
         "broker_peak_mib": peak_kib / 1024,
         "broker_above_base_b": 1024 * (peak_kib - base_kib) / consumers,
         "broker_subscribed_b": 1024 * (subscribed_kib - base_kib) / consumers,
+        "stats_reply_bytes": stats_bytes,
+        "broker_after_stats_b": 1024 * (stats_peak_kib - base_kib) / consumers,
     }
 
 
@@ -331,9 +357,21 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5, help="seconds before measuring")
     parser.add_argument("--seconds", type=int, default=20, help="seconds measured")
     parser.add_argument("--size", type=int, default=10_240)
+    parser.add_argument(
+        "--stats",
+        action="store_true",
+        help="fetch the topic's admin stats once at the end, as a run does, and report the "
+        "peak after it too",
+    )
     args = parser.parse_args()
     result = run(
-        args.consumers, args.per_connection, args.layout, args.warmup, args.seconds, args.size
+        args.consumers,
+        args.per_connection,
+        args.layout,
+        args.warmup,
+        args.seconds,
+        args.size,
+        args.stats,
     )
     print(
         f"{args.consumers} consumers ({args.layout}), {args.per_connection} per connection, "
@@ -346,7 +384,13 @@ def main() -> None:
         f"{result['broker_above_base_b']:.0f} B/consumer above its idle "
         f"{result['broker_base_mib']:.1f} MiB ({result['broker_subscribed_b']:.0f} once all "
         "subscribed, before the first entry); "
-        f"load average {os.getloadavg()[0]:.2f}"
+        + (
+            f"after the topic stats ({result['stats_reply_bytes']:.0f} B): "
+            f"{result['broker_after_stats_b']:.0f} B/consumer above the base; "
+            if args.stats
+            else ""
+        )
+        + f"load average {os.getloadavg()[0]:.2f}"
     )
 
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Literal, NoReturn
 
 from pulsar_protocol import pulsar_api_pb2 as pb
@@ -161,6 +162,15 @@ class _Consumer:
         """Ids counted towards the next one left (ack_skip_every)."""
 
 
+_NOT_KEPT: Any = MappingProxyType({})
+"""A server's client-side tables (requests it waits for, its consumers and producers, acks
+due): none is ever kept, so every server codec shares this empty one, which refuses a write
+(TypeError) instead of taking it. Four empty dicts were 256 B of every broker connection, a
+quarter of the codec's with one connection per consumer (tracemalloc, broker_core.py)."""
+_NONE_WAITING: Mapping[int, int] = MappingProxyType({})
+"""A server's `_unanswered` while no request waits: shared, read-only."""
+
+
 class Connection:
     """One end of a Pulsar connection.
 
@@ -250,16 +260,18 @@ class Connection:
             )
         self._eof = False
         self._out: list[bytes] = []
-        # Client side.
+        # Client side; a server's are the one read-only empty table (`_NOT_KEPT`).
+        client = role is CLIENT
         self._last_request_id = 0
-        self._pending: dict[int, tuple[int, int]] = {}
+        self._pending: dict[int, tuple[int, int]] = {} if client else _NOT_KEPT
         """request_id → (request type, consumer or producer id, or -1)."""
-        self._consumers: dict[int, _Consumer] = {}
-        self._producers: dict[int, ProducerState] = {}
-        self._acks_due: dict[int, _Consumer] = {}
+        self._consumers: dict[int, _Consumer] = {} if client else _NOT_KEPT
+        self._producers: dict[int, ProducerState] = {} if client else _NOT_KEPT
+        self._acks_due: dict[int, _Consumer] = {} if client else _NOT_KEPT
         # Server side: request ids may repeat, so they are counted, never keyed.
-        self._unanswered: dict[int, int] = {}
-        """request_id → how many requests with it wait for an answer (none: not in it)."""
+        self._unanswered: Mapping[int, int] = _NONE_WAITING
+        """request_id → how many requests with it wait for an answer (none: not in it);
+        `_NONE_WAITING` while none waits, a dict (`_unanswered_table`) while some do."""
         self._subscribe_shape: _SubscribeShape | None = None
         """The last SUBSCRIBE protobuf read, for those that differ from it only in their ids,
         subscription and consumer name (`_next_subscribe`)."""
@@ -378,7 +390,8 @@ class Connection:
 
     def release_buffer(self) -> None:
         """Every event of the last read has been taken: a connection given `read_buffers`
-        lends its read buffer back to them until its next read (frames.ReadBuffers)."""
+        lends its read buffer back to them until its next read (frames.ReadBuffers); one
+        without lets go of a buffer whose bytes are all consumed."""
         self._decoder.release()
 
     def next_event(self) -> Event | Literal[_NeedData.NEED_DATA]:
@@ -512,7 +525,7 @@ class Connection:
         except LocalProtocolError as exc:
             self._queue(refusal(cmd.type, request_id, exc.server_error, str(exc)))
             return None
-        unanswered = self._unanswered
+        unanswered = self._unanswered_table()
         unanswered[request_id] = unanswered.get(request_id, 0) + 1
         if type(event) is requests.Subscribe:
             shape = self._learn_subscribe(cmd.subscribe, event)
@@ -548,7 +561,7 @@ class Connection:
             decoder._pos = pos  # protobuf's path refuses it
             return None
         self._subscribe_misses = 0
-        unanswered = self._unanswered
+        unanswered = self._unanswered_table()
         unanswered[request_id] = unanswered.get(request_id, 0) + 1
         event = _parsed_subscribe(
             request_id, shape.topic, subscription, shape.sub_type, consumer_id, name, *shape.after
@@ -572,7 +585,7 @@ class Connection:
         if not consumer_ids:
             return event
         self._subscribe_misses = 0
-        unanswered = self._unanswered
+        unanswered = self._unanswered_table()
         for request_id in request_ids:
             unanswered[request_id] = unanswered.get(request_id, 0) + 1
         return requests.SubscribeRun(event, consumer_ids, request_ids, names)
@@ -595,7 +608,8 @@ class Connection:
         ack = cmd.ack
         request_id = ack.request_id if ack.HasField("request_id") else None
         if request_id is not None:
-            self._unanswered[request_id] = self._unanswered.get(request_id, 0) + 1
+            unanswered = self._unanswered_table()
+            unanswered[request_id] = unanswered.get(request_id, 0) + 1
         return Ack(
             ack.consumer_id,
             ack.ack_type == _CUMULATIVE,
@@ -866,14 +880,24 @@ class Connection:
         if waiting <= 0:
             raise LocalProtocolError(f"no request {request_id} waits for an answer")
         if settles:
+            unanswered = self._unanswered_table()
             if waiting > 1:
-                self._unanswered[request_id] = waiting - 1
-            elif len(self._unanswered) == 1:
-                # The last one answered: a fresh dict, not the one that grew a table (224 B
-                # kept by every idle connection, a consumer's with one each).
-                self._unanswered = {}
+                unanswered[request_id] = waiting - 1
+            elif len(unanswered) == 1:
+                # The last one answered: the shared empty table, not the dict that grew one
+                # (224 B kept by every idle connection, a consumer's with one each; an empty
+                # dict of its own is 64 B more).
+                self._unanswered = _NONE_WAITING
             else:
-                del self._unanswered[request_id]
+                del unanswered[request_id]
+
+    def _unanswered_table(self) -> dict[int, int]:
+        """`_unanswered` to count in: a dict of this connection's own from the first request
+        waiting."""
+        table = self._unanswered
+        if not isinstance(table, dict):
+            table = self._unanswered = {}
+        return table
 
     def _write_notice(self, event: Notice) -> None:
         t = event.command.type

@@ -269,9 +269,16 @@ class FrameDecoder:
     def release(self) -> None:
         """The frames of the last read are handled: lend the buffer back to the pool (if the
         decoder has one), keeping a copy of the bytes not yet consumed (a partial frame) when
-        they are few."""
+        they are few. Without a pool, a buffer all consumed is let go: between its reads a
+        broker connection kept the bytes of the largest it had had (a one-connection
+        consumer's SUBSCRIBE and FLOW, 135 B of it, tracemalloc, broker_core.py)."""
         buf, pos, end = self._buffer, self._pos, self._end
-        if self._buffers is None or not buf or end - pos > _KEEP_LEFTOVER:
+        if self._buffers is None:
+            if pos == end and buf:
+                self._buffer = bytearray()
+                self._pos = self._end = 0
+            return
+        if not buf or end - pos > _KEEP_LEFTOVER:
             return
         self._buffer = bytearray(buf[pos:end])
         self._pos, self._end = 0, end - pos

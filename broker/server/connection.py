@@ -274,6 +274,10 @@ class ServerConnection(asyncio.Protocol):
                 handlers[type(event)](self, event, received_us)
             if self.reading_paused:
                 self._paused_read_us = received_us
+            else:
+                # Between reads a connection holds no bytes it has read (with one connection
+                # per consumer, the largest read's 135 B each: its SUBSCRIBE and FLOW).
+                conn.release_buffer()
         except RemoteProtocolError as exc:
             log.warning("closing %s: %s", self.address, exc)
             self._flush()  # the codec's ERROR reply goes out before the close
