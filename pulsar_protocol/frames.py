@@ -15,6 +15,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -63,6 +64,10 @@ _KEEP_BUFFER = 1 << 20
 once empty."""
 _BULK_MIN = 4
 """Frames of one size from which _same_frames compares them at once, not one by one."""
+_NO_BUFFER: Any = b""
+"""A decoder's buffer while it holds no bytes: one immutable empty object for every decoder,
+replaced by a bytearray of its own at the next read (an empty bytearray each was 56 B of a
+broker connection, with one connection per consumer a consumer's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +220,7 @@ class FrameDecoder:
     def __init__(
         self, max_frame_size: int = MAX_FRAME_SIZE, buffers: ReadBuffers | None = None
     ) -> None:
-        self._buffer = bytearray()
+        self._buffer: bytearray = _NO_BUFFER
         self._buffers = buffers
         """Where the buffer comes from for a read and goes back to after it (`release`)."""
         self._pos = 0  # consumed bytes not yet cut off the front: cut once per read, not per frame
@@ -234,7 +239,9 @@ class FrameDecoder:
     def receive_data(self, data: bytes) -> None:
         self._compact()
         buf, end, n = self._buffer, self._end, len(data)
-        if len(buf) < end + n:
+        if buf is _NO_BUFFER:
+            self._buffer = bytearray(data)
+        elif len(buf) < end + n:
             del buf[end:]
             buf += data
         else:
@@ -257,7 +264,9 @@ class FrameDecoder:
                 self._buffer = buf = spare
             elif spare is not None:
                 self._buffers.give(spare)
-        if len(buf) < end + size:
+        if buf is _NO_BUFFER:
+            buf = self._buffer = bytearray(size)
+        elif len(buf) < end + size:
             buf += bytes(end + size - len(buf))
         with memoryview(buf) as view:
             return view[end : end + size]
@@ -275,12 +284,12 @@ class FrameDecoder:
         buf, pos, end = self._buffer, self._pos, self._end
         if self._buffers is None:
             if pos == end and buf:
-                self._buffer = bytearray()
+                self._buffer = _NO_BUFFER
                 self._pos = self._end = 0
             return
         if not buf or end - pos > _KEEP_LEFTOVER:
             return
-        self._buffer = bytearray(buf[pos:end])
+        self._buffer = bytearray(buf[pos:end]) if end > pos else _NO_BUFFER
         self._pos, self._end = 0, end - pos
         self._buffers.give(buf)
 
@@ -294,7 +303,7 @@ class FrameDecoder:
         if end > pos:
             buf[: end - pos] = buf[pos:end]
         elif len(buf) > _KEEP_BUFFER + self._room:
-            self._buffer = bytearray()
+            self._buffer = _NO_BUFFER
         self._pos, self._end = 0, end - pos
 
     def set_limit(self, max_frame_size: int, server_error: int, context: str = "") -> None:

@@ -324,6 +324,30 @@ def test_decoders_sharing_read_buffers_decode_as_a_decoder_alone(chunk):
         ]
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 100, 4096])
+@pytest.mark.parametrize("into", [True, False])
+def test_a_decoder_without_a_pool_lets_go_of_its_buffer_and_decodes_the_same(chunk, into):
+    """Without read buffers to lend to, `release` after a read all consumed lets the buffer
+    go (the broker's connections: its bytes stayed with each between reads); reads into
+    get_buffer or by receive_data, cut anywhere, decode as the whole, and the decoder holds
+    nothing once every frame is taken."""
+    data = b"".join(encode_frame(*case) for case in CASES) * 3
+    decoder = FrameDecoder()
+    got = []
+    for at in range(0, len(data), chunk):
+        piece = data[at : at + chunk]
+        if into:
+            got += _read_through_pool(decoder, piece, chunk, 8192)
+            continue
+        decoder.receive_data(piece)
+        got += decoder.frames()
+        decoder.release()
+    assert [(f.command, f.payload, f.broker_entry_metadata) for f in got] == [
+        (f.command, f.payload, f.broker_entry_metadata) for f in _feed([data])[0]
+    ]
+    assert decoder.buffered == 0 and not decoder._buffer  # noqa: SLF001 - what it holds
+
+
 def test_a_decoder_gives_its_read_buffer_back_once_its_frames_are_taken():
     pool = ReadBuffers()
     decoder = FrameDecoder(buffers=pool)
