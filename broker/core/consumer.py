@@ -7,7 +7,6 @@ its connection drives on its subscription are Protocols here, so nothing imports
 from __future__ import annotations
 
 import time
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -97,8 +96,6 @@ class Consumer:
     slot: int = field(default=-1, init=False, repr=False)
     """Its place in a Broadcast dispatcher's per-consumer arrays (broker.subscriptions.
     broadcast: a million virtual cursors as arrays, not objects); -1 when it has none."""
-    counters: SlotCounters | None = field(default=None, init=False, repr=False)
-    """While it has a slot: the arrays that hold its permits and counters (`SlotCounters`)."""
 
     def __post_init__(self) -> None:
         self.id_varint = encode_varint(self.consumer_id)
@@ -128,77 +125,3 @@ class Consumer:
             self.messages_out += entry.num_messages
             self.bytes_out += len(entry.payload)
         return parts
-
-
-_FIELDS = ("permits", "messages_out", "bytes_out")
-_OWN = tuple(Consumer.__dict__[name] for name in _FIELDS)
-"""The consumer's own slots for them (member descriptors), under `SlotConsumer`'s properties."""
-
-
-class SlotConsumer(Consumer):
-    """A consumer whose permits and counters are kept by slot in `counters` (a Broadcast
-    dispatcher's): its class while it has a slot there (`SlotCounters.take`), so every reader
-    and writer of `permits`, `messages_out` and `bytes_out` sees the arrays, and the dispatcher
-    serves a connection's consumers at the tail with a few C calls over them, not three
-    attribute updates a consumer (issue 40). Other consumers keep plain attributes."""
-
-    __slots__ = ()
-    counters: SlotCounters
-
-    @property
-    def permits(self) -> int:
-        return self.counters.permits[self.slot]
-
-    @permits.setter
-    def permits(self, value: int) -> None:
-        self.counters.permits[self.slot] = value
-
-    @property
-    def messages_out(self) -> int:
-        return self.counters.messages_out[self.slot]
-
-    @messages_out.setter
-    def messages_out(self, value: int) -> None:
-        self.counters.messages_out[self.slot] = value
-
-    @property
-    def bytes_out(self) -> int:
-        return self.counters.bytes_out[self.slot]
-
-    @bytes_out.setter
-    def bytes_out(self, value: int) -> None:
-        self.counters.bytes_out[self.slot] = value
-
-
-class SlotCounters:
-    """Consumers' permits and counters as arrays of int64 by slot, beside a Broadcast
-    dispatcher's cursor arrays (the dispatcher moves a slot in all of them alike)."""
-
-    __slots__ = ("permits", "messages_out", "bytes_out")
-
-    def __init__(self) -> None:
-        self.permits = array("q")
-        self.messages_out = array("q")
-        self.bytes_out = array("q")
-
-    @property
-    def arrays(self) -> tuple[array[int], array[int], array[int]]:
-        return self.permits, self.messages_out, self.bytes_out
-
-    def take(self, consumer: Consumer) -> None:
-        """Keep `consumer`'s values here, at its slot (the next: the caller appends to its
-        own arrays alike), until `release`."""
-        for values, own in zip(self.arrays, _OWN, strict=True):
-            values.append(own.__get__(consumer))
-            own.__set__(consumer, 0)
-        consumer.counters = self
-        consumer.__class__ = SlotConsumer
-
-    def release(self, consumer: Consumer) -> None:
-        """Give `consumer` its values back as its own attributes (it still has its slot; the
-        caller then moves the slot's values in every array alike)."""
-        slot = consumer.slot
-        consumer.__class__ = Consumer
-        for values, own in zip(self.arrays, _OWN, strict=True):
-            own.__set__(consumer, values[slot])
-        consumer.counters = None

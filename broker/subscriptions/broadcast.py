@@ -15,8 +15,6 @@ more (indexes acknowledged individually above the mark-delete, redelivery counts
 compensation's times) keep those extras in a `Cursor` object beside their slot; the arrays stay
 the truth for the three positions, and an object is loaded from them and stored back around
 each rare operation (`_load`, `_keep`). A `Cursor` per consumer cost 420 bytes, a slot 25.
-A consumer's permits and its two counters are arrays by slot too (`SlotCounters`), so that a
-connection's consumers at the tail are served in a few C calls (`_serve_at_tail`).
 
 A virtual cursor belongs to the consumer's name (the client's consumer name, kept across its
 reconnects): a consumer that leaves keeps its cursor, and with it the retention of what it has
@@ -36,7 +34,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from broker.core.consumer import Consumer, ConsumerWire, SlotCounters
+from broker.core.consumer import Consumer, ConsumerWire
 from broker.core.entry import Entry
 from broker.core.entry_log import now_us
 from broker.subscriptions.base import READ_BATCH, Dispatcher, DispatchTurn
@@ -123,8 +121,6 @@ class BroadcastDispatcher(Dispatcher):
         self._marks = array("q")
         self._reads = array("q")
         self._rewound = array("q")
-        self._counters = SlotCounters()
-        """Each slot's consumer's permits and counters (its class is `SlotConsumer` meanwhile)."""
         self._names: list[str] = []
         """Each slot's consumer name (storage groups the named cursors by them)."""
         self._owns = bytearray()
@@ -229,7 +225,6 @@ class BroadcastDispatcher(Dispatcher):
             self._unsaved = True  # saved at the next snapshot, whenever that comes
         consumer.slot = len(self.consumers)
         consumer.unacked = NO_UNACKED
-        self._counters.take(consumer)
         self.consumers.append(consumer)
         self._group(consumer)
         self._marks.append(mark)
@@ -259,14 +254,13 @@ class BroadcastDispatcher(Dispatcher):
         slot = consumer.slot
         if slot < 0 or slot >= len(self.consumers) or self.consumers[slot] is not consumer:
             return
-        self._counters.release(consumer)
         consumer.slot = -1
         mark, read, rewound = self._marks[slot], self._reads[slot], self._rewound[slot]
         owned = self._owns[slot]
         extras = self._holes.pop(consumer, None)
         # Swap with the last: 100,000 consumers leaving one by one must not cost the square.
         last = self.consumers.pop()
-        for positions in (self._marks, self._reads, self._rewound, *self._counters.arrays):
+        for positions in (self._marks, self._reads, self._rewound):
             value = positions.pop()
             if last is not consumer:
                 positions[slot] = value
@@ -758,9 +752,9 @@ class BroadcastDispatcher(Dispatcher):
         A round is served connection by connection (`_round`: each connection's consumers).
         A connection whose consumers are all at the tail with permits, in consecutive slots
         (the steady state of a broadcast: they subscribed in one run), is served whole
-        (`_serve_at_tail`): its checks, permits, counters and read positions in a few C
-        calls over the arrays by slot, its frames from the heads kept up to their ids
-        (`_id_heads`), so per delivery what is left in Python is one concatenation. Any other
+        (`_serve_at_tail`): its checks and the read positions in a few C calls over the
+        arrays, its frames from the heads kept up to their ids (`_id_heads`), so per delivery
+        what is left in Python is its three counters and one concatenation. Any other
         connection is served consumer by consumer (`_serve_each`). Each entry's frame head is
         built once per slice (message_template); a connection's frames of the slice go out in
         one write, the payloads shared (`write_frames` → writelines)."""
@@ -856,20 +850,18 @@ class BroadcastDispatcher(Dispatcher):
     def _serve_at_tail(self, group: list[Consumer], newest: int) -> int:
         """Send the newest entry to every consumer of `group` (one connection's, all of it) if
         they are all at the tail (their next read is `newest`), with permits, in consecutive
-        slots in order, and the connection writable: then their permits, counters and read
-        positions are moved (a numpy pass over each array's slice: the loop over the
-        consumers' attributes was 0.2 us a consumer) and the messages sent returned; else 0
-        and nothing done (the caller serves them one by one). What `_serve_each` does for
-        each of them, as a unit test checks."""
+        slots in order, and the connection writable: then their counters and read positions
+        are moved and the messages sent returned; else 0 and nothing done (the caller serves
+        them one by one). What `_serve_each` does for each of them, as a unit test checks."""
         lo = group[0].slot
         k = len(group)
         hi = lo + k
-        reads, counters = self._reads, self._counters
+        reads = self._reads
         if (
             lo < 0
             or reads[lo:hi].count(newest) != k  # in C; hi past the end counts fewer
             or self.consumers[lo:hi] != group  # identity, element by element, in C
-            or min(counters.permits[lo:hi]) <= 0
+            or min(map(_PERMITS, group)) <= 0
             or not group[0].wire.writable
         ):
             return 0
@@ -879,11 +871,11 @@ class BroadcastDispatcher(Dispatcher):
             if not found or found[0].index != newest:
                 return 0
             entry = found[0]
-        n = entry.num_messages
-        for values, by in zip(counters.arrays, (-n, n, len(entry.payload)), strict=True):
-            view = _view(values)
-            view[lo:hi] += by
-            del view
+        n, size = entry.num_messages, len(entry.payload)
+        for consumer in group:  # 0.1 us a consumer; the rest of this is C
+            consumer.permits -= n
+            consumer.messages_out += n
+            consumer.bytes_out += size
         reads[lo:hi] = array("q", (newest + 1,)) * k
         return n * k
 
@@ -901,8 +893,6 @@ class BroadcastDispatcher(Dispatcher):
         loop), one catching up its frames in `behind`, by entry. How many messages sent."""
         newest = tail - 1
         reads = self._reads
-        counters = self._counters
-        all_permits, all_messages, all_bytes = counters.arrays
         cache = self._round_entries
         sent = 0
         for consumer in members:
@@ -910,7 +900,7 @@ class BroadcastDispatcher(Dispatcher):
             if slot < 0:
                 continue  # left during the round
             read = reads[slot]
-            permits = all_permits[slot]
+            permits = consumer.permits
             if read >= tail or permits <= 0:
                 continue
             wire = consumer.wire
@@ -921,9 +911,9 @@ class BroadcastDispatcher(Dispatcher):
                 # new entry, read for an earlier consumer of the round.
                 n = entry.num_messages
                 sent += n
-                all_permits[slot] = permits - n
-                all_messages[slot] += n
-                all_bytes[slot] += len(entry.payload)
+                consumer.permits = permits - n
+                consumer.messages_out += n
+                consumer.bytes_out += len(entry.payload)
                 reads[slot] = tail
                 ids = at_tail.get(wire)
                 if ids is None:
