@@ -25,6 +25,7 @@ from broker.core.entry import Entry
 from broker.core.topic import SavedCursors
 from broker.storage.cursors import (
     MAX_UNACKED_RANGES_TO_PERSIST,
+    NO_PROPERTIES,
     ConsumerGroup,
     CursorState,
     CursorStore,
@@ -428,7 +429,7 @@ class LedgerStorage:
         return CursorState(
             entry_log.position_of(mark) if mark >= first else None,
             ranges,
-            {},
+            NO_PROPERTIES,
             sub.mode,
             consumers,
         )

@@ -56,6 +56,28 @@ def test_store_round_trips_states(tmp_path: Path) -> None:
     assert set(store.load_all()) == {"tenant/ns: ü"}
 
 
+def test_a_batch_of_many_saves_is_written_whole_without_a_copy_of_it(tmp_path: Path) -> None:
+    """A batch is joined and written a slice at a time (the Shared baseline saves 10,000
+    cursors a second): every save of it reads back, with the one-write batch's contents, and
+    writing it holds the new records and a slice, not another copy of the whole batch (the
+    copy made the peak 5.5 times the records' size, traced; 3.6 without)."""
+    import tracemalloc
+
+    n = 5000
+    store = CursorStore(tmp_path / "cursors", sync_data=False)
+    store.write((f"sub-{i}", CursorState(pos(f"3:{i}"), mode="Shared")) for i in range(n))
+    saves = [(f"sub-{i}", CursorState(pos(f"3:{i + 1}"), mode="Shared")) for i in range(n)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        store.write(saves, ["gone"])
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert CursorStore(tmp_path / "cursors").load_all() == dict(saves)
+    assert peak < 4.5 * store._live_bytes
+
+
 def test_a_failed_save_keeps_the_previous_state(tmp_path: Path) -> None:
     def failing_fsync(fd: int) -> None:
         raise OSError(5, "Input/output error")

@@ -52,10 +52,10 @@ def test_a_failing_cursor_log_is_logged_counted_backed_off_and_isolated(
         store = storage._writers[FULL].store
         real_append = store._append
 
-        def append(data: bytes) -> None:
+        def append(records: list[bytes]) -> None:
             if broken:
                 raise OSError(errno.ENOSPC, "No space left on device")
-            real_append(data)
+            real_append(records)
 
         monkeypatch.setattr(store, "_append", append)
         succeeded_before = storage.persistence[FULL].succeeded  # the subscription's creation
