@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.iterators import PercentileIterator
 from pyspark.sql import SparkSession
@@ -278,9 +279,27 @@ def latency_stats(hist: HdrHistogram) -> LatencyStats:
         count=hist.get_total_count(),
         min_us=hist.get_min_value(),
         max_us=hist.get_max_value(),
-        mean_us=hist.get_mean_value(),
+        mean_us=mean_value(hist),
         percentiles_us={name: values[p] for name, p in PERCENTILES.items()},
     )
+
+
+def mean_value(hist: HdrHistogram) -> float:
+    """hdrh's `get_mean_value`, read from the nonzero counts only: hdrh steps through every
+    count up to the highest value in Python (about 29,000 for a second's value), which was 80 %
+    of the CPU of reducing a small run's merged histograms (1.3-1.7 CPU-s for 40 of them). The
+    same integer sum of each count times the middle of its value range, so the same float
+    (tests/unit/test_analysis_histograms.py holds it to hdrh's)."""
+    total_count = hist.get_total_count()
+    if not total_count:
+        return 0.0
+    counts = np.ctypeslib.as_array(hist.counts)
+    total = 0
+    for index in np.flatnonzero(counts).tolist():
+        low = hist.get_lowest_equivalent_value(hist.get_value_from_index(index))
+        size = hist.get_highest_equivalent_value(low) - low + 1
+        total += int(counts[index]) * (low + (size >> 1))
+    return float(total) / total_count
 
 
 def omb_quantiles(hist: HdrHistogram) -> list[tuple[float, int]]:
