@@ -108,7 +108,6 @@ def _wire_then_slot(consumer: Consumer) -> int:
 
 
 _WIRE = attrgetter("wire")
-_PERMITS = attrgetter("permits")
 _ID_VARINT = attrgetter("id_varint")
 
 
@@ -553,10 +552,16 @@ class BroadcastDispatcher(Dispatcher):
             return False
         marks = self._marks
         before = marks[lo:hi]
-        if max(before) >= index or min(self._reads[lo:hi]) <= index:
+        if before == array("q", (index - 1,)) * len(consumers):  # in C, no int per slot
+            low = index - 1  # the common case: each had acknowledged the entry before
+        elif max(before) >= index:
+            return False
+        else:
+            low = min(before)
+        if min(self._reads[lo:hi]) <= index:
             return False
         marks[lo:hi] = array("q", (index,)) * len(consumers)
-        if min(before) <= self.cursor.mark_delete and not self._slowest_stale:
+        if low <= self.cursor.mark_delete and not self._slowest_stale:
             self._slowest_stale = True
             self._unsaved = True
             self._cursor_moved()
@@ -861,7 +866,6 @@ class BroadcastDispatcher(Dispatcher):
             lo < 0
             or reads[lo:hi].count(newest) != k  # in C; hi past the end counts fewer
             or self.consumers[lo:hi] != group  # identity, element by element, in C
-            or min(map(_PERMITS, group)) <= 0
             or not group[0].wire.writable
         ):
             return 0
@@ -872,8 +876,17 @@ class BroadcastDispatcher(Dispatcher):
                 return 0
             entry = found[0]
         n, size = entry.num_messages, len(entry.payload)
-        for consumer in group:  # 0.1 us a consumer; the rest of this is C
-            consumer.permits -= n
+        # Charged as the permits are checked, in one loop (0.1-0.2 us a consumer; a `min` of
+        # the permits first was 0.08 more), and taken back if one has none left (rare).
+        for i, consumer in enumerate(group):
+            permits = consumer.permits
+            if permits <= 0:
+                for charged in group[:i]:
+                    charged.permits += n
+                    charged.messages_out -= n
+                    charged.bytes_out -= size
+                return 0
+            consumer.permits = permits - n
             consumer.messages_out += n
             consumer.bytes_out += size
         reads[lo:hi] = array("q", (newest + 1,)) * k
