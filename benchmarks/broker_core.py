@@ -243,17 +243,19 @@ async def _measure(
     )
     dispatch_cpu = ack_cpu = 0.0
     loop = asyncio.get_running_loop()
-    arrived = [0]
+    arrived = [0, 0]
+    """Acks arrived for the entry, and how many of them by the round's last write."""
     in_round = 0
-    last_write = [0.0, 0]
-    """The CPU clock at the round's last write, and how many acks had arrived by then."""
+    last_write = [0.0]
+    """The CPU clock at the round's last write."""
 
     def arrive(conn: ServerConnection, data: bytes, count: int) -> None:
         conn.data_received(data)
         arrived[0] += count
 
     def written(conn: ServerConnection, data: bytes, count: int) -> None:
-        last_write[:] = time.process_time(), arrived[0]
+        last_write[0] = time.process_time()
+        arrived[1] = arrived[0]
         loop.call_soon(arrive, conn, data, count)
 
     for n in range(entries):
@@ -272,7 +274,7 @@ async def _measure(
             # The round ends at its last write; what is handled after it (the last slice's
             # acks, or any the broker put off until the round's end) is the acks' figure.
             dispatch_cpu += last_write[0] - started
-            in_round += last_write[1]
+            in_round += arrived[1]
             for _ in range(100_000):
                 if arrived[0] >= consumers and min(s.mark_delete for s in subs) >= entry.index:
                     break
