@@ -558,7 +558,8 @@ class BroadcastDispatcher(Dispatcher):
             return False
         else:
             low = min(before)
-        if min(self._reads[lo:hi]) <= index:
+        reads = self._reads[lo:hi]  # each was sent `index`: most often read up to it exactly
+        if reads != array("q", (index + 1,)) * len(consumers) and min(reads) <= index:
             return False
         marks[lo:hi] = array("q", (index,)) * len(consumers)
         if low <= self.cursor.mark_delete and not self._slowest_stale:

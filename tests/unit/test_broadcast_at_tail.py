@@ -242,3 +242,26 @@ def test_permits_and_counters_follow_the_consumer_through_moves_leaving_and_retu
     assert (back.permits, back.messages_out) == (8, 5)
     assert [c.permits for c in (group[0], group[2], group[4])] == [5, 107, 9]
     topic.close()
+
+
+def test_an_ack_run_of_an_entry_none_of_them_was_sent_is_refused_whole(loop):
+    """Consecutive slots all read up to an entry and not past it (out of permits): a
+    cumulative ack of it is refused for each, and one of the entry before taken by all."""
+    topic = Topic("t", MemoryEntryLog(), persistent=False, loop=loop)
+    sub = topic.subscription("all", "Broadcast", initial_earliest=False)
+    dispatcher = cast(BroadcastDispatcher, sub.dispatcher)
+    wire = RawWire(bem=False)
+    group = [Consumer(consumer_id=i, name=f"c{i}", wire=wire, permits=2) for i in range(10)]
+    for consumer in group:
+        sub.add_consumer(consumer)
+    for _ in range(5):
+        loop.run_until_complete(topic.publish(SINGLE, b"", 1, 1))
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert {dispatcher.cursor_of(c).read_index for c in group} == {2}
+    sub.on_ack_run(group, True, 2)  # never sent
+    assert dispatcher.acks_refused == 10
+    assert {dispatcher.cursor_of(c).mark_delete for c in group} == {-1}
+    sub.on_ack_run(group, True, 1)
+    assert dispatcher.acks_refused == 10
+    assert {dispatcher.cursor_of(c).mark_delete for c in group} == {1}
+    topic.close()
