@@ -27,6 +27,10 @@ class ConsumerWire(Protocol):
 
     def send_active_consumer_change(self, consumer_id: int, active: bool) -> None: ...
 
+    def hold_reads(self) -> None: ...
+
+    def release_reads(self) -> None: ...
+
 
 class SubscriptionTopic(Protocol):
     """The topic as a consumer's connection reaches it through the subscription."""

@@ -61,6 +61,12 @@ class RawWire:
         self.writes = 0
         self.on_write = on_write
 
+    def hold_reads(self) -> None:
+        pass
+
+    def release_reads(self) -> None:
+        pass
+
     def write_frames(self, frames: list[bytes]) -> None:
         self.data += b"".join(frames)
         self.writes += 1

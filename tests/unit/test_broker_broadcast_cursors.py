@@ -23,6 +23,12 @@ class QuietWire:
     writable = True
     sends_broker_entry_metadata = False
 
+    def hold_reads(self) -> None:
+        pass
+
+    def release_reads(self) -> None:
+        pass
+
     def write_frames(self, frames: list[bytes]) -> None:
         pass
 
@@ -235,6 +241,12 @@ def test_in_a_storm_a_newcomer_starts_at_the_main_cursor_as_last_brought_up_to_d
 class CountingWire(QuietWire):
     def __init__(self) -> None:
         self.writes: list[int] = []
+
+    def hold_reads(self) -> None:
+        pass
+
+    def release_reads(self) -> None:
+        pass
 
     def write_frames(self, frames: list[bytes]) -> None:
         self.writes.append(len(frames) // 2)

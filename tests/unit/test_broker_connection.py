@@ -56,6 +56,12 @@ class FakeTransport(asyncio.Transport):
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass
 
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
     def take(self) -> list[pb.BaseCommand]:
         """The commands written since the last call."""
         decoder = FrameDecoder()
@@ -559,3 +565,84 @@ def test_a_frame_split_across_reads_is_read_whole_after_the_buffer_is_let_go() -
     assert whole == [T.SUCCESS, T.SUCCESS, 500, 500]
     for cut in range(1, 60, 3):
         assert asyncio.run(go(cut)) == whole
+
+
+# -- a Broadcast round holds what the connections it served send -----------------------------
+
+
+def test_acks_read_during_a_broadcast_round_wait_for_its_end_then_move_the_cursors() -> None:
+    """Two connections of 600 consumers each on one Broadcast subscription: a round serves
+    them in two slices. The first connection's ACKs, read while the round goes on, are handled
+    only once it has ended (they would lengthen it), then move every cursor; a publish limit's
+    pause and its resume in between change nothing of that; the client's EOF while held
+    handles them first."""
+
+    async def go(eof: bool) -> tuple[set[int], set[int]]:
+        first = Wire()
+        first.handshake()
+        second = ServerConnection(first.service)
+        second_transport = FakeTransport()
+        second.connection_made(second_transport)
+        second.data_received(
+            encode_raw_frame(
+                command(T.CONNECT, client_version="test", protocol_version=20).SerializeToString()
+            )
+        )
+        for conn, ids in ((first.conn, range(1, 601)), (second, range(601, 1201))):
+            subscribes, flows = _storm(TOPIC, list(ids), names=False)
+            conn.data_received(b"".join(subscribes) + b"".join(flows))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        topic = first.service.topic(TOPIC)
+        dispatcher = cast(Any, first.conn.consumers[0].subscription).dispatcher
+
+        def marks(conn: ServerConnection) -> set[int]:
+            return {dispatcher.cursor_of(c).mark_delete for c in conn.consumers}
+
+        acked: list[bool] = []
+        seen_mid_round: set[int] = set()
+        write_first, write_second = first.transport.writelines, second_transport.writelines
+
+        def first_written(data: Any) -> None:  # the client acks as soon as it has read
+            write_first(data)
+            if acked:
+                return
+            entry_id = pb.MessageIdData(ledgerId=entry.ledger_id, entryId=entry.entry_id)
+            first.conn.data_received(
+                b"".join(
+                    encode_raw_frame(
+                        ack_command_bytes(
+                            c.consumer_id, pb.CommandAck.Individual, [entry_id.SerializeToString()]
+                        )
+                    )
+                    for c in first.conn.consumers
+                )
+            )
+            first.conn.pause_reading()  # a publish limit's window, over within the round
+            first.conn.resume_reading()
+            acked.append(True)
+
+        def second_written(data: Any) -> None:  # the round's last slice
+            write_second(data)
+            seen_mid_round.update(marks(first.conn))
+            if eof and not first.conn.eof_received():
+                first.transport.close()  # as asyncio does after eof_received
+
+        first.transport.writelines = first_written  # type: ignore[method-assign]
+        second_transport.writelines = second_written  # type: ignore[method-assign]
+        section = encode_payload(
+            pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"x"
+        )
+        entry = await topic.publish(section, b"", 1, 1)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        after = marks(first.conn)
+        first.close()
+        assert acked
+        return seen_mid_round, after
+
+    mid_round, after = asyncio.run(go(eof=False))
+    assert mid_round == {-1}  # still where they were mid-round
+    assert after == {0}  # all moved to the entry, after the round
+    mid_round, after = asyncio.run(go(eof=True))
+    assert mid_round == {-1} and after == {0}

@@ -25,6 +25,12 @@ class FakeWire:
         self.decoder = FrameDecoder()
         self.changes: list[tuple[int, bool]] = []
 
+    def hold_reads(self) -> None:
+        pass
+
+    def release_reads(self) -> None:
+        pass
+
     def write_frames(self, frames: list[bytes]) -> None:
         self.decoder.receive_data(b"".join(frames))
 
@@ -220,6 +226,12 @@ class CountingWire:
         self.written = written
         self.on_write = on_write
 
+    def hold_reads(self) -> None:
+        pass
+
+    def release_reads(self) -> None:
+        pass
+
     def write_frames(self, frames: list[bytes]) -> None:
         self.written.append(len(frames) // 2)  # [head, payload] per delivery
         if self.on_write is not None:
@@ -371,6 +383,12 @@ class RawWire(FakeWire):
         super().__init__()
         self.sends_broker_entry_metadata = bem
         self.data = b""
+
+    def hold_reads(self) -> None:
+        pass
+
+    def release_reads(self) -> None:
+        pass
 
     def write_frames(self, frames: list[bytes]) -> None:
         self.data += b"".join(frames)

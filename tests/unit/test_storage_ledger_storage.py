@@ -25,6 +25,12 @@ class QuietWire:
     writable = True
     sends_broker_entry_metadata = False
 
+    def hold_reads(self) -> None:
+        pass
+
+    def release_reads(self) -> None:
+        pass
+
     def write_frames(self, frames: list[bytes]) -> None:
         pass
 
