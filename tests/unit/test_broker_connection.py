@@ -628,8 +628,8 @@ def test_acks_read_during_a_broadcast_round_wait_for_its_end_then_move_the_curso
             if eof and not first.conn.eof_received():
                 first.transport.close()  # as asyncio does after eof_received
 
-        first.transport.writelines = first_written  # type: ignore[method-assign]
-        second_transport.writelines = second_written  # type: ignore[method-assign]
+        cast(Any, first.transport).writelines = first_written
+        cast(Any, second_transport).writelines = second_written
         section = encode_payload(
             pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"x"
         )
