@@ -104,6 +104,17 @@ def topic_stats(
     """`persistence`: how writing the topic's cursors fares (a persistent topic's); each
     subscription's consumers listed from `consumers_offset`, at most `consumers_limit`."""
     return {
+        **topic_stats_head(topic, persistence),
+        "subscriptions": {
+            name: subscription_stats(s, consumers_offset, consumers_limit)
+            for name, s in topic.subscriptions.items()
+        },
+    }
+
+
+def topic_stats_head(topic: Topic, persistence: CursorPersistence | None = None) -> dict[str, Any]:
+    """`topic_stats` without its last key, "subscriptions"."""
+    return {
         "msgRateIn": round(topic.rate_messages, 3),
         "msgThroughputIn": round(topic.rate_bytes, 3),
         "msgRateOut": round(sum(s.rate_messages for s in topic.subscriptions.values()), 3),
@@ -115,10 +126,6 @@ def topic_stats(
             {"producerName": p.name, "msgInCounter": p.messages_in, "address": p.address}
             for p in topic.producers.values()
         ],
-        "subscriptions": {
-            name: subscription_stats(s, consumers_offset, consumers_limit)
-            for name, s in topic.subscriptions.items()
-        },
     }
 
 
