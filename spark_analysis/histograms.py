@@ -296,7 +296,7 @@ def mean_value(hist: HdrHistogram) -> float:
         return 0.0
     counts = np.ctypeslib.as_array(hist.counts)
     total = 0
-    for index in np.flatnonzero(counts).tolist():
+    for index in map(int, np.flatnonzero(counts)):
         low = hist.get_lowest_equivalent_value(hist.get_value_from_index(index))
         size = hist.get_highest_equivalent_value(low) - low + 1
         total += int(counts[index]) * (low + (size >> 1))
@@ -325,18 +325,21 @@ class JavaPercentileIterator(PercentileIterator):
     the digest's CPU once the mean was read so (`mean_value`).
     """
 
+    current_index: int
+
     def __init__(self, histogram: HdrHistogram, percentile_ticks_per_half_distance: int) -> None:
         super().__init__(histogram, percentile_ticks_per_half_distance)
-        self._nonzero = np.flatnonzero(np.ctypeslib.as_array(histogram.counts)).tolist()
+        self._nonzero = list(map(int, np.flatnonzero(np.ctypeslib.as_array(histogram.counts))))
 
     def increment_sub_bucket(self) -> None:
-        at = bisect.bisect_right(self._nonzero, self.current_index)
+        index = self.current_index
+        at = bisect.bisect_right(self._nonzero, index)
         # Past the last count (the iteration ends there first): one step, as hdrh's.
-        beyond = at == len(self._nonzero)
-        self.current_index = self.current_index + 1 if beyond else self._nonzero[at]
+        index = index + 1 if at == len(self._nonzero) else self._nonzero[at]
+        self.current_index = index
         self.fresh_sub_bucket = True
-        self.value_at_index = self.histogram.get_value_from_index(self.current_index)
-        self.value_at_next_index = self.histogram.get_value_from_index(self.current_index + 1)
+        self.value_at_index = self.histogram.get_value_from_index(index)
+        self.value_at_next_index = self.histogram.get_value_from_index(index + 1)
 
     def increment_iteration_level(self) -> None:
         self.percentile_to_iterate_from = self.percentile_to_iterate_to
