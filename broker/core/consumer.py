@@ -6,7 +6,6 @@ its connection drives on its subscription are Protocols here, so nothing imports
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -22,6 +21,16 @@ class ConsumerWire(Protocol):
 
     writable: bool
     sends_broker_entry_metadata: bool
+
+    @property
+    def address(self) -> str:
+        """The peer's host:port (admin stats' `address`)."""
+        ...
+
+    @property
+    def connected_since(self) -> float:
+        """When the connection was made, epoch seconds (admin stats' `connectedSince`)."""
+        ...
 
     def write_frames(self, frames: list[bytes]) -> None: ...
 
@@ -39,6 +48,19 @@ class SubscriptionTopic(Protocol):
     def log(self) -> EntryLog: ...
 
     def remove_subscription(self, name: str) -> None: ...
+
+
+class _NoUnacked(dict[int, int]):
+    """`Consumer.unacked` while a consumer owes nothing: one shared empty table, not a dict each
+    (64 B a consumer); a write raises. Reading, `clear()` and `pop(i, None)` are no-ops on it."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("write a consumer's first unacknowledged entry with owe()")
+
+    __setitem__ = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+
+
+NO_UNACKED: dict[int, int] = _NoUnacked()
 
 
 class ConsumerSubscription(Protocol):
@@ -86,11 +108,11 @@ class Consumer:
     wire: ConsumerWire
     subscription: ConsumerSubscription | None = None
     priority: int = 0
-    address: str = ""
     permits: int = 0
-    connected_since: float = field(default_factory=time.time)
-    unacked: dict[int, int] = field(default_factory=dict)
-    """index → messages in the entry, for entries sent and not yet acknowledged."""
+    unacked: dict[int, int] = field(default_factory=lambda: NO_UNACKED)
+    """index → messages in the entry, for entries sent and not yet acknowledged: the shared
+    `NO_UNACKED` until the first (`owe`), and again once a lone entry owed is acknowledged;
+    always that for a Broadcast consumer (its virtual cursor knows what it owes)."""
     messages_out: int = 0
     bytes_out: int = 0
     hash_ranges: tuple[tuple[int, int], ...] | None = None
@@ -103,6 +125,23 @@ class Consumer:
 
     def __post_init__(self) -> None:
         self.id_varint = encode_varint(self.consumer_id)
+
+    # Its connection's, as Pulsar's consumer stats report them: the same for every consumer of
+    # a connection, so kept there, not per consumer (issue 40: 40 B of each, the float too).
+    @property
+    def address(self) -> str:
+        return self.wire.address
+
+    @property
+    def connected_since(self) -> float:
+        return self.wire.connected_since
+
+    def owe(self) -> dict[int, int]:
+        """Its unacknowledged table to write into: a dict of its own from the first entry."""
+        unacked = self.unacked
+        if unacked is NO_UNACKED:
+            unacked = self.unacked = {}
+        return unacked
 
     def frames_for(
         self,

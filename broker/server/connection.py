@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, cast
 
@@ -122,7 +123,7 @@ class ServerConnection(asyncio.Protocol):
         "_flush_due",
         "writable",
         "sends_broker_entry_metadata",
-        "address",
+        "connected_since",
         "_handshake_timer",
         "seen",
         "_pinged",
@@ -154,7 +155,9 @@ class ServerConnection(asyncio.Protocol):
         self.writable = True
         self.sends_broker_entry_metadata = False
         """The client asked for the stage stamps ahead of each payload (CONNECT's flags)."""
-        self.address = ""
+        self.connected_since = time.time()
+        """Epoch seconds (admin stats' connectedSince, its consumers'): the loop makes this
+        object as it accepts the connection, just before `connection_made`."""
         self._handshake_timer: asyncio.TimerHandle | None = None
         self.seen = True
         """Something was read since the last keep-alive sweep (broker.server.keep_alive): the
@@ -226,6 +229,13 @@ class ServerConnection(asyncio.Protocol):
             del self._by_id[consumer.consumer_id]
 
     @property
+    def address(self) -> str:
+        """The peer's host:port, made when asked (logs, admin stats), not kept: 60 B of every
+        connection (issue 40). "" once the connection is gone."""
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return f"{peer[0]}:{peer[1]}" if peer else ""
+
+    @property
     def protocol_version(self) -> int:
         return self.conn.protocol_version
 
@@ -233,8 +243,6 @@ class ServerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.transport = transport
         transport.set_write_buffer_limits(high=8 * 1024 * 1024)
-        peer = transport.get_extra_info("peername")
-        self.address = f"{peer[0]}:{peer[1]}" if peer else ""
         self.service.connections.add(self)
         self._handshake_timer = asyncio.get_running_loop().call_later(
             self.service.config.keepAliveIntervalSeconds, self._handshake_expired
@@ -709,7 +717,6 @@ class ServerConnection(asyncio.Protocol):
             name=name or f"{req.subscription}-{consumer_id}",
             wire=self,
             priority=req.priority_level,
-            address=self.address,
             hash_ranges=ranges,
         )
         try:

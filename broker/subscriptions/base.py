@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import ClassVar, Protocol
 
-from broker.core.consumer import Consumer
+from broker.core.consumer import NO_UNACKED, Consumer
 from broker.core.entry import Entry
 from broker.core.entry_log import EntryLog, now_us
 from broker.subscriptions.cursor import Cursor
@@ -138,7 +138,7 @@ class Dispatcher(ABC):
 
     def _return_unacked(self, consumer: Consumer) -> None:
         self.cursor.hand_back(consumer.unacked)
-        consumer.unacked.clear()
+        consumer.unacked = NO_UNACKED
 
     # -- flow and acknowledgement ---------------------------------------------------------
     def on_flow(self, consumer: Consumer, permits: int) -> None:
@@ -182,7 +182,7 @@ class Dispatcher(ABC):
             for c in self.consumers:
                 unacked = c.unacked
                 if len(unacked) == 1 and index in unacked:
-                    unacked.clear()
+                    c.unacked = NO_UNACKED  # a dict again at the next send (64 B each idle)
                 elif unacked:
                     for i in [i for i in unacked if i <= index]:
                         del unacked[i]
@@ -229,7 +229,7 @@ class Dispatcher(ABC):
         """Reset the cursor so that `index` is the next entry delivered."""
         self.cursor.seek(index)
         for c in self.consumers:
-            c.unacked.clear()
+            c.unacked = NO_UNACKED
         self._cursor_moved()
         self.schedule_dispatch()
 
@@ -290,7 +290,7 @@ class Dispatcher(ABC):
             frames = consumer.frames_for(entries, now_us(), counts)
         else:
             frames = consumer.frames_for(entries, turn.dispatch_us, counts, turn.templates)
-        unacked = consumer.unacked
+        unacked = consumer.owe()
         sent = 0
         for e in entries:
             unacked[e.index] = e.num_messages

@@ -34,7 +34,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from broker.core.consumer import Consumer, ConsumerWire
+from broker.core.consumer import NO_UNACKED, Consumer, ConsumerWire
 from broker.core.entry import Entry
 from broker.core.entry_log import now_us
 from broker.subscriptions.base import READ_BATCH, Dispatcher, DispatchTurn
@@ -86,19 +86,6 @@ def _grouped(marks: np.ndarray, mask: np.ndarray, names: list[Any]) -> Groups:
     picked = [names[i] for i in order]
     starts, ends = [0, *cuts], [*cuts, len(picked)]
     return [(int(ordered[s]), [], picked[s:e]) for s, e in zip(starts, ends, strict=True)]
-
-
-class _NoUnacked(dict[int, int]):
-    """A Broadcast consumer's `Consumer.unacked`: what it owes is its virtual cursor's, so this
-    stays empty. One shared by all of them, not a dict each (64 B a consumer); a write raises."""
-
-    def _refuse(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("a Broadcast consumer's unacknowledged entries are its cursor's")
-
-    __setitem__ = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
-
-
-NO_UNACKED = _NoUnacked()
 
 
 def _wire_then_slot(consumer: Consumer) -> int:
@@ -225,7 +212,7 @@ class BroadcastDispatcher(Dispatcher):
             self._owners[name] = consumer
             self._unsaved = True  # saved at the next snapshot, whenever that comes
         consumer.slot = len(self.consumers)
-        consumer.unacked = NO_UNACKED
+        consumer.unacked = NO_UNACKED  # its virtual cursor knows what it owes: never written
         self.consumers.append(consumer)
         self._group(consumer)
         self._marks.append(mark)

@@ -54,6 +54,8 @@ def test_heads_kept_up_to_the_ids_make_the_frames_of_any_entry_of_their_prefix_k
 
 class RawWire:
     writable = True
+    address = "127.0.0.1:1"
+    connected_since = 0.0
 
     def __init__(self, bem: bool, on_write=None) -> None:
         self.sends_broker_entry_metadata = bem

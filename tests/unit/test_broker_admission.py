@@ -45,7 +45,7 @@ def _service(**settings: Any) -> BrokerService:
 
 
 def _consumer(n: int) -> Consumer:
-    return Consumer(consumer_id=n, name=f"c{n}", wire=None, priority=0, address="a")  # type: ignore[arg-type]
+    return Consumer(consumer_id=n, name=f"c{n}", wire=None, priority=0)  # type: ignore[arg-type]
 
 
 def test_a_producer_is_refused_past_the_limit_or_the_quota_and_gets_its_schema_version() -> None:

@@ -21,6 +21,8 @@ SECTION = encode_payload(
 
 class QuietWire:
     writable = True
+    address = "127.0.0.1:1"
+    connected_since = 0.0
     sends_broker_entry_metadata = False
 
     def hold_reads(self) -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from broker.core.consumer import Consumer
+from broker.core.consumer import NO_UNACKED, Consumer
 from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import NOTIFY_SLICE, Topic
 from broker.subscriptions.broadcast import SLICE, BroadcastDispatcher
@@ -19,6 +19,8 @@ from pulsar_protocol.stamps import decode_stamps
 
 class FakeWire:
     writable = True
+    address = "127.0.0.1:1"
+    connected_since = 0.0
     sends_broker_entry_metadata = True
 
     def __init__(self) -> None:
@@ -220,6 +222,8 @@ class CountingWire:
     """A wire that only counts the MESSAGE frames written to it, in one shared list."""
 
     writable = True
+    address = "127.0.0.1:1"
+    connected_since = 0.0
     sends_broker_entry_metadata = True
 
     def __init__(self, written: list[int], on_write=None) -> None:
@@ -517,3 +521,34 @@ def test_a_lone_consumer_ack_run_does_what_its_ack_does(loop):
         return seen
 
     assert run(True) == run(False)
+
+
+def test_a_shared_consumer_holds_an_unacked_table_only_while_it_owes_entries(loop):
+    """`Consumer.unacked` is the one shared NO_UNACKED until the first entry sent, a dict of
+    its own while it owes any, and NO_UNACKED again once a cumulative ack clears its lone entry
+    or it leaves (issue 40: an empty dict was 64 B of every Shared consumer). What it owes is
+    the same: counted in stats, handed to another consumer when it leaves."""
+    topic = Topic("t", MemoryEntryLog(), persistent=False, loop=loop)
+    sub = topic.subscription("s", "Shared", initial_earliest=False)
+    wire = FakeWire()
+    first = _consumer(wire, 1)
+    sub.add_consumer(first)
+    assert first.unacked is NO_UNACKED
+    with pytest.raises(TypeError):
+        NO_UNACKED[0] = 1
+    _publish(loop, topic, 1)
+    assert wire.received() == [(1, 0)]
+    assert first.unacked == {0: 1} and first.unacked is not NO_UNACKED
+    sub.on_ack_run([first], True, 0)
+    assert first.unacked is NO_UNACKED and sub.unacked_messages(first) == 0
+    _publish(loop, topic, 2)
+    assert [e for _, e in wire.received()] == [1, 2]
+    assert sub.unacked_messages(first) == 2
+    second = _consumer(wire, 2)
+    sub.add_consumer(second)
+    sub.remove_consumer(first)
+    assert first.unacked is NO_UNACKED
+    _settle(loop)
+    assert wire.received() == [(2, 1), (2, 2)]
+    assert sub.unacked_messages(second) == 2
+    assert NO_UNACKED == {}
