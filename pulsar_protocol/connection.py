@@ -171,22 +171,9 @@ _NONE_WAITING: Mapping[int, int] = MappingProxyType({})
 """A server's `_unanswered` while no request waits: shared, read-only."""
 
 
-class Connection:
-    """One end of a Pulsar connection.
-
-    `max_frame_size` bounds incoming frames (checked from the size prefix alone); a SERVER
-    given `handshake_max_frame_size` takes only frames that small until CONNECT (a peer that
-    has not said who it is must not make it buffer megabytes). A SERVER needs
-    `server_version` and may announce `max_message_size` and check CONNECT's credentials
-    (`authenticate`); a CLIENT chooses with
-    `individual_acks` whether `flush_acks()` acknowledges every id or the latest only, and
-    with `message_runs` whether MESSAGEs in their common shape come as `MessageRun` events
-    (read from bytes, a run of one entry's deliveries at a time) instead of one `Message` each;
-    a SERVER chooses with `consumer_runs` whether SUBSCRIBEs in a row that differ only in their
-    ids and consumer names come as one `requests.SubscribeRun`, and FLOWs in a row that give
-    the same permits as one `FlowRun`.
-    Connections given one `read_buffers` share their read buffers (`release_buffer`).
-    """
+class _Codec:
+    """What both ends of a Pulsar connection share: every method, and the state of both roles
+    but the client's own (`Connection` adds those; a broker's `ServerCodec` has none)."""
 
     # Slotted: with a connection per consumer, the instance dict was 288 B of what each
     # connection held, client and broker alike (tracemalloc, benchmarks/broker_core.py).
@@ -198,25 +185,27 @@ class Connection:
         "peer_supports_broker_entry_metadata",
         "_max_message_size",
         "_authenticate",
-        "_individual_acks",
-        "_message_runs",
         "_decoder",
         "_max_frame_size",
         "_eof",
         "_out",
-        "_last_request_id",
-        "_pending",
-        "_consumers",
-        "_producers",
-        "_acks_due",
         "_unanswered",
         "_subscribe_shape",
         "_subscribe_misses",
         "_consumer_runs",
         "_readers",
         "_fast_acks",
-        "_fast_runs",
     )
+    # The client's own, slotted in `Connection`, read-only class constants in `ServerCodec`.
+    _individual_acks: bool
+    _message_runs: bool
+    _fast_runs: bool
+    _last_request_id: int
+    _pending: dict[int, tuple[int, int]]
+    """request_id → (request type, consumer or producer id, or -1)."""
+    _consumers: dict[int, _Consumer]
+    _producers: dict[int, ProducerState]
+    _acks_due: dict[int, _Consumer]
 
     def __init__(
         self,
@@ -226,15 +215,13 @@ class Connection:
         handshake_max_frame_size: int | None = None,
         server_version: str = "",
         max_message_size: int = 0,
-        individual_acks: bool = False,
-        message_runs: bool = False,
         consumer_runs: bool = False,
         authenticate: Callable[[str, bytes], str | None] | None = None,
         read_buffers: ReadBuffers | None = None,
     ) -> None:
         if role is SERVER and not server_version:
             raise LocalProtocolError("a server must have a server_version (clients require it)")
-        if role is SERVER and message_runs:
+        if role is SERVER and self._message_runs:
             raise LocalProtocolError("only a client receives MESSAGEs")
         if role is CLIENT and consumer_runs:
             raise LocalProtocolError("only a server receives SUBSCRIBEs and FLOWs")
@@ -250,8 +237,6 @@ class Connection:
         self._authenticate = authenticate
         """Server side: CONNECT's (auth_method_name, auth_data) → None to accept, or why not
         (an ERROR AuthenticationError instead of CONNECTED, and the connection ends)."""
-        self._individual_acks = individual_acks
-        self._message_runs = message_runs
         self._decoder = FrameDecoder(max_frame_size, read_buffers)
         self._max_frame_size = max_frame_size
         if role is SERVER and handshake_max_frame_size is not None:
@@ -260,14 +245,6 @@ class Connection:
             )
         self._eof = False
         self._out: list[bytes] = []
-        # Client side; a server's are the one read-only empty table (`_NOT_KEPT`).
-        client = role is CLIENT
-        self._last_request_id = 0
-        self._pending: dict[int, tuple[int, int]] = {} if client else _NOT_KEPT
-        """request_id → (request type, consumer or producer id, or -1)."""
-        self._consumers: dict[int, _Consumer] = {} if client else _NOT_KEPT
-        self._producers: dict[int, ProducerState] = {} if client else _NOT_KEPT
-        self._acks_due: dict[int, _Consumer] = {} if client else _NOT_KEPT
         # Server side: request ids may repeat, so they are counted, never keyed.
         self._unanswered: Mapping[int, int] = _NONE_WAITING
         """request_id → how many requests with it wait for an answer (none: not in it);
@@ -328,7 +305,8 @@ class Connection:
         self._fast_acks = self.role is SERVER and state is ConnectionState.CONNECTED
         if self._fast_acks:
             self._decoder.set_limit(self._max_frame_size, pb.UnknownError)
-        self._fast_runs = self._message_runs and state is ConnectionState.CONNECTED
+        if self._message_runs:  # a client's slot; a server's is its class's False
+            self._fast_runs = state is ConnectionState.CONNECTED  # type: ignore[misc]  # Connection's slot
 
     def _trigger(self, trigger: Trigger) -> None:
         self._set_state(connection_transition(self.role, self.state, trigger))
@@ -702,7 +680,7 @@ class Connection:
         if not waiting:
             # An emptied dict keeps the table it grew; a new empty one has none (a client's
             # connection holds this one for the whole run).
-            self._pending = {}
+            self._pending = {}  # type: ignore[misc]  # Connection's slot
         trigger = Trigger.REFUSED if refused else Trigger.ANSWERED
         if request_type == T.SUBSCRIBE and object_id in self._consumers:
             self._move_consumer(object_id, trigger)
@@ -719,7 +697,7 @@ class Connection:
         """A request_id for the next Request: unique on this connection."""
         if self.role is not CLIENT:
             raise LocalProtocolError("only a client makes requests")
-        self._last_request_id += 1
+        self._last_request_id += 1  # type: ignore[misc]  # Connection's slot
         return self._last_request_id
 
     def send(self, event: Event) -> None:
@@ -1073,7 +1051,7 @@ class Connection:
         buffer: a broadcast connection acknowledges one entry for all its consumers at every
         flush, so such an ACK is the consumer's head (sizes, type and its id, kept while the
         tail's length holds) then the tail, which is the entry's."""
-        due, self._acks_due = self._acks_due, {}
+        due, self._acks_due = self._acks_due, {}  # type: ignore[misc]  # Connection's slot
         parts: list[bytes] = []
         count = 0
         tail_id: bytes | None = None
@@ -1142,6 +1120,106 @@ def _new_flow(consumer_id: int, permits: int) -> Flow:
     _set_flow_consumer(flow, consumer_id)
     _set_flow_permits(flow, permits)
     return flow
+
+
+class Connection(_Codec):
+    """One end of a Pulsar connection.
+
+    `max_frame_size` bounds incoming frames (checked from the size prefix alone); a SERVER
+    given `handshake_max_frame_size` takes only frames that small until CONNECT (a peer that
+    has not said who it is must not make it buffer megabytes). A SERVER needs
+    `server_version` and may announce `max_message_size` and check CONNECT's credentials
+    (`authenticate`); a CLIENT chooses with
+    `individual_acks` whether `flush_acks()` acknowledges every id or the latest only, and
+    with `message_runs` whether MESSAGEs in their common shape come as `MessageRun` events
+    (read from bytes, a run of one entry's deliveries at a time) instead of one `Message` each;
+    a SERVER chooses with `consumer_runs` whether SUBSCRIBEs in a row that differ only in their
+    ids and consumer names come as one `requests.SubscribeRun`, and FLOWs in a row that give
+    the same permits as one `FlowRun`.
+    Connections given one `read_buffers` share their read buffers (`release_buffer`).
+    """
+
+    __slots__ = (
+        "_individual_acks",
+        "_message_runs",
+        "_fast_runs",
+        "_last_request_id",
+        "_pending",
+        "_consumers",
+        "_producers",
+        "_acks_due",
+    )
+
+    def __init__(
+        self,
+        role: Role,
+        *,
+        max_frame_size: int = MAX_FRAME_SIZE,
+        handshake_max_frame_size: int | None = None,
+        server_version: str = "",
+        max_message_size: int = 0,
+        individual_acks: bool = False,
+        message_runs: bool = False,
+        consumer_runs: bool = False,
+        authenticate: Callable[[str, bytes], str | None] | None = None,
+        read_buffers: ReadBuffers | None = None,
+    ) -> None:
+        self._individual_acks = individual_acks
+        self._message_runs = message_runs
+        self._fast_runs = False
+        # Client side; a server's are the one read-only empty table (`_NOT_KEPT`).
+        client = role is CLIENT
+        self._last_request_id = 0
+        self._pending = {} if client else _NOT_KEPT
+        self._consumers = {} if client else _NOT_KEPT
+        self._producers = {} if client else _NOT_KEPT
+        self._acks_due = {} if client else _NOT_KEPT
+        super().__init__(
+            role,
+            max_frame_size=max_frame_size,
+            handshake_max_frame_size=handshake_max_frame_size,
+            server_version=server_version,
+            max_message_size=max_message_size,
+            consumer_runs=consumer_runs,
+            authenticate=authenticate,
+            read_buffers=read_buffers,
+        )
+
+
+class ServerCodec(_Codec):
+    """A broker's end: `Connection(SERVER, ...)` without the client's slots, whose values
+    are its class's here (no request of its own, the one read-only empty table for the
+    client's tables, no MESSAGE runs). With a connection per consumer they were 64 B of every
+    broker connection (issue 40)."""
+
+    __slots__ = ()
+    _individual_acks = False
+    _message_runs = False
+    _fast_runs = False
+    _last_request_id = 0
+    _pending = _consumers = _producers = _acks_due = _NOT_KEPT
+
+    def __init__(
+        self,
+        *,
+        server_version: str,
+        max_frame_size: int = MAX_FRAME_SIZE,
+        handshake_max_frame_size: int | None = None,
+        max_message_size: int = 0,
+        consumer_runs: bool = False,
+        authenticate: Callable[[str, bytes], str | None] | None = None,
+        read_buffers: ReadBuffers | None = None,
+    ) -> None:
+        super().__init__(
+            SERVER,
+            max_frame_size=max_frame_size,
+            handshake_max_frame_size=handshake_max_frame_size,
+            server_version=server_version,
+            max_message_size=max_message_size,
+            consumer_runs=consumer_runs,
+            authenticate=authenticate,
+            read_buffers=read_buffers,
+        )
 
 
 class _SubscribeShape:

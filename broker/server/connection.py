@@ -45,10 +45,10 @@ from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol import requests as rq
 from pulsar_protocol.commands import T, command
-from pulsar_protocol.connection import Connection
+from pulsar_protocol.connection import ServerCodec
 from pulsar_protocol.errors import RemoteProtocolError
 from pulsar_protocol.extensions import now_us
-from pulsar_protocol.state import SERVER, ConnectionState
+from pulsar_protocol.state import ConnectionState
 
 log = logging.getLogger("broker.connection")
 
@@ -140,8 +140,7 @@ class ServerConnection(asyncio.Protocol):
     def __init__(self, service: ConnectionHost) -> None:
         self.service = service
         max_size = service.config.maxMessageSize
-        self.conn = Connection(
-            SERVER,
+        self.conn = ServerCodec(
             max_frame_size=_frame_limit(max_size),
             handshake_max_frame_size=PRE_HANDSHAKE_MAX_FRAME,
             server_version=SERVER_VERSION,

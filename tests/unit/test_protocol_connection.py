@@ -21,7 +21,7 @@ from pulsar_protocol.commands import (
     command,
     message_command_bytes,
 )
-from pulsar_protocol.connection import MAX_PROTOCOL_VERSION, Connection
+from pulsar_protocol.connection import MAX_PROTOCOL_VERSION, Connection, ServerCodec
 from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
 from pulsar_protocol.frames import FrameDecoder, encode_frame, encode_raw_frame, frame_head
 from pulsar_protocol.payload import encode_payload
@@ -31,7 +31,7 @@ from pulsar_protocol.state import CLIENT, SERVER, ConnectionState, ConsumerState
 FEEDS = ["whole", "byte_at_a_time", "split_with_partial_tail"]
 
 
-def feed(conn: Connection, data: bytes, how: str = "whole") -> list[ev.Event]:
+def feed(conn: Connection | ServerCodec, data: bytes, how: str = "whole") -> list[ev.Event]:
     """Every event `data` yields, fed in the way `how` says."""
     if how == "whole":
         chunks = [data]
@@ -285,6 +285,50 @@ def test_a_server_echoes_request_ids_and_never_keys_on_them():
     p.server.send(lookup_answer(7))
     with pytest.raises(LocalProtocolError, match="no request 7"):
         p.server.send(lookup_answer(7))
+
+
+def test_a_server_codec_reads_and_answers_as_a_servers_connection_without_a_clients_state():
+    """A broker's `ServerCodec` is `Connection(SERVER)` less the client's slots (issue 40: a
+    connection per consumer): the same events read and the same bytes answered for a client's
+    handshake, SUBSCRIBE, FLOW, ACK, lookup (its request id twice) and PING; no request of its
+    own, the client's tables read-only; 64 B smaller."""
+    import sys
+
+    def raw(t: int, **fields) -> bytes:
+        return encode_raw_frame(command(t, **fields).SerializeToString())
+
+    rid = 5
+    hello = raw(T.CONNECT, client_version="test", protocol_version=20)
+    ack = raw(
+        T.ACK,
+        consumer_id=1,
+        ack_type=pb.CommandAck.Cumulative,
+        message_id=[pb.MessageIdData(ledgerId=3, entryId=0)],
+    )
+    rest = (
+        encode_frame(rq.encode(sub_request(rid, 1)))
+        + raw(T.FLOW, consumer_id=1, messagePermits=10)
+        + ack
+        + encode_frame(rq.encode(lookup(7))) * 2
+        + raw(T.PING)
+    )
+    version, size = "test-broker", 5 << 20
+    old = Connection(SERVER, server_version=version, max_message_size=size)
+    new = ServerCodec(server_version=version, max_message_size=size)
+    seen = []
+    for server in (old, new):
+        got = feed(server, hello) + feed(server, rest)
+        server.send(ev.Response(command(T.SUCCESS, request_id=rid)))
+        server.send(lookup_answer(7))
+        seen.append((got, server.data_to_send()))
+        with pytest.raises(LocalProtocolError):
+            server.next_request_id()
+        with pytest.raises(TypeError):
+            server._consumers[1] = None  # type: ignore[assignment]
+        assert server.consumer_state(1) is None and not server.acks_due
+    assert seen[0] == seen[1]
+    assert len(seen[0][0]) == 6  # CONNECT, SUBSCRIBE, FLOW, ACK, the lookup twice (PING answered)
+    assert sys.getsizeof(new) <= sys.getsizeof(old) - 64
 
 
 def test_success_from_bytes_settles_a_request_as_the_event_does():
