@@ -30,10 +30,11 @@ GOAWAY, so the shell drains the bytes and closes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol import requests
@@ -183,19 +184,26 @@ class _Codec:
         "protocol_version",
         "server_version",
         "peer_supports_broker_entry_metadata",
-        "_max_message_size",
-        "_authenticate",
         "_decoder",
-        "_max_frame_size",
         "_eof",
         "_out",
         "_unanswered",
         "_subscribe_shape",
         "_subscribe_misses",
-        "_consumer_runs",
         "_readers",
         "_fast_acks",
     )
+    # A server's settings, slotted in `Connection`; a broker's are the same for each of its
+    # connections, so they are its ServerCodec class's (`server_codec`).
+    _max_message_size: int
+    _authenticate: Callable[[str, bytes], str | None] | None
+    """Server side: CONNECT's (auth_method_name, auth_data) → None to accept, or why not
+    (an ERROR AuthenticationError instead of CONNECTED, and the connection ends)."""
+    _max_frame_size: int
+    _consumer_runs: bool
+    """Server side: SUBSCRIBEs in a row that differ only in their ids and consumer names
+    come as one requests.SubscribeRun (`_subscribe_run`), FLOWs of the same permits in a
+    row as one FlowRun."""
     # The client's own, slotted in `Connection`, read-only class constants in `ServerCodec`.
     _individual_acks: bool
     _message_runs: bool
@@ -211,19 +219,15 @@ class _Codec:
         self,
         role: Role,
         *,
-        max_frame_size: int = MAX_FRAME_SIZE,
-        handshake_max_frame_size: int | None = None,
         server_version: str = "",
-        max_message_size: int = 0,
-        consumer_runs: bool = False,
-        authenticate: Callable[[str, bytes], str | None] | None = None,
+        handshake_max_frame_size: int | None = None,
         read_buffers: ReadBuffers | None = None,
     ) -> None:
         if role is SERVER and not server_version:
             raise LocalProtocolError("a server must have a server_version (clients require it)")
         if role is SERVER and self._message_runs:
             raise LocalProtocolError("only a client receives MESSAGEs")
-        if role is CLIENT and consumer_runs:
+        if role is CLIENT and self._consumer_runs:
             raise LocalProtocolError("only a server receives SUBSCRIBEs and FLOWs")
         self.role = role
         self.state = ConnectionState.IDLE
@@ -233,12 +237,7 @@ class _Codec:
         """Ours as a server; the broker's as a client, once CONNECTED."""
         self.peer_supports_broker_entry_metadata = False
         """Server side: the client asked for BrokerEntryMetadata ahead of each payload."""
-        self._max_message_size = max_message_size
-        self._authenticate = authenticate
-        """Server side: CONNECT's (auth_method_name, auth_data) → None to accept, or why not
-        (an ERROR AuthenticationError instead of CONNECTED, and the connection ends)."""
-        self._decoder = FrameDecoder(max_frame_size, read_buffers)
-        self._max_frame_size = max_frame_size
+        self._decoder = FrameDecoder(self._max_frame_size, read_buffers)
         if role is SERVER and handshake_max_frame_size is not None:
             self._decoder.set_limit(
                 handshake_max_frame_size, pb.NotAllowedError, " before the handshake"
@@ -254,10 +253,6 @@ class _Codec:
         subscription and consumer name (`_next_subscribe`)."""
         self._subscribe_misses = 0
         """SUBSCRIBEs in a row not of that shape."""
-        self._consumer_runs = consumer_runs
-        """Server side: SUBSCRIBEs in a row that differ only in their ids and consumer names
-        come as one requests.SubscribeRun (`_subscribe_run`), FLOWs of the same permits in a
-        row as one FlowRun."""
         self._readers: dict[int, Reader] = {}
         self._set_state(ConnectionState.IDLE)
 
@@ -1140,6 +1135,10 @@ class Connection(_Codec):
     """
 
     __slots__ = (
+        "_max_message_size",
+        "_authenticate",
+        "_max_frame_size",
+        "_consumer_runs",
         "_individual_acks",
         "_message_runs",
         "_fast_runs",
@@ -1164,6 +1163,10 @@ class Connection(_Codec):
         authenticate: Callable[[str, bytes], str | None] | None = None,
         read_buffers: ReadBuffers | None = None,
     ) -> None:
+        self._max_message_size = max_message_size
+        self._authenticate = authenticate
+        self._max_frame_size = max_frame_size
+        self._consumer_runs = consumer_runs
         self._individual_acks = individual_acks
         self._message_runs = message_runs
         self._fast_runs = False
@@ -1176,12 +1179,8 @@ class Connection(_Codec):
         self._acks_due = {} if client else _NOT_KEPT
         super().__init__(
             role,
-            max_frame_size=max_frame_size,
-            handshake_max_frame_size=handshake_max_frame_size,
             server_version=server_version,
-            max_message_size=max_message_size,
-            consumer_runs=consumer_runs,
-            authenticate=authenticate,
+            handshake_max_frame_size=handshake_max_frame_size,
             read_buffers=read_buffers,
         )
 
@@ -1189,8 +1188,9 @@ class Connection(_Codec):
 class ServerCodec(_Codec):
     """A broker's end: `Connection(SERVER, ...)` without the client's slots, whose values
     are its class's here (no request of its own, the one read-only empty table for the
-    client's tables, no MESSAGE runs). With a connection per consumer they were 64 B of every
-    broker connection (issue 40)."""
+    client's tables, no MESSAGE runs), nor slots for the broker's settings, which are the
+    class's too: `server_codec(...)` makes the class of a broker's settings. With a connection
+    per consumer they were 96 B of every broker connection (issue 40)."""
 
     __slots__ = ()
     _individual_acks = False
@@ -1198,28 +1198,49 @@ class ServerCodec(_Codec):
     _fast_runs = False
     _last_request_id = 0
     _pending = _consumers = _producers = _acks_due = _NOT_KEPT
+    _version = ""
+    """The broker's server_version (the instance's slot, as a client's, is set from it)."""
+    _max_message_size = 0
+    _authenticate: Callable[[str, bytes], str | None] | None = None
+    _max_frame_size = MAX_FRAME_SIZE
+    _consumer_runs = False
 
     def __init__(
         self,
         *,
-        server_version: str,
-        max_frame_size: int = MAX_FRAME_SIZE,
         handshake_max_frame_size: int | None = None,
-        max_message_size: int = 0,
-        consumer_runs: bool = False,
-        authenticate: Callable[[str, bytes], str | None] | None = None,
         read_buffers: ReadBuffers | None = None,
     ) -> None:
         super().__init__(
             SERVER,
-            max_frame_size=max_frame_size,
+            server_version=self._version,
             handshake_max_frame_size=handshake_max_frame_size,
-            server_version=server_version,
-            max_message_size=max_message_size,
-            consumer_runs=consumer_runs,
-            authenticate=authenticate,
             read_buffers=read_buffers,
         )
+
+
+@functools.lru_cache(maxsize=64)
+def server_codec(
+    server_version: str,
+    *,
+    max_frame_size: int = MAX_FRAME_SIZE,
+    max_message_size: int = 0,
+    consumer_runs: bool = False,
+    authenticate: Callable[[str, bytes], str | None] | None = None,
+) -> type[ServerCodec]:
+    """The ServerCodec class of a broker's settings (those of `Connection(SERVER, ...)`): made
+    once for them, each of the broker's connections one of its instances."""
+    if not server_version:
+        raise LocalProtocolError("a server must have a server_version (clients require it)")
+    settings = {
+        "__slots__": (),
+        "_version": server_version,
+        "_max_message_size": max_message_size,
+        "_authenticate": staticmethod(authenticate) if authenticate is not None else None,
+        "_max_frame_size": max_frame_size,
+        "_consumer_runs": consumer_runs,
+    }
+    return cast(type[ServerCodec], type("ServerCodec", (ServerCodec,), settings))
 
 
 class _SubscribeShape:

@@ -45,7 +45,7 @@ from pulsar_protocol import events as ev
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol import requests as rq
 from pulsar_protocol.commands import T, command
-from pulsar_protocol.connection import ServerCodec
+from pulsar_protocol.connection import server_codec
 from pulsar_protocol.errors import RemoteProtocolError
 from pulsar_protocol.extensions import now_us
 from pulsar_protocol.state import ConnectionState
@@ -140,14 +140,14 @@ class ServerConnection(asyncio.Protocol):
     def __init__(self, service: ConnectionHost) -> None:
         self.service = service
         max_size = service.config.maxMessageSize
-        self.conn = ServerCodec(
+        codec = server_codec(
+            SERVER_VERSION,
             max_frame_size=_frame_limit(max_size),
-            handshake_max_frame_size=PRE_HANDSHAKE_MAX_FRAME,
-            server_version=SERVER_VERSION,
             max_message_size=max_size,
             authenticate=auth.check_connect if (auth := service.authenticator) else None,
             consumer_runs=True,
         )
+        self.conn = codec(handshake_max_frame_size=PRE_HANDSHAKE_MAX_FRAME)
         self.transport: asyncio.Transport | None = None
         self._flush_due = False
         """A write of what the codec queued is scheduled for the end of this loop turn."""

@@ -21,7 +21,12 @@ from pulsar_protocol.commands import (
     command,
     message_command_bytes,
 )
-from pulsar_protocol.connection import MAX_PROTOCOL_VERSION, Connection, ServerCodec
+from pulsar_protocol.connection import (
+    MAX_PROTOCOL_VERSION,
+    Connection,
+    ServerCodec,
+    server_codec,
+)
 from pulsar_protocol.errors import LocalProtocolError, RemoteProtocolError
 from pulsar_protocol.frames import FrameDecoder, encode_frame, encode_raw_frame, frame_head
 from pulsar_protocol.payload import encode_payload
@@ -291,7 +296,8 @@ def test_a_server_codec_reads_and_answers_as_a_servers_connection_without_a_clie
     """A broker's `ServerCodec` is `Connection(SERVER)` less the client's slots (issue 40: a
     connection per consumer): the same events read and the same bytes answered for a client's
     handshake, SUBSCRIBE, FLOW, ACK, lookup (its request id twice) and PING; no request of its
-    own, the client's tables read-only; 64 B smaller."""
+    own, the client's tables read-only; the broker's settings its class's, one class for them;
+    96 B smaller."""
     import sys
 
     def raw(t: int, **fields) -> bytes:
@@ -314,7 +320,7 @@ def test_a_server_codec_reads_and_answers_as_a_servers_connection_without_a_clie
     )
     version, size = "test-broker", 5 << 20
     old = Connection(SERVER, server_version=version, max_message_size=size)
-    new = ServerCodec(server_version=version, max_message_size=size)
+    new = server_codec(version, max_message_size=size)()
     seen = []
     for server in (old, new):
         got = feed(server, hello) + feed(server, rest)
@@ -328,7 +334,31 @@ def test_a_server_codec_reads_and_answers_as_a_servers_connection_without_a_clie
         assert server.consumer_state(1) is None and not server.acks_due
     assert seen[0] == seen[1]
     assert len(seen[0][0]) == 6  # CONNECT, SUBSCRIBE, FLOW, ACK, the lookup twice (PING answered)
-    assert sys.getsizeof(new) <= sys.getsizeof(old) - 64
+    assert sys.getsizeof(new) <= sys.getsizeof(old) - 96
+    assert type(new) is server_codec(version, max_message_size=size)
+    assert type(new) is not server_codec(version, max_message_size=size + 1)
+
+
+def test_a_server_codec_class_checks_connect_with_its_brokers_authenticator():
+    """The authenticator is a setting of the class (`server_codec`), called with CONNECT's
+    credentials as a function of them, not as a method of the codec."""
+    seen: list[tuple[str, bytes]] = []
+
+    def check(method: str, data: bytes) -> str | None:
+        seen.append((method, data))
+        return None if data == b"good" else "bad token"
+
+    codec = server_codec("test-broker", authenticate=check)
+    for data in (b"good", b"bad"):
+        client, server = Connection(CLIENT), codec()
+        client.send(ev.Connect("c", 20, auth_method_name="token", auth_data=data))
+        if data == b"good":
+            (connect,) = feed(server, client.data_to_send())
+            assert isinstance(connect, ev.Connect)
+        else:
+            with pytest.raises(RemoteProtocolError, match="bad token"):
+                feed(server, client.data_to_send())
+    assert seen == [("token", b"good"), ("token", b"bad")]
 
 
 def test_success_from_bytes_settles_a_request_as_the_event_does():
