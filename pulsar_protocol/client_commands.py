@@ -217,7 +217,7 @@ class ClientConnection(Connection):
             if individual:
                 consumer.individual = []
             pending[request_id] = (T.SUBSCRIBE, consumer_id)
-        self._out.append(frames)
+        self._outbox().append(frames)
 
     def send_flows(self, consumer_ids: Sequence[int], permits: int) -> list[int]:
         """The first FLOW of each of `consumer_ids` that is SUBSCRIBED (its SUBSCRIBE answered,
@@ -243,5 +243,5 @@ class ClientConnection(Connection):
                 consumer.refill_at = refill
             sent.append(consumer_id)
         if sent:
-            self._out.append(flow_frames(sent, permits))
+            self._outbox().append(flow_frames(sent, permits))
         return sent

@@ -168,6 +168,19 @@ _NOT_KEPT: Any = MappingProxyType({})
 due): none is ever kept, so every server codec shares this empty one, which refuses a write
 (TypeError) instead of taking it. Four empty dicts were 256 B of every broker connection, a
 quarter of the codec's with one connection per consumer (tracemalloc, broker_core.py)."""
+
+
+class _NoOut(list[bytes]):
+    """A codec's queue while nothing is queued: one shared empty list, which refuses a write
+    (TypeError) instead of taking it."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a codec queues frames through _outbox()")
+
+    append = extend = insert = __iadd__ = __setitem__ = _refuse  # type: ignore[assignment]
+
+
+_NO_OUT: list[bytes] = _NoOut()
 _NONE_WAITING: Mapping[int, int] = MappingProxyType({})
 """A server's `_unanswered` while no request waits: shared, read-only."""
 
@@ -243,7 +256,9 @@ class _Codec:
                 handshake_max_frame_size, pb.NotAllowedError, " before the handshake"
             )
         self._eof = False
-        self._out: list[bytes] = []
+        self._out: list[bytes] = _NO_OUT
+        """Frames queued to send: `_NO_OUT` while none is, a list of its own from the first
+        (`_outbox`). The empty list kept between flushes was 56 B of every connection."""
         # Server side: request ids may repeat, so they are counted, never keyed.
         self._unanswered: Mapping[int, int] = _NONE_WAITING
         """request_id → how many requests with it wait for an answer (none: not in it);
@@ -443,7 +458,7 @@ class _Codec:
         self._set_state(ConnectionState.ERROR)
 
     def _read_ping(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> None:
-        self._out.append(_PONG)
+        self._outbox().append(_PONG)
 
     def _read_pong(self, cmd: pb.BaseCommand, payload: bytes | None, bem: bytes | None) -> None:
         return None
@@ -733,7 +748,7 @@ class _Codec:
             raise
         self._pending[request_id] = (T.SUBSCRIBE, consumer_id)
         cmd = template.command_bytes(consumer_id, request_id, consumer_name)
-        self._out.append(frame_sizes(len(cmd), 0) + cmd)
+        self._outbox().append(frame_sizes(len(cmd), 0) + cmd)
 
     def send_success(self, request_id: int) -> None:
         """Queue SUCCESS for `request_id`: what `send(Response(command(T.SUCCESS, ...)))` does,
@@ -745,7 +760,7 @@ class _Codec:
         except LocalProtocolError:
             self._set_state(ConnectionState.ERROR)
             raise
-        self._out.append(success_frame(request_id))
+        self._outbox().append(success_frame(request_id))
 
     def send_frames(self, frames: list[bytes]) -> None:
         """Queue frames built elsewhere: the broker's dispatch writes MESSAGE frames as a head
@@ -753,7 +768,7 @@ class _Codec:
         among its consumers, which no event could do as cheaply."""
         if self.role is not SERVER or self.state is not ConnectionState.CONNECTED:
             raise LocalProtocolError(f"cannot send frames as a {self.role.value} now")
-        self._out += frames
+        self._outbox().extend(frames)
 
     @property
     def wants_write(self) -> bool:
@@ -765,24 +780,31 @@ class _Codec:
         out = self._out
         if not out:
             return b""
-        self._out = []
+        self._out = _NO_OUT
         return out[0] if len(out) == 1 else b"".join(out)
 
     def buffers_to_send(self) -> list[bytes]:
         """As `data_to_send()`, without joining (for writelines: payloads are not copied).
-        When nothing is queued, the empty list is the codec's own queue: read it, keep none."""
+        When nothing is queued, the empty list is the shared `_NO_OUT`: read it, keep none."""
         out = self._out
         if out:
-            self._out = []
+            self._out = _NO_OUT
+        return out
+
+    def _outbox(self) -> list[bytes]:
+        """The queue to append frames to: a list of its own from the first after a flush."""
+        out = self._out
+        if out is _NO_OUT:
+            out = self._out = []
         return out
 
     def _queue(
         self, cmd: pb.BaseCommand, payload: bytes | None = None, bem: bytes | None = None
     ) -> None:
         if payload is None:
-            self._out.append(frame_head(cmd.SerializeToString(), bem, 0))
+            self._outbox().append(frame_head(cmd.SerializeToString(), bem, 0))
         else:
-            self._out += (frame_head(cmd.SerializeToString(), bem, len(payload)), payload)
+            self._outbox().extend((frame_head(cmd.SerializeToString(), bem, len(payload)), payload))
 
     def _write_connect(self, event: Connect) -> None:
         if self.role is not CLIENT:
@@ -932,7 +954,7 @@ class _Codec:
             # The first FLOW is the receiver queue: permits come back at half of it.
             consumer.refill_at = max(1, event.permits // 2)
         flow = flow_command_bytes(event.consumer_id, event.permits)
-        self._out.append(frame_sizes(len(flow), 0) + flow)
+        self._outbox().append(frame_sizes(len(flow), 0) + flow)
 
     def _write_pacing(self, event: ConsumerPacing) -> None:
         """ConsumerPacing: no bytes, only how the consumer's permits and acks go from now on."""
@@ -962,7 +984,7 @@ class _Codec:
         if permits > 0:
             consumer.consumed -= permits
             flow = flow_command_bytes(event.consumer_id, permits)
-            self._out.append(frame_sizes(len(flow), 0) + flow)
+            self._outbox().append(frame_sizes(len(flow), 0) + flow)
 
     def _write_message(self, event: Message) -> None:
         if self.role is not SERVER:
@@ -974,7 +996,7 @@ class _Codec:
         self._queue(cmd, event.payload, event.broker_entry_metadata)
 
     def _write_ping(self, event: Ping) -> None:
-        self._out.append(_PING)
+        self._outbox().append(_PING)
 
     def _write_pong(self, event: Pong) -> None:
         raise LocalProtocolError("PONG is the codec's own answer to PING")
@@ -1031,7 +1053,7 @@ class _Codec:
             if consumer.consumed >= consumer.refill_at:
                 permits, consumer.consumed = consumer.consumed, 0
                 flow = flow_command_bytes(consumer_id, permits)
-                self._out.append(frame_sizes(len(flow), 0) + flow)
+                self._outbox().append(frame_sizes(len(flow), 0) + flow)
 
     @property
     def acks_due(self) -> bool:
@@ -1087,7 +1109,7 @@ class _Codec:
             parts += (head, tail)
             count += 1
         if parts:
-            self._out.append(b"".join(parts))
+            self._outbox().append(b"".join(parts))
         return count
 
 
