@@ -111,8 +111,8 @@ class Consumer:
     permits: int = 0
     unacked: dict[int, int] = field(default_factory=lambda: NO_UNACKED)
     """index → messages in the entry, for entries sent and not yet acknowledged: the shared
-    `NO_UNACKED` until the first (`owe`), and again once a lone entry owed is acknowledged;
-    always that for a Broadcast consumer (its virtual cursor knows what it owes)."""
+    `NO_UNACKED` until the first (`owe`) and once it has left; always that for a Broadcast
+    consumer (its virtual cursor knows what it owes)."""
     messages_out: int = 0
     bytes_out: int = 0
     hash_ranges: tuple[tuple[int, int], ...] | None = None

@@ -525,9 +525,9 @@ def test_a_lone_consumer_ack_run_does_what_its_ack_does(loop):
 
 def test_a_shared_consumer_holds_an_unacked_table_only_while_it_owes_entries(loop):
     """`Consumer.unacked` is the one shared NO_UNACKED until the first entry sent, a dict of
-    its own while it owes any, and NO_UNACKED again once a cumulative ack clears its lone entry
-    or it leaves (issue 40: an empty dict was 64 B of every Shared consumer). What it owes is
-    the same: counted in stats, handed to another consumer when it leaves."""
+    its own from then, and NO_UNACKED again once it leaves (issue 40: an empty dict was 64 B
+    of every Shared consumer). What it owes is the same: counted in stats, handed to another
+    consumer when it leaves."""
     topic = Topic("t", MemoryEntryLog(), persistent=False, loop=loop)
     sub = topic.subscription("s", "Shared", initial_earliest=False)
     wire = FakeWire()
@@ -540,7 +540,7 @@ def test_a_shared_consumer_holds_an_unacked_table_only_while_it_owes_entries(loo
     assert wire.received() == [(1, 0)]
     assert first.unacked == {0: 1} and first.unacked is not NO_UNACKED
     sub.on_ack_run([first], True, 0)
-    assert first.unacked is NO_UNACKED and sub.unacked_messages(first) == 0
+    assert first.unacked == {} and sub.unacked_messages(first) == 0
     _publish(loop, topic, 2)
     assert [e for _, e in wire.received()] == [1, 2]
     assert sub.unacked_messages(first) == 2
