@@ -24,6 +24,7 @@ from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.commands import encode_varint
 from pulsar_protocol.message_template import MessageTemplate
 from pulsar_protocol.payload import encode_payload
+from tests.doubles.quiet_wire import QuietWire
 
 SINGLE = encode_payload(
     pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"body"
@@ -52,31 +53,18 @@ def test_heads_kept_up_to_the_ids_make_the_frames_of_any_entry_of_their_prefix_k
     assert MessageTemplate(7, 2**20, 100, b"\x08\x01").prefix_key != base.prefix_key
 
 
-class RawWire:
-    writable = True
-    address = "127.0.0.1:1"
-    connected_since = 0.0
-
+class RawWire(QuietWire):
     def __init__(self, bem: bool, on_write=None) -> None:
         self.sends_broker_entry_metadata = bem
         self.data = b""
         self.writes = 0
         self.on_write = on_write
 
-    def hold_reads(self) -> None:
-        pass
-
-    def release_reads(self) -> None:
-        pass
-
     def write_frames(self, frames: list[bytes]) -> None:
         self.data += b"".join(frames)
         self.writes += 1
         if self.on_write is not None:
             self.on_write()
-
-    def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
-        pass
 
 
 @pytest.fixture

@@ -13,29 +13,11 @@ from broker.core.entry_log import MemoryEntryLog
 from broker.core.topic import Topic
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.payload import encode_payload
+from tests.doubles.quiet_wire import QuietWire
 
 SECTION = encode_payload(
     pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"body"
 )
-
-
-class QuietWire:
-    writable = True
-    address = "127.0.0.1:1"
-    connected_since = 0.0
-    sends_broker_entry_metadata = False
-
-    def hold_reads(self) -> None:
-        pass
-
-    def release_reads(self) -> None:
-        pass
-
-    def write_frames(self, frames: list[bytes]) -> None:
-        pass
-
-    def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
-        pass
 
 
 @pytest.fixture
@@ -243,12 +225,6 @@ def test_in_a_storm_a_newcomer_starts_at_the_main_cursor_as_last_brought_up_to_d
 class CountingWire(QuietWire):
     def __init__(self) -> None:
         self.writes: list[int] = []
-
-    def hold_reads(self) -> None:
-        pass
-
-    def release_reads(self) -> None:
-        pass
 
     def write_frames(self, frames: list[bytes]) -> None:
         self.writes.append(len(frames) // 2)

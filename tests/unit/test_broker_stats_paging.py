@@ -17,31 +17,13 @@ from broker.core.consumer import Consumer
 from broker.server.service import BrokerService
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.payload import encode_payload
+from tests.doubles.quiet_wire import QuietWire
 
 TOPIC = "persistent://public/default/many"
 SECTION = encode_payload(
     pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"body"
 )
 MANY = 2 * CONSUMERS_PER_REPLY + 500
-
-
-class QuietWire:
-    writable = True
-    address = "127.0.0.1:1"
-    connected_since = 0.0
-    sends_broker_entry_metadata = False
-
-    def hold_reads(self) -> None:
-        pass
-
-    def release_reads(self) -> None:
-        pass
-
-    def write_frames(self, frames: list[bytes]) -> None:
-        pass
-
-    def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
-        pass
 
 
 def _fetch(queries: list[str]) -> list[tuple[int, Any]]:

@@ -15,23 +15,15 @@ from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.frames import FrameDecoder
 from pulsar_protocol.payload import encode_payload
 from pulsar_protocol.stamps import decode_stamps
+from tests.doubles.quiet_wire import QuietWire
 
 
-class FakeWire:
-    writable = True
-    address = "127.0.0.1:1"
-    connected_since = 0.0
+class FakeWire(QuietWire):
     sends_broker_entry_metadata = True
 
     def __init__(self) -> None:
         self.decoder = FrameDecoder()
         self.changes: list[tuple[int, bool]] = []
-
-    def hold_reads(self) -> None:
-        pass
-
-    def release_reads(self) -> None:
-        pass
 
     def write_frames(self, frames: list[bytes]) -> None:
         self.decoder.receive_data(b"".join(frames))
@@ -218,31 +210,19 @@ async def _append(log: MemoryEntryLog, n: int) -> None:
         await log.append(SECTION, b"", 1, 1)
 
 
-class CountingWire:
+class CountingWire(QuietWire):
     """A wire that only counts the MESSAGE frames written to it, in one shared list."""
 
-    writable = True
-    address = "127.0.0.1:1"
-    connected_since = 0.0
     sends_broker_entry_metadata = True
 
     def __init__(self, written: list[int], on_write=None) -> None:
         self.written = written
         self.on_write = on_write
 
-    def hold_reads(self) -> None:
-        pass
-
-    def release_reads(self) -> None:
-        pass
-
     def write_frames(self, frames: list[bytes]) -> None:
         self.written.append(len(frames) // 2)  # [head, payload] per delivery
         if self.on_write is not None:
             self.on_write()
-
-    def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
-        pass
 
 
 def _run_until(loop, done) -> None:
@@ -387,12 +367,6 @@ class RawWire(FakeWire):
         super().__init__()
         self.sends_broker_entry_metadata = bem
         self.data = b""
-
-    def hold_reads(self) -> None:
-        pass
-
-    def release_reads(self) -> None:
-        pass
 
     def write_frames(self, frames: list[bytes]) -> None:
         self.data += b"".join(frames)

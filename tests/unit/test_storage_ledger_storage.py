@@ -14,30 +14,12 @@ from broker.core.topic import CursorSink, SavedCursors, Topic
 from broker.storage.ledger_storage import LedgerStorage
 from pulsar_protocol import pulsar_api_pb2 as pb
 from pulsar_protocol.payload import encode_payload
+from tests.doubles.quiet_wire import QuietWire
 
 SECTION = encode_payload(
     pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"body"
 )
 TOPIC = "persistent://public/default/t"
-
-
-class QuietWire:
-    writable = True
-    address = "127.0.0.1:1"
-    connected_since = 0.0
-    sends_broker_entry_metadata = False
-
-    def hold_reads(self) -> None:
-        pass
-
-    def release_reads(self) -> None:
-        pass
-
-    def write_frames(self, frames: list[bytes]) -> None:
-        pass
-
-    def send_active_consumer_change(self, consumer_id: int, active: bool) -> None:
-        pass
 
 
 async def _run_once(
