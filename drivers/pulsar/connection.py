@@ -45,7 +45,7 @@ from drivers.net.reactor import Reactor, reactor
 from drivers.net.sockets import connect_socket, send_now
 from drivers.net.tls import EncryptingWire, PlainSource, TlsChannel, TlsFailure
 from drivers.pulsar.ack_flusher import AckFlusher
-from drivers.pulsar.consumer import ConsumerState, subscribe_template
+from drivers.pulsar.consumer import Consumers, ConsumerState, subscribe_template
 from drivers.pulsar.deadlines import Deadlines
 from drivers.pulsar.delivery import DeliveryDecoder
 from drivers.pulsar.lookup import Route
@@ -311,10 +311,10 @@ class Connection:
         self.route = route or Route.service(settings)
         self.error: str | None = None
         """Why the connection is closed; None while it is open (or opening)."""
-        self.consumers: dict[int, ConsumerState] = {}
+        self.consumers = Consumers()
+        """Consumers whose SUBSCRIBE succeeded, by consumer_id: the ones deliveries go to."""
         self.carries_consumers = False
         """Set by the pool when it puts consumers here (drivers.net.reactor.hold_consumers)."""
-        """Consumers whose SUBSCRIBE succeeded, by consumer_id: the ones deliveries go to."""
         self.producers: dict[int, ProducerLink] = {}
         self._settings = settings
         self._group = group
@@ -1022,6 +1022,8 @@ class Connection:
             if consumer is None:
                 return
             indexes = [consumer.index]
+        elif (found := consumers.run_indexes(consumer_ids)) is not None:
+            indexes = found  # a broadcast's run: the consumers in their order
         else:
             indexes = []
             for consumer_id in consumer_ids:

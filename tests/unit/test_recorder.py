@@ -86,6 +86,50 @@ def test_each_consumer_counts_its_deliveries_and_those_out_of_order(tmp_path: Pa
     ]  # w0-c3 never subscribed: no row
 
 
+def _deliveries_file(directory: Path) -> list[list[str]]:
+    with open(directory / "deliveries.csv", newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_consecutive_consumers_are_counted_as_each_one_would_be(tmp_path: Path) -> None:
+    """Deliveries to a range of consecutive indexes (a connection's consumers) against one
+    delivery at a time: the same per-consumer counts, out of order and duplicated, with
+    ranges cut, overlapping, out of order (a duplicate inside a range, a reordering), and
+    single deliveries in between."""
+    deliveries: list[tuple[list[int], int]] = [
+        (list(range(0, 40)), 1),
+        (list(range(0, 20)), 2),
+        (list(range(20, 40)), 2),
+        (list(range(10, 30)), 2),  # a duplicate to 10-29
+        ([5], 3),
+        (list(range(0, 40)), 3),  # 5 has it already
+        (list(range(0, 40)), 2),  # a reordering for all
+        ([*range(30, 38), 39, 38], 4),  # not in order: one by one
+        (list(range(50, 60)), 1),  # past every consumer known so far
+        (list(range(0, 60)), 5),
+        ([1, 2, 3], 6),  # fewer than a range's least
+    ]
+    counts = []
+    for ranged in (True, False):
+        directory = tmp_path / str(ranged)
+        recorder = Recorder(directory, 0.0, {})
+        recorder.subscribed_group([SubscribeResult(i, 0, 1, 2, True) for i in range(60)])
+        for indexes, seq in deliveries:
+            if ranged:
+                recorder.messages_received(indexes, body(seq), 5_000_000, None, 0)
+            else:
+                for index in indexes:
+                    recorder.message_received(index, body(seq), 5_000_000, None, 0)
+        counts.append((recorder.received, recorder.out_of_order, recorder.duplicated))
+        recorder.close()
+    assert counts[0] == counts[1]
+    assert _deliveries_file(tmp_path / "True") == _deliveries_file(tmp_path / "False")
+    rows = {row[0]: row[1:] for row in _deliveries_file(tmp_path / "True")[1:]}
+    assert rows["5"] == ["6", "2"]  # 1, 2, 3, 3 (a repeat), 2 (out of order), 5
+    assert rows["45"] == ["1", "0"]
+    assert counts[0][2] == 20 + 1  # 10-29's 2 twice, 5's 3 twice
+
+
 @pytest.mark.parametrize(
     "names",
     [
