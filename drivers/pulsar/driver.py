@@ -94,6 +94,9 @@ class PulsarDriver:
         self._config: PulsarConfig | None = None
         """The coordinator's driver file, for its check of the broker (check_reachable)."""
         self._owners: dict[tuple[int, str], AsyncResult[Route] | Route] = {}
+        self._names: dict[str, list[str]] = {}
+        """topic → the names (its partitions', or its own) the latest PARTITIONED_METADATA
+        answer gave: what the next connection looks up while it asks again (`_names_on`)."""
         self._pacer = Pacer(self._group)
         """Slow and non-acknowledging consumers (ConsumerSpec.read_rate, ack_skip_every)."""
         self.resubscribed = 0
@@ -285,7 +288,7 @@ class PulsarDriver:
             conn = pool.for_consumer(spec.index)
             conn.wait_ready()
             by_owner: dict[Connection, list[str]] = {}
-            for name in partition_names(spec.topic, conn.partitions(spec.topic)) or [spec.topic]:
+            for name in self._names_on(spec.index, conn, spec.topic):
                 by_owner.setdefault(self._owner(spec.index, conn, name), []).append(name)
             conn = next(iter(by_owner))
             end_us = self._subscribe_on(spec, by_owner)
@@ -345,8 +348,7 @@ class PulsarDriver:
                 try:
                     conn = pool.for_consumer(spec.index)
                     conn.wait_ready()
-                    names = partition_names(spec.topic, conn.partitions(spec.topic))
-                    names = names or [spec.topic]
+                    names = self._names_on(spec.index, conn, spec.topic)
                     owners = {self._owner(spec.index, conn, name) for name in names}
                 except RequestFailed as exc:
                     results[position] = _refused_result(spec, conn, start_us, exc)
@@ -379,6 +381,30 @@ class PulsarDriver:
                 )
         for position in alone:
             results[position] = self.subscribe(specs[position])
+
+    def _names_on(self, index: int, conn: Connection, topic: str) -> list[str]:
+        """`topic`'s names (its partitions', or its own) as PARTITIONED_METADATA on `conn`
+        answers, once per connection (Connection.partitions). The LOOKUPs of the names the
+        previous answer gave leave with it, not after it (their owners through `_owner`, which
+        then waits for those same answers): in a storm every new connection asks both, and
+        waited for four answers in turn (CONNECT, PARTITIONED_METADATA, LOOKUP, SUBSCRIBE), each
+        a turn of the broker's loop and of the worker's; now three (docs/benchmarks.md, issue
+        40). A LOOKUP changes nothing on a broker: when the answer differs (a topic partitioned
+        since), the names it gives are looked up, and the guess's answer is left unused."""
+        for name in self._names.get(topic, ()):
+            if (conn.id, name) not in self._owners:
+                self._group.spawn(self._owner_ahead, index, conn, name)
+        names = partition_names(topic, conn.partitions(topic)) or [topic]
+        self._names[topic] = names
+        return names
+
+    def _owner_ahead(self, index: int, conn: Connection, topic: str) -> None:
+        """`_owner`, asked ahead of need (`_names_on`); its failure is the caller's to meet
+        when it asks for the owner itself (asked_once keeps no failure)."""
+        try:
+            self._owner(index, conn, topic)
+        except DriverError:
+            pass
 
     def _owner(self, index: int, conn: Connection, topic: str) -> Connection:
         """Consumer `index`'s ready connection to the broker that owns `topic`. The lookup is
