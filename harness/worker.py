@@ -71,7 +71,11 @@ CONNECT_PHASE_GC_THRESHOLDS = (100_000, 1_000, 1_000_000)
 until the end, and each full collection walks them all again (the heap grows 25% between
 two), which took 45% of a worker's connect CPU (benchmarks/client_connect.py). Young ones are
 collected every 100,000 allocations instead of 10,000 (0.41 -> 0.23 s of collection per 50,000
-consumers), older ones wait for the end of the phase."""
+consumers), older ones wait for the end of the phase. What each group of consumers made is
+frozen once it has subscribed (`WorkerRun.subscribe_group`), so a storm of groups sees no
+collection at all: the one young collection left in a 50,000-consumer share walked every
+object the storm had made so far, 42-145 ms that the share's subscribes in flight waited out,
+to find about 250 to free (gc.callbacks, docs/benchmarks.md, issue 40)."""
 
 
 class ConsumerNames:
@@ -193,6 +197,8 @@ class WorkerRun:
         with self._slots:
             results = subscribe_all(self.driver, specs)
         self.recorder.subscribed_group(results)
+        if not self.phases_known.is_set():
+            gc.freeze()  # the group lives to the end: CONNECT_PHASE_GC_THRESHOLDS
 
     def _specs(self, locals_: range) -> list[ConsumerSpec]:
         """Local consumers `locals_`: the share's those-th (unique across workers). Consumers
