@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import ctypes
 import itertools
+import math
 import os
 import re
 import struct
@@ -165,6 +166,26 @@ def _record_vector(hist: HdrHistogram, values: list[int], counts: list[int]) -> 
 _RANGE_MIN = 8
 """Deliveries to this many consecutive consumers and more are counted as a range
 (`Recorder._account`); below, checking the range costs more than it saves."""
+
+
+def _sampled(consumer_indexes: Sequence[int], first: int, seq: int, mod: int) -> int:
+    """How many of the (message, consumer) pairs are sampled: 1 in `mod`, as each delivery
+    would pick itself, by hash (no bias towards fast or slow deliveries); for a range of
+    consecutive indexes from `first` (-1: they are not), counted without a step per
+    consumer. A unit test checks it against each delivery's pick."""
+    base = seq * 2654435761
+    if first < 0:
+        return sum(1 for index in consumer_indexes if (base + index * 40503) % mod == 0)
+    # The indexes i with base + 40503 i = 0 (mod `mod`): none unless g divides base,
+    # else those = i0 (mod step).
+    g = math.gcd(40503, mod)
+    if base % g:
+        return 0
+    step = mod // g
+    i0 = (-base // g) * pow(40503 // g, -1, step) % step if step > 1 else 0
+    last = first + len(consumer_indexes) - 1
+    return (last - i0) // step - (first - 1 - i0) // step
+
 
 _STAGE_ROW = "%d,%d,%d,%d,%d,%d,%d,%d,%d\r\n"
 """A stages.csv row of whole numbers as csv.writer writes it (excel dialect), formatted at
@@ -343,7 +364,7 @@ class Recorder:
                 self._delay_run = self._kernel_run = n
         if stamps is None:
             return
-        row: tuple[int | str, ...]
+        row: tuple[int, ...]
         if stamps.complete:
             stages = (  # in the order of metrics.STAGES, but the last
                 stamps.received_us - intended_us,  # producing
@@ -360,29 +381,21 @@ class Recorder:
             broadcasting = receive_us - stamps.dispatch_us
             _record(self._broadcasting, broadcasting, n)
             row = (receive_us, e2e, *stages, broadcasting)
+            line = _STAGE_ROW
         elif stamps.dispatch_us:
             # A broker with only a dispatch stamp: stages 1-5 as one span, and stage 6.
-            row = (
-                receive_us,
-                e2e,
-                stamps.dispatch_us - intended_us,
-                "",
-                "",
-                "",
-                "",
-                receive_us - stamps.dispatch_us,
-            )
+            span = stamps.dispatch_us - intended_us
+            row = (receive_us, e2e, span, receive_us - stamps.dispatch_us)
+            line = _SPAN_ROW
         else:
             return
         mod = self._sample_mod
         if mod == 1:  # every delivery (the default): one row with its count
-            self._stages.writerow((*row, n))
+            self._stage_file.write(line % (*row, n))
         elif mod:
-            # Sample 1 in `mod` (message, consumer) pairs, as each delivery would pick itself.
-            base = seq * 2654435761
-            picked = sum(1 for index in consumer_indexes if (base + index * 40503) % mod == 0)
+            picked = _sampled(consumer_indexes, self._range_start(consumer_indexes), seq, mod)
             if picked:
-                self._stages.writerow((*row, picked))
+                self._stage_file.write(line % (*row, picked))
 
     def deliveries_received(
         self, payload: bytes, consumer_indexes: Sequence[int], reads: Sequence[Read]
@@ -400,14 +413,14 @@ class Recorder:
         n = len(consumer_indexes)
         if not n:
             return
-        stamp = self._accept(consumer_indexes, payload, reads[0][1])
+        counts = [read[0] for read in reads]
+        stamp = self._accept(consumer_indexes, payload, reads[0][1], counts)
         if stamp is None:
             return
         intended_us, actual_us, seq = stamp
         self._flush_kernel_runs()  # what messages_received left pending goes first
         self._flush_stage_runs()
         offset = self._offset_us
-        counts = [read[0] for read in reads]
         read_us = [read[1] - offset for read in reads]
         hist = self._intervals
         e2e = [t - intended_us for t in read_us]
@@ -425,11 +438,16 @@ class Recorder:
         self._record_stamps(consumer_indexes, reads, read_us, intended_us, e2e, seq)
 
     def _accept(
-        self, consumer_indexes: Sequence[int], payload: bytes, read_us: int
+        self,
+        consumer_indexes: Sequence[int],
+        payload: bytes,
+        read_us: int,
+        counts: Sequence[int] = (),
     ) -> tuple[int, int, int] | None:
         """What every delivery of a message counts for, measured or not: the deliveries, the
-        activity mark (harness.burst_meter), the per-consumer accounting. The message's
-        (intended, actual, seq) when it was sent in the measure phase, else None."""
+        activity mark (harness.burst_meter), the per-consumer accounting (`counts`: how many
+        consecutive indexes each read brought, when several did). The message's (intended,
+        actual, seq) when it was sent in the measure phase, else None."""
         n = len(consumer_indexes)
         self.received += n
         if read_us >= self._activity_at and self.on_deliveries is not None:
@@ -440,7 +458,15 @@ class Recorder:
         except struct.error:
             self.errors += n
             return None
-        self._account(consumer_indexes, seq)
+        if 1 < len(counts) <= len(consumer_indexes) // _RANGE_MIN:
+            # Each read's indexes are one connection's (a run of its consumers): each may be
+            # a range, where the reads of a pass together are seldom one.
+            at = 0
+            for count in counts:
+                self._account(consumer_indexes[at : at + count], seq)
+                at += count
+        else:
+            self._account(consumer_indexes, seq)
         if not (self.phases.measure_start <= intended_us / 1e6 < self.phases.measure_end):
             return None
         return intended_us, actual_us, seq
@@ -511,7 +537,8 @@ class Recorder:
             elif count == 1:  # one consumer per connection: no generator for one index
                 picked = 0 if (base + consumer_indexes[first] * 40503) % mod else 1
             else:
-                picked = sum(1 for i in consumer_indexes[first:at] if (base + i * 40503) % mod == 0)
+                indexes = consumer_indexes[first:at]
+                picked = _sampled(indexes, self._range_start(indexes), seq, mod)
             if picked:
                 lines.append(line % (*row, picked))
         if lines:

@@ -178,7 +178,7 @@ class _RunGroup:
     holes in their acks (ack_skip_every) are never members: their acks are counted one by one.
     """
 
-    __slots__ = ("ids", "members", "left", "refill", "floor", "ack_runs", "heads")
+    __slots__ = ("ids", "members", "left", "by_all", "refill", "floor", "ack_runs", "heads")
 
     def __init__(self, consumers: dict[int, _Consumer]) -> None:
         active = ConsumerState.ACTIVE
@@ -192,7 +192,9 @@ class _RunGroup:
         self.refill = np.array([c.refill_at for c in self.members], dtype=np.int64)
         self.left = self.refill - np.array([c.consumed for c in self.members], dtype=np.int64)
         """Messages each member may still consume before its permits go back in a FLOW:
-        refill_at - consumed."""
+        refill_at - consumed, less `by_all`."""
+        self.by_all = 0
+        """Messages every member consumed (runs to all of them) not yet taken off `left`."""
         self.floor = int(self.left.min()) if self.members else 0
         """At most the least of `left`: while it is above 0 no FLOW is due, and a run needs no
         look at `left` (numpy's min was a sixth of the group's cost)."""
@@ -214,24 +216,34 @@ class _RunGroup:
     def consume(self, at: int, end: int, n: int) -> list[tuple[int, int]]:
         """members[at:end] consumed `n` messages each: the (consumer id, permits) of each FLOW
         due, in order."""
-        window = self.left[at:end]
-        window -= n
+        if end - at == len(self.ids):
+            self.by_all += n  # a whole broadcast: no step over `left` while no FLOW is due
+        else:
+            window = self.left[at:end]
+            window -= n
         self.floor -= n
         if self.floor > 0:
             return []
         flows = []
-        left, refill, ids = self.left, self.refill, self.ids
-        due = cast(list[int], (np.flatnonzero(window <= 0) + at).tolist())
+        left, refill, ids = self.settled(), self.refill, self.ids
+        due = cast(list[int], (np.flatnonzero(left[at:end] <= 0) + at).tolist())
         for q in due:
             flows.append((ids[q], int(refill[q] - left[q])))
             left[q] = refill[q]
         self.floor = int(left.min())  # none is 0 or less: each gave its permits back
         return flows
 
+    def settled(self) -> np.ndarray:
+        """`left` with `by_all` taken off."""
+        if self.by_all:
+            self.left -= self.by_all
+            self.by_all = 0
+        return self.left
+
     def dissolve(self, due: dict[int, _Consumer]) -> None:
         """Hand the members their own permits and acks back (as `Connection.acknowledge_run`
         of each would have left them; acks due join `due` in the order they came)."""
-        lefts = cast(list[int], self.left.tolist())
+        lefts = cast(list[int], self.settled().tolist())
         refills = cast(list[int], self.refill.tolist())
         for consumer, left, refill in zip(self.members, lefts, refills, strict=True):
             consumer.consumed = refill - left

@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hdrh.histogram import HdrHistogram
+from hypothesis import given
+from hypothesis import strategies as st
 
 from drivers.base import BrokerStamps, SubscribeResult
 from harness.message_body import stamp
-from harness.recorder import Phases, Recorder, _record, _record_counted, _reset
+from harness.recorder import Phases, Recorder, _record, _record_counted, _reset, _sampled
 from results_contract.hlog import HIGHEST_US, decode, new_histogram, read_intervals
 from results_contract.metrics import CLIENT_DELAY, CONNECT, E2E, E2E_ACTUAL, E2E_KERNEL
 
@@ -128,6 +130,54 @@ def test_consecutive_consumers_are_counted_as_each_one_would_be(tmp_path: Path) 
     assert rows["5"] == ["6", "2"]  # 1, 2, 3, 3 (a repeat), 2 (out of order), 5
     assert rows["45"] == ["1", "0"]
     assert counts[0][2] == 20 + 1  # 10-29's 2 twice, 5's 3 twice
+
+
+@given(
+    first=st.integers(0, 10**6),
+    n=st.integers(1, 300),
+    seq=st.integers(0, 10**9),
+    mod=st.integers(1, 500),
+)
+def test_the_pairs_sampled_of_a_range_are_those_each_delivery_picks(
+    first: int, n: int, seq: int, mod: int
+) -> None:
+    indexes = list(range(first, first + n))
+    base = seq * 2654435761
+    each = sum(1 for index in indexes if (base + index * 40503) % mod == 0)
+    assert _sampled(indexes, first, seq, mod) == _sampled(indexes, -1, seq, mod) == each
+
+
+def test_each_reads_consecutive_consumers_are_counted_as_each_one_would_be(
+    tmp_path: Path,
+) -> None:
+    """deliveries_received of a pass's reads, each one connection's consumers (a range, the
+    reads together not one, or not in order), against one delivery at a time."""
+    connections = [list(range(k * 20, k * 20 + 20)) for k in range(4)]
+    passes = [
+        ([2, 0, 3, 1], 1),
+        ([0, 1, 2, 3], 2),
+        ([1, 1, 0], 3),  # connection 1's consumers twice: duplicates
+        ([3, 2], 2),  # a repeat
+        ([0, 2], 4),
+    ]
+    results: list[tuple[tuple[int, int, int], list[list[str]]]] = []
+    for batched in (True, False):
+        directory = tmp_path / str(batched)
+        recorder = Recorder(directory, 0.0, {})
+        recorder.subscribed_group([SubscribeResult(i, 0, 1, 2, True) for i in range(80)])
+        for order, seq in passes:
+            indexes = [i for k in order for i in connections[k]]
+            if batched:
+                reads = [(20, 5_000_000 + k, 0, None) for k in order]
+                recorder.deliveries_received(body(seq), indexes, reads)
+            else:
+                for index in indexes:
+                    recorder.message_received(index, body(seq), 5_000_000, None, 0)
+        counts = (recorder.received, recorder.out_of_order, recorder.duplicated)
+        recorder.close()
+        results.append((counts, _deliveries_file(directory)))
+    assert results[0] == results[1]
+    assert results[0][0] == (20 * 15, 60, 60)  # 1 twice in one pass, 3 and 2 again
 
 
 @pytest.mark.parametrize(

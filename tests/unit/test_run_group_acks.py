@@ -87,9 +87,14 @@ _OPS = st.one_of(
         st.integers(1, 3),
         st.booleans(),
     ),
-    st.tuples(st.just("run"), st.just(0), st.just(len(IDS)), st.sampled_from(ENTRIES)).map(
-        lambda op: (*op, 1, False)
-    ),  # a whole broadcast, the common case
+    st.tuples(  # a whole broadcast, the common case
+        st.just("run"),
+        st.just(0),
+        st.just(len(IDS)),
+        st.sampled_from(ENTRIES),
+        st.integers(1, 3),
+        st.just(False),
+    ),
     st.tuples(st.just("single"), _POSITION, st.sampled_from(ENTRIES)),
     st.tuples(st.just("close"), _POSITION),
     st.tuples(st.just("pace"), _POSITION, st.booleans(), st.integers(0, 3)),
@@ -101,7 +106,10 @@ _OPS = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(
     individual=st.booleans(),
-    queues=st.lists(st.integers(2, 12), min_size=len(IDS), max_size=len(IDS)),
+    queues=st.one_of(
+        st.lists(st.integers(2, 40), min_size=len(IDS), max_size=len(IDS)),
+        st.integers(2, 40).map(lambda queue: [queue] * len(IDS)),  # as a run's consumers have
+    ),
     ops=st.lists(_OPS, max_size=40),
 )
 def test_a_group_writes_what_each_consumer_one_by_one_writes(individual, queues, ops):
