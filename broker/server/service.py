@@ -24,6 +24,7 @@ from broker.core.topic_name import parse_topic
 from broker.policies.manager import PolicyManager
 from broker.server.auth import security_mode
 from broker.server.connection import ServerConnection
+from broker.server.epoll_transport import EPOLL_AVAILABLE, EpollListener
 from broker.server.gc_policy import FreezeAfterStorms
 from broker.server.keep_alive import sweep_connections
 from broker.server.loop_lag import LoopLag
@@ -80,8 +81,10 @@ class BrokerService:
             config, Path(config.dataDir) if storage is not None else None, clock
         )
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._servers: list[asyncio.base_events.Server] = []
-        """The listeners: plain and TLS (broker.server.tls), each when its port is set."""
+        self._servers: list[asyncio.Server | EpollListener] = []
+        """The listeners: plain and TLS (broker.server.tls), each when its port is set. A
+        plain one is an EpollListener where epoll is (about 1.1 KB less a connection than the
+        loop's transports: broker.server.epoll_transport); TLS needs the loop's."""
         self._stats_task: asyncio.Task | None = None
         self._stats_written = 0
         self._process = psutil.Process()
@@ -201,11 +204,11 @@ class BrokerService:
             sock.bind((self.config.bindAddress, port))
             sock.listen(self.config.listenBacklog)
             sock.setblocking(False)
+            if context is None and EPOLL_AVAILABLE:
+                self._servers.append(EpollListener(self.loop, sock, self._new_connection))
+                continue
             server = await self.loop.create_server(
-                lambda: ServerConnection(self),
-                sock=sock,
-                backlog=self.config.listenBacklog,
-                ssl=context,
+                self._new_connection, sock=sock, backlog=self.config.listenBacklog, ssl=context
             )
             self._servers.append(server)
         if self.config.statsDir:
@@ -218,6 +221,9 @@ class BrokerService:
         log.info("broker listening on %s", ", ".join(dict.fromkeys(u for u in urls if u)))
         note_level = logging.WARNING if "OFF" in self.security_note else logging.INFO
         log.log(note_level, "%s", self.security_note)
+
+    def _new_connection(self) -> ServerConnection:
+        return ServerConnection(self)
 
     async def stop(self) -> None:
         if self._stats_task is not None:
