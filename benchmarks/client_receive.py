@@ -3,8 +3,12 @@
 One driver `Connection` with `--consumers` ACTIVE consumers of a Broadcast subscription gets,
 for each of `--entries` entries, the MESSAGE frames the bundled broker writes for it (one per
 consumer, from a `MessageTemplate`, with full broker stamps), cut into recvs of RECV_SIZE
-bytes as the socket returns them. Each recv goes through the reader's own handling (codec,
-delivery grouping, the harness's Recorder, permits), then the ack flusher's `flush_acks`.
+bytes as the socket returns them. Each recv is copied into the codec's pooled read buffer
+where the socket's recv_into would put it (its copy stands for the kernel's), then goes
+through the reader's own handling (codec, delivery grouping, the harness's Recorder,
+permits), then the ack flusher's `flush_acks`. Before 2026-11-29 the bytes went in by
+`receive_data`, whose buffer grew and shrank at every 1 MB read: 2.4 of a 10 KB delivery's
+6 us, where the reader's pooled buffer takes 1.1 (docs/benchmarks.md).
 The Recorder samples stages as a workload's `stageSampleFraction` says: all by default, as in
 issue 40's workloads (one stages row per message). What it leaves out is the kernel and
 gevent: the recv copies and the ack writes a real run adds. Run: `python -m
@@ -174,8 +178,7 @@ def _measure_connections(
             for i, conn in enumerate(conns):
                 receive_us = start_us + n * 1_000_000 + 2_000 + 3 * i
                 conn._kernel_us = receive_us - 50
-                conn._protocol.receive_data(data)
-                conn._handle_read(receive_us)
+                conn._read_data(data, receive_us)
             deliveries.flush()
             for conn in conns:
                 acks += conn._protocol.flush_acks()

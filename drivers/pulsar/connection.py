@@ -972,11 +972,21 @@ class Connection:
             self._fail(f"reader failed: {exc!r}")
 
     def _handle_data(self, data: bytes, receive_us: int) -> None:
-        """`_handle_read` of bytes read elsewhere (benchmarks.client_receive, without a
-        socket), its deliveries handed over at once."""
-        self._protocol.receive_data(data)
-        self._handle_read(receive_us)
+        """`on_readable` of bytes read elsewhere (benchmarks.client_receive, tests: without a
+        socket): copied into the codec's read buffer where a recv would have put them, handled,
+        the buffer let go, the deliveries handed over at once."""
+        self._read_data(data, receive_us)
         self._deliveries.flush()
+
+    def _read_data(self, data: bytes, receive_us: int) -> None:
+        """`_handle_data` without handing the deliveries over (a pass over many connections
+        does that at its end)."""
+        protocol = self._protocol
+        with protocol.get_buffer(len(data)) as room:
+            room[: len(data)] = data
+        protocol.buffer_updated(len(data))
+        self._handle_read(receive_us)
+        protocol.release_buffer()
 
     def _handle_read(self, receive_us: int) -> None:
         """Everything one recv put in the codec's buffer: handle its events, write what they
