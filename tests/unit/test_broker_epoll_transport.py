@@ -177,6 +177,22 @@ def test_what_the_socket_does_not_take_waits_in_order_and_pauses_the_writer() ->
     run(go)
 
 
+def test_what_comes_in_reads_larger_than_one_arrives_whole_and_in_order() -> None:
+    async def go() -> None:
+        served = Served()
+        client, protocol = await served.connect()
+        sent = bytes(range(256)) * 4096  # 1 MiB: many reads of READ_SIZE
+        await asyncio.to_thread(client.sendall, sent)
+        await until(lambda: len(protocol.data) == len(sent))
+        assert protocol.data == sent
+        assert protocol.transport is not None
+        protocol.transport.close()
+        await until(lambda: protocol.lost == [None])
+        served.listener.close()
+
+    run(go)
+
+
 def test_reading_paused_holds_what_the_peer_sends_until_resumed() -> None:
     async def go() -> None:
         served = Served()
