@@ -170,13 +170,13 @@ class _RunGroup:
     broadcast to them), with their permits and acks as a group's: a MessageRun to all of
     them, or to some of them one after another (a read cuts an entry's frames), is then
     acknowledged by a slice of arrays and one record, not a step per consumer, and flushed as
-    one join of their ACK heads around the entry's tail. The loops per consumer of
-    `acknowledge_run` and `flush_acks` were 0.8 of a broadcast client's 2.5 us per delivery
-    (benchmarks/client_receive.py --profile). While a group stands it holds its members'
-    permits and acks; anything else that reads or changes them first dissolves it
-    (`Connection._dissolve_group`), back into the members' own fields. Consumers that leave
-    holes in their acks (ack_skip_every) are never members: their acks are counted one by one.
-    """
+    one join of their ACK heads around the entry's tail. One by one, `acknowledge_run` and
+    `flush_acks` took 0.3 and 0.2-0.4 us of a 1 KB broadcast delivery's 1.3-2.3 (thread CPU
+    per entry, medians, benchmarks/client_receive.py, loaded machine). While a group stands
+    it holds its members' permits and acks; anything else that reads or changes them first
+    dissolves it (`Connection._dissolve_group`), back into the members' own fields. Consumers
+    that leave holes in their acks (ack_skip_every) are never members: their acks are counted
+    one by one."""
 
     __slots__ = ("ids", "members", "left", "by_all", "refill", "floor", "ack_runs", "heads")
 
