@@ -334,8 +334,9 @@ def write_intervals(
     """folder/intervals.hlog as the analysis writes it: one histogram of `tag` per second,
     400 log-normal values around 5 ms × `scale` each (seeded). Twenty seconds by default:
     the verdicts the tests ask for (same revision: same; ×1.4-1.5: worse) hold with them, and
-    each bootstrap redraw multiplies by the count of intervals (test_compare_decisions.py and
-    test_gate.py: 17.5 and 16.6 CPU-s with 60, 13.4 and 12.6 with 20, 2026-11-29 09:58, load 8)."""
+    each bootstrap redraw weighs every interval (test_compare_decisions.py and test_gate.py
+    together, two runs each: 17.5 and 16.6 CPU-s with 60, 13.4 and 12.6 with 20; 2026-11-29
+    09:48, load 8)."""
     import numpy as np
 
     from results_contract.hlog import HlogWriter, new_histogram
