@@ -74,7 +74,7 @@ collected every 100,000 allocations instead of 10,000 (0.41 -> 0.23 s of collect
 consumers), older ones wait for the end of the phase. What each group of consumers made is
 frozen once it has subscribed (`WorkerRun.subscribe_group`), so a storm of groups sees no
 collection at all: the one young collection left in a 50,000-consumer share walked every
-object the storm had made so far, 42-145 ms that the share's subscribes in flight waited out,
+object the storm had made so far, 35-145 ms that the share's subscribes in flight waited out,
 to find about 250 to free (gc.callbacks, docs/benchmarks.md, issue 40)."""
 
 

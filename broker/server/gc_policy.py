@@ -5,11 +5,11 @@ connections, their dicts); every full collection then walks all of them: 129 ms 
 Broadcast consumers (benchmarks/broker_core.py with gc.callbacks), a stall every ACK and every
 dispatch waits out. So they are frozen (`gc.freeze`: left out of collections; reference
 counting still frees them) every second while a storm adds consumers, and once more when it has
-settled: during the 100,000-consumer storm the collector otherwise ran 170-390 ms, full
+settled: during the 100,000-consumer storm the collector otherwise ran 170-410 ms, full
 collections up to 220 ms long that every subscribe in flight waited out, and found 108 objects
-to free in the whole run (gc.callbacks, docs/benchmarks.md, issue 40). When the population
-falls to half of what was frozen (a run's consumers left), they are unfrozen and collected
-once, so cyclic garbage among them does not outlive the run that made it.
+to free in the whole run (gc.callbacks at load 3.7-11, docs/benchmarks.md, issue 40). When
+the population falls to half of what was frozen (a run's consumers left), they are unfrozen
+and collected once, so cyclic garbage among them does not outlive the run that made it.
 """
 
 from __future__ import annotations
