@@ -102,6 +102,16 @@ def _unacked_in(stats: dict, consumer: str) -> int:
     return int(found)
 
 
+def _sent_to(stats: dict, consumer: str) -> int:
+    """A Broadcast consumer's messages sent (msgOutCounter), in a topic's stats."""
+    (found,) = [
+        c["msgOutCounter"]
+        for c in stats["subscriptions"]["all"]["consumers"]
+        if c["consumerName"] == consumer
+    ]
+    return int(found)
+
+
 def test_a_named_broadcast_consumer_away_3_s_resumes_where_it_stood(running):
     broker = running.broker
     client = pulsar.Client(broker.url, operation_timeout_seconds=10)
@@ -142,7 +152,12 @@ def test_named_broadcast_consumers_resume_after_kill_9_even_when_one_comes_back_
     wait_cursors_saved(
         broker,
         "bc-kill",
-        lambda t: _unacked_in(t, "fast") == 0 and _unacked_in(t, "late") == 15,
+        # All 20 sent to each: 15 unacknowledged of fewer sent would not mean 5 acknowledged.
+        lambda t: (
+            all(_sent_to(t, c) == 20 for c in ("fast", "late"))
+            and _unacked_in(t, "fast") == 0
+            and _unacked_in(t, "late") == 15
+        ),
     )
     broker.kill9()
     with contextlib.suppress(pulsar.NotConnected):
