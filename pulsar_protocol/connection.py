@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, NoReturn, cast
 
@@ -891,14 +891,25 @@ class _Codec:
     def send_success(self, request_id: int) -> None:
         """Queue SUCCESS for `request_id`: what `send(Response(command(T.SUCCESS, ...)))` does,
         built from bytes (a broker answers one per consumer of a connect storm)."""
+        self.send_successes((request_id,))
+
+    def send_successes(self, request_ids: Sequence[int]) -> None:
+        """`send_success` of each of `request_ids` in turn, queued as one buffer: a connect
+        storm's run of SUBSCRIBEs is answered by one join, not a frame each. Those settled
+        before one that cannot be are queued, as one call each would have queued them."""
         if self.state is ConnectionState.ERROR:
             raise LocalProtocolError("cannot send: the connection is in ERROR")
+        settled = 0
         try:
-            self._settle(T.SUCCESS, request_id)
+            for request_id in request_ids:
+                self._settle(T.SUCCESS, request_id)
+                settled += 1
         except LocalProtocolError:
             self._set_state(ConnectionState.ERROR)
             raise
-        self._outbox().append(success_frame(request_id))
+        finally:
+            if settled:
+                self._outbox().append(b"".join(map(success_frame, request_ids[:settled])))
 
     def send_frames(self, frames: list[bytes]) -> None:
         """Queue frames built elsewhere: the broker's dispatch writes MESSAGE frames as a head

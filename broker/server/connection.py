@@ -411,6 +411,14 @@ class ServerConnection(asyncio.Protocol):
             self.conn.send_success(request_id)
             self._write_soon()
 
+    def _succeed_all(self, request_ids: list[int]) -> None:
+        """SUCCESS for each of `request_ids`, in one buffer; the list is emptied."""
+        if request_ids:
+            if self._open():
+                self.conn.send_successes(request_ids)
+                self._write_soon()
+            request_ids.clear()
+
     def write_frames(self, frames: list[bytes]) -> None:
         """Queue a dispatch's MESSAGE frames (`_open` and `_write_soon` inline: once per
         delivery with a connection per consumer)."""
@@ -672,9 +680,20 @@ class ServerConnection(asyncio.Protocol):
         requested = self.service.subscription_mode(req)
         ranges = _sticky_ranges(req)
         join = self._join
-        join(req, topic, requested, ranges, req.consumer_id, req.request_id, req.consumer_name)
+        answered: list[int] = []
+        join(
+            req,
+            topic,
+            requested,
+            ranges,
+            req.consumer_id,
+            req.request_id,
+            req.consumer_name,
+            answered,
+        )
         for consumer_id, request_id, name in more:
-            join(req, topic, requested, ranges, consumer_id, request_id, name)
+            join(req, topic, requested, ranges, consumer_id, request_id, name, answered)
+        self._succeed_all(answered)
 
     def _join(
         self,
@@ -685,12 +704,15 @@ class ServerConnection(asyncio.Protocol):
         consumer_id: int,
         request_id: int,
         name: str | None,
+        answered: list[int],
     ) -> None:
         """The consumer `req` asks for, or one of its run (these ids and name in its stead),
-        joins its subscription on `topic` in mode `requested`; the request is answered."""
+        joins its subscription on `topic` in mode `requested`. Its SUCCESS waits in `answered`
+        to leave with the run's (`_succeed_all`); a refusal leaves at once, after the SUCCESSes
+        before it, so the answers keep the requests' order."""
         if self.consumer_by_id(consumer_id) is not None:
             # The client re-subscribes after a timeout with the same id: answer success again.
-            self._succeed(request_id)
+            answered.append(request_id)
             return
         refused = consumer_admission(
             self.service.config,
@@ -702,6 +724,7 @@ class ServerConnection(asyncio.Protocol):
             req.schema,
         )
         if refused is not None:
+            self._succeed_all(answered)
             self._refuse(_with_ids(req, consumer_id, request_id, name), refused)
             return
         sub = topic.subscriptions.get(req.subscription)
@@ -723,10 +746,11 @@ class ServerConnection(asyncio.Protocol):
         except SubscriptionError as exc:
             if not sub.durable and not sub.consumers:
                 topic.remove_subscription(sub.name)
+            self._succeed_all(answered)
             self._error(request_id, exc.server_error, str(exc))
             return
         self._add_consumer(consumer)
-        self._succeed(request_id)
+        answered.append(request_id)
 
     def _consumer(self, consumer_id: int) -> Consumer | None:
         consumer = self.consumer_by_id(consumer_id)

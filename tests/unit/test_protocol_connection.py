@@ -385,6 +385,33 @@ def test_success_from_bytes_settles_a_request_as_the_event_does():
         p.client.send_success(5)
 
 
+def test_successes_of_a_run_are_the_frames_one_success_each_would_queue():
+    """`send_successes` queues what `send_success` of each would, in order; when one cannot be
+    answered, those before it are still queued and the connection is in ERROR."""
+    frames = {}
+    for batched in (False, True):
+        p = ConnectionPair()
+        p.handshake()
+        for cid, rid in enumerate((3, 4, 1 << 40, 9)):
+            sub = command(
+                T.SUBSCRIBE, topic="t", subscription="s", subType=1, consumer_id=cid, request_id=rid
+            )
+            feed(p.server, encode_frame(sub))
+        if batched:
+            p.server.send_successes([3, 4, 1 << 40])
+        else:
+            for rid in (3, 4, 1 << 40):
+                p.server.send_success(rid)
+        frames[batched] = p.server.data_to_send()
+        with pytest.raises(LocalProtocolError, match="no request 5"):
+            p.server.send_successes([9, 5, 3])
+        assert p.server.state is ConnectionState.ERROR
+        decoder = FrameDecoder()
+        decoder.receive_data(p.server.data_to_send())
+        assert [frame.command for frame in decoder.frames()] == [command(T.SUCCESS, request_id=9)]
+    assert frames[True] == frames[False]
+
+
 def test_only_a_client_requests_and_only_a_server_answers(pair):
     with pytest.raises(LocalProtocolError):
         pair.server.next_request_id()
