@@ -164,6 +164,14 @@ class _Consumer:
         self.acks_seen = 0
         """Ids counted towards the next one left (ack_skip_every)."""
 
+    def keep_ack(self, message_id: bytes) -> None:
+        """`message_id` is to be acknowledged at the next flush: one more of the individual
+        ids, or the latest cumulative one."""
+        if self.individual is not None:
+            self.individual.append(message_id)
+        else:
+            self.last = message_id
+
 
 class _RunGroup:
     """A client connection's ACTIVE consumers in their order (as the broker dispatches a
@@ -250,10 +258,7 @@ class _RunGroup:
         ids, members = self.ids, self.members
         for at, end, message_id in self.ack_runs:
             for consumer_id, consumer in zip(ids[at:end], members[at:end], strict=True):
-                if consumer.individual is not None:
-                    consumer.individual.append(message_id)
-                else:
-                    consumer.last = message_id
+                consumer.keep_ack(message_id)
                 if consumer_id not in due:
                     due[consumer_id] = consumer
         self.ack_runs = []
@@ -1224,10 +1229,7 @@ class _Codec:
             if consumer is None or consumer.state is not active:
                 continue
             if message_id is not None:
-                if consumer.individual is not None:
-                    consumer.individual.append(message_id)
-                else:
-                    consumer.last = message_id
+                consumer.keep_ack(message_id)
                 if consumer_id not in due:
                     due[consumer_id] = consumer
             consumer.consumed += n
