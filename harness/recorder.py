@@ -174,6 +174,8 @@ def _sampled(consumer_indexes: Sequence[int], first: int, seq: int, mod: int) ->
     consecutive indexes from `first` (-1: they are not), counted without a step per
     consumer. A unit test checks it against each delivery's pick."""
     base = seq * 2654435761
+    if len(consumer_indexes) == 1:  # one consumer per connection: no generator for one index
+        return 0 if (base + consumer_indexes[0] * 40503) % mod else 1
     if first < 0:
         return sum(1 for index in consumer_indexes if (base + index * 40503) % mod == 0)
     # The indexes i with base + 40503 i = 0 (mod `mod`): none unless g divides base,
@@ -488,7 +490,6 @@ class Recorder:
         broadcasting: list[int] = []
         stamped_counts: list[int] = []
         mod = self._sample_mod
-        base = seq * 2654435761
         lines: list[str] = []
         row: tuple[int, ...]
         at = 0
@@ -534,8 +535,6 @@ class Recorder:
             # one row per read with the count it stands for.
             if mod == 1:
                 picked = count
-            elif count == 1:  # one consumer per connection: no generator for one index
-                picked = 0 if (base + consumer_indexes[first] * 40503) % mod else 1
             else:
                 indexes = consumer_indexes[first:at]
                 picked = _sampled(indexes, self._range_start(indexes), seq, mod)

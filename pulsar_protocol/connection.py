@@ -83,6 +83,7 @@ from pulsar_protocol.events import (
     SendError,
     SendReceipt,
     _NeedData,
+    run_position,
 )
 from pulsar_protocol.frames import (
     MAX_FRAME_SIZE,
@@ -214,12 +215,7 @@ class _RunGroup:
 
     def find(self, consumer_ids: tuple[int, ...]) -> int:
         """Where `consumer_ids` stand in the group, one after another; -1 when they do not."""
-        ids = self.ids
-        try:
-            at = ids.index(consumer_ids[0])
-        except ValueError:
-            return -1
-        return at if ids[at : at + len(consumer_ids)] == consumer_ids else -1
+        return run_position(self.ids, consumer_ids)
 
     def consume(self, at: int, end: int, n: int) -> list[tuple[int, int]]:
         """members[at:end] consumed `n` messages each: the (consumer id, permits) of each FLOW

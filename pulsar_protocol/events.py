@@ -249,6 +249,17 @@ class MessageRun(Event):
     dispatch time); empty when every frame carries `broker_entry_metadata`."""
 
 
+def run_position(ids: tuple[int, ...], consumer_ids: tuple[int, ...]) -> int:
+    """Where a MessageRun's `consumer_ids` stand in `ids` (a connection's consumers in the
+    order they subscribed, which is the order a broadcast is dispatched in), one after
+    another; -1 when they do not (one is not there, or they come in another order)."""
+    try:
+        at = ids.index(consumer_ids[0])
+    except (ValueError, IndexError):
+        return -1
+    return at if ids[at : at + len(consumer_ids)] == consumer_ids else -1
+
+
 @dataclass(frozen=True, slots=True)
 class Ping(Event):
     """Keep-alive; the receiving codec answers PONG itself, so no side ever receives it."""

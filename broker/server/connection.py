@@ -407,9 +407,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _succeed(self, request_id: int) -> None:
         """SUCCESS for `request_id`, from bytes (`_answer` builds a protobuf command)."""
-        if self._open():
-            self.conn.send_success(request_id)
-            self._write_soon()
+        self._succeed_all([request_id])
 
     def _succeed_all(self, request_ids: list[int]) -> None:
         """SUCCESS for each of `request_ids`, in one buffer; the list is emptied."""

@@ -177,12 +177,8 @@ class Consumers(dict[int, ConsumerState]):
         if ids is None:
             ids = self._ids = tuple(self)
             self._indexes = [state.index for state in self.values()]
-        try:
-            at = ids.index(consumer_ids[0])
-        except (ValueError, IndexError):
-            return None
-        end = at + len(consumer_ids)
-        return self._indexes[at:end] if ids[at:end] == consumer_ids else None
+        at = ev.run_position(ids, consumer_ids)
+        return None if at < 0 else self._indexes[at : at + len(consumer_ids)]
 
     def __setitem__(self, consumer_id: int, state: ConsumerState) -> None:
         self._ids = None
