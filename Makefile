@@ -60,23 +60,19 @@ bench: $(STAMP) java-check
 # class archive's writing on a fresh clone (java-check: one core for 20 s), else beside the
 # tests, on what CPU they leave.
 # The `alone` part runs beside the parallel part, in one process at niceness 0 while the parallel
-# part (and the analysis service both share, FANOUT_TEST_ANALYSIS_NICE) runs at 10: the kernel
-# gives its runs the cores whenever they wake, as a quiet machine would. After the parallel
-# part it kept both cores a quarter busy for 54 s (2026-11-29, docs/benchmarks.md, "make test").
-# One process: in two, the slowed-client test's calm run shared the cores with another run and
-# was flagged client-bound on a quiet machine (2026-11-29 00:33, load 0.45 at the start).
+# part runs at 10: the kernel gives the `alone` runs the cores whenever they wake, as a quiet
+# machine would. After the parallel part it kept the cores a quarter busy for 54 s (2026-11-29,
+# docs/benchmarks.md, "make test"). Each part has its own analysis service (tests/conftest.py):
+# in the parallel part's, at niceness 10, the `alone` runs' analyses waited behind the parallel
+# part's, 4 minutes for 4 runs. One process: in two, the slowed-client test's calm run shared
+# the cores with another run and was flagged client-bound on a quiet machine (2026-11-29 00:33).
 # Each part picks its servers' ports in a range of its own (FANOUT_TEST_PORTS, tests/conftest.py).
-# The outputs of mypy and of the `alone` part follow the parallel part's; any failing fails.
-# Both pytest runs share one analysis service (FANOUT_TEST_ANALYSIS_HOME, tests/conftest.py),
-# stopped at the end, whatever the outcome.
+# The outputs of the `alone` part and of mypy follow the parallel part's; any failing fails.
 PARALLEL_NICE := 10
 ALONE_PYTEST = $(BIN)/pytest -q -p no:cacheprovider -m alone $(ALONE_TESTS)
 test: $(STAMP) tools
 	$(BIN)/ruff check .
-	@home=$$(mktemp -d /tmp/fanout-analysis-make.XXXXXX); \
-	export FANOUT_TEST_ANALYSIS_HOME=$$home FANOUT_TEST_ANALYSIS_NICE=$(PARALLEL_NICE); \
-	trap '$(BIN)/python -c "import sys; from tests.conftest import stop_analysis_service; stop_analysis_service(sys.argv[1])" "$$home"' EXIT; trap 'exit 130' INT TERM; \
-	typed=$$(mktemp); alone=$$(mktemp); \
+	@trap 'exit 130' INT TERM; typed=$$(mktemp); alone=$$(mktemp); \
 	echo "$(BIN)/mypy (beside the class archive and the tests; its output after theirs)"; \
 	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
 	$(MAKE) --no-print-directory java-check || { kill $$mypy; wait $$mypy; exit 1; }; \

@@ -423,7 +423,6 @@ def analysis_service(
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
             )
-            _lower_priority(proc.pid, int(os.environ.get(ANALYSIS_NICE_ENV, "0")))
             (home / "pid").write_text(str(proc.pid))
             _STARTED.append(proc)  # an xdist worker does not wait for it: kept, not collected
             eventually(lambda: path.exists() or proc.poll() is not None, timeout_s=60)
@@ -435,8 +434,8 @@ def analysis_service(
         yield path
     finally:
         os.environ.pop(SOCKET_ENV, None)
-        # A run in one process: the service is its own (unless make test's, which make stops).
-        if not _is_xdist_worker(request.config) and ANALYSIS_HOME_ENV not in os.environ:
+        # A run in one process: the service is its own.
+        if not _is_xdist_worker(request.config):
             _stop_analysis_service(home, proc)
 
 
@@ -446,34 +445,8 @@ _STARTED: list[subprocess.Popen[bytes]] = []
 def pytest_unconfigure(config: pytest.Config) -> None:
     """pytest-xdist's controller, once its workers are done: the analysis service they shared
     (nothing when none was started; a run in one process stopped its own already)."""
-    if not _is_xdist_worker(config) and ANALYSIS_HOME_ENV not in os.environ:
+    if not _is_xdist_worker(config):
         _stop_analysis_service(_analysis_home(config), None)
-
-
-ANALYSIS_HOME_ENV = "FANOUT_TEST_ANALYSIS_HOME"
-"""Set by `make test` for both its pytest runs: the analysis service's folder, so that the
-`alone` part analyses in the JVM the parallel part started and warmed (in the `alone` part, a
-JVM's start and first analysis took 15 s of its 50, a warm analysis 3-4 s). Neither run stops
-it then: make does, after both (stop_analysis_service)."""
-
-
-ANALYSIS_NICE_ENV = "FANOUT_TEST_ANALYSIS_NICE"
-"""Set by `make test`: the analysis service's niceness, whichever of its two pytest runs starts
-it. The parallel part runs at that niceness and the `alone` part beside it at 0 (the Makefile):
-the service, shared by both, analyses for the parallel part's many runs, and at 0 it would take
-the `alone` tests' cores."""
-
-
-def _lower_priority(pid: int, nice: int) -> None:
-    """Process `pid` at niceness `nice` if that is lower priority than it has: set before its
-    Python has started the JVM, whose threads inherit it."""
-    if nice > os.getpriority(os.PRIO_PROCESS, pid):
-        os.setpriority(os.PRIO_PROCESS, pid, nice)
-
-
-def stop_analysis_service(home: str) -> None:
-    """`make test`'s end: the service of ANALYSIS_HOME_ENV, if one was started."""
-    _stop_analysis_service(Path(home), None)
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
@@ -485,8 +458,6 @@ def _analysis_home(config: pytest.Config) -> Path:
     runs the session (for an xdist worker, its controller, whose child it is): every worker of
     a run finds the same, another run (another engineer's) another. Not under pytest's deep
     tmp folders: a Unix socket's path must be short (108 bytes)."""
-    if given := os.environ.get(ANALYSIS_HOME_ENV):
-        return Path(given)
     owner = os.getppid() if _is_xdist_worker(config) else os.getpid()
     return Path(tempfile.gettempdir()) / f"fanout-analysis-{owner}"
 

@@ -1,14 +1,11 @@
 """What lets `make test` run its two pytest runs at once (the Makefile's `test`): a port range
-for each, and the shared analysis service at the parallel part's niceness."""
+for each."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 
-from tests.conftest import PORTS, PORTS_ENV, _lower_priority, own_ports, run_ports
+from tests.conftest import PORTS, PORTS_ENV, own_ports, run_ports
 
 
 def test_without_a_range_a_run_takes_every_port(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,15 +37,3 @@ def test_a_range_outside_the_tests_ports_is_refused(
     with pytest.raises(pytest.UsageError, match=PORTS_ENV):
         run_ports()
 
-
-def test_the_service_is_lowered_to_the_parallel_parts_niceness_never_raised() -> None:
-    child = subprocess.Popen(["sleep", "30"])
-    try:
-        start = os.getpriority(os.PRIO_PROCESS, child.pid)
-        _lower_priority(child.pid, start + 5)
-        assert os.getpriority(os.PRIO_PROCESS, child.pid) == start + 5
-        _lower_priority(child.pid, start)  # a higher priority is not given
-        assert os.getpriority(os.PRIO_PROCESS, child.pid) == start + 5
-    finally:
-        child.kill()
-        child.wait()
