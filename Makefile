@@ -68,16 +68,17 @@ bench: $(STAMP) java-check
 # the cores with another run and was flagged client-bound on a quiet machine (2026-11-29 00:33).
 # Each part picks its servers' ports in a range of its own (FANOUT_TEST_PORTS, tests/conftest.py).
 # The outputs of the `alone` part and of mypy follow the parallel part's; any failing fails.
+# Interrupted, make ends both (background jobs ignore SIGINT; pytest takes SIGTERM as Ctrl-C).
 PARALLEL_NICE := 10
 ALONE_PYTEST = $(BIN)/pytest -q -p no:cacheprovider -m alone $(ALONE_TESTS)
 test: $(STAMP) tools
 	$(BIN)/ruff check .
-	@trap 'exit 130' INT TERM; typed=$$(mktemp); alone=$$(mktemp); \
+	@trap 'kill $$lone $$mypy 2>/dev/null; wait; exit 130' INT TERM; typed=$$(mktemp); alone=$$(mktemp); \
 	echo "$(BIN)/mypy (beside the class archive and the tests; its output after theirs)"; \
 	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
 	$(MAKE) --no-print-directory java-check || { kill $$mypy; wait $$mypy; exit 1; }; \
 	echo "$(ALONE_PYTEST) (beside the parallel part; its output after it)"; \
-	( $(WITH_JAVA) FANOUT_TEST_PORTS=18000-19999 $(ALONE_PYTEST) ) >$$alone 2>&1 & lone=$$!; \
+	( $(WITH_JAVA) exec env FANOUT_TEST_PORTS=18000-19999 $(ALONE_PYTEST) ) >$$alone 2>&1 & lone=$$!; \
 	echo "nice -n $(PARALLEL_NICE) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone'"; \
 	( $(WITH_JAVA) FANOUT_TEST_PORTS=10000-17999 nice -n $(PARALLEL_NICE) \
 	  $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) -m 'not alone' ); tests=$$?; \

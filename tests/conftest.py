@@ -37,6 +37,8 @@ LOCUST_PROCESS = "FANOUT_BENCH_LOCUST_PROCESS"
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(LOCUST_PROCESS) and "locust" not in sys.modules:
         sys.meta_path.insert(0, _NoLocustHere())
+    if not _is_xdist_worker(config) and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupted)
     config.addinivalue_line(
         "markers",
         "locust: imports Locust (which monkey-patches the process): runs in a pytest process "
@@ -48,6 +50,13 @@ def pytest_configure(config: pytest.Config) -> None:
         "load would move: `make test` runs these one after another, beside the parallel part "
         "at a higher priority (the Makefile's `test`)",
     )
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    """SIGTERM ends the run as Ctrl-C does, so that it still stops what it started (its analysis
+    service, in pytest_unconfigure): `make test` ends its `alone` part so when it is interrupted,
+    a background job, which ignores SIGINT."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 class _NoLocustHere(importlib.abc.MetaPathFinder):

@@ -1,11 +1,17 @@
 """What lets `make test` run its two pytest runs at once (the Makefile's `test`): a port range
-for each."""
+for each, and an end as Ctrl-C's on SIGTERM."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import PORTS, PORTS_ENV, own_ports, run_ports
+from tests.conftest import PORTS, PORTS_ENV, ROOT, own_ports, run_ports
 
 
 def test_without_a_range_a_run_takes_every_port(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,3 +43,34 @@ def test_a_range_outside_the_tests_ports_is_refused(
     with pytest.raises(pytest.UsageError, match=PORTS_ENV):
         run_ports()
 
+
+
+def test_sigterm_ends_a_pytest_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """So that `make test`, interrupted, can end its background `alone` part and that part still
+    stops its analysis service (pytest_unconfigure runs after an interrupt, not after a kill)."""
+    started = tmp_path / "started"
+    (tmp_path / "test_waits.py").write_text(
+        "import pathlib, time\n"
+        "def test_waits():\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        "    time.sleep(60)\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest"]
+        + ["--rootdir", str(tmp_path), str(tmp_path / "test_waits.py")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), run.communicate(timeout=5)[0]
+        run.send_signal(signal.SIGTERM)
+        out, _ = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "KeyboardInterrupt" in out and "signal 15" in out, out
