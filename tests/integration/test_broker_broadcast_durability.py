@@ -92,24 +92,21 @@ def _unacked(broker: BrokerProcess, topic: str, consumer: str) -> int:
     return _unacked_in(_stats(broker, topic), consumer)
 
 
-def _unacked_in(stats: dict, consumer: str) -> int:
-    """A Broadcast consumer's messages sent and not yet acknowledged, in a topic's stats."""
-    (found,) = [
-        c["unackedMessages"]
-        for c in stats["subscriptions"]["all"]["consumers"]
-        if c["consumerName"] == consumer
-    ]
+def _consumer_stat(stats: dict, consumer: str, field: str) -> int:
+    """One field of a Broadcast consumer's entry in a topic's stats."""
+    consumers = stats["subscriptions"]["all"]["consumers"]
+    (found,) = [c[field] for c in consumers if c["consumerName"] == consumer]
     return int(found)
+
+
+def _unacked_in(stats: dict, consumer: str) -> int:
+    """A Broadcast consumer's messages sent and not yet acknowledged."""
+    return _consumer_stat(stats, consumer, "unackedMessages")
 
 
 def _sent_to(stats: dict, consumer: str) -> int:
-    """A Broadcast consumer's messages sent (msgOutCounter), in a topic's stats."""
-    (found,) = [
-        c["msgOutCounter"]
-        for c in stats["subscriptions"]["all"]["consumers"]
-        if c["consumerName"] == consumer
-    ]
-    return int(found)
+    """A Broadcast consumer's messages sent (msgOutCounter)."""
+    return _consumer_stat(stats, consumer, "msgOutCounter")
 
 
 def test_a_named_broadcast_consumer_away_3_s_resumes_where_it_stood(running):
