@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+SPARK := $(VENV)/.spark
 RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 WORKLOAD ?= workloads/laptop-sweep.yaml
@@ -27,12 +28,19 @@ unexport PYTHONDONTWRITEBYTECODE
 # --no-compile: Python compiles a module when a process first imports it; pip compiling the
 # whole venv (most of it never imported: Ansible's modules, SciPy's tests) took 28 of the
 # install's 72 s on a fresh clone (docs/benchmarks.md, "make test").
-# In two steps: what a run needs (RUNTIME: Spark among it, all the class archive needs), then the
-# tools (STAMP: the tests, linters, Ansible, the peer brokers' wheels), so that `make test` can
-# write the class archive while the second step installs (about 19 s on a fresh clone).
-$(RUNTIME): pyproject.toml
+# In three steps: PySpark at the project's pin (SPARK: all the class archive needs, 6 s), what a
+# run needs (RUNTIME), then the tools (STAMP: the tests, linters, Ansible, the peer brokers'
+# wheels), so that `make test` writes the class archive while the last two install (about 45 s
+# on a fresh clone, the archive 37-50 s).
+PYSPARK_PIN = $(BIN)/python -c 'import tomllib; project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+  print(next(r for r in project["dependencies"] if r.startswith("pyspark==")))'
+$(SPARK): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --no-compile "$$($(PYSPARK_PIN))"
+	touch $(SPARK)
+
+$(RUNTIME): $(SPARK)
 	$(BIN)/pip install --quiet --no-compile -e .
 	touch $(RUNTIME)
 
@@ -66,9 +74,9 @@ tools:
 bench: $(STAMP) java-check
 	$(WITH_JAVA) $(BIN)/bench run $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_ARGS)
 
-# With Java already there, the class archive is written (one core for 20-50 s on a fresh clone)
-# while the tools install (pip: under one core for 19 s), its output printed after; then
-# java-check, which finds it written (0.3 s) or installs a JRE and writes it.
+# With Java already there, the class archive is written (one core for 37-50 s on a fresh clone)
+# while the rest of the venv installs (pip: under one core for about 45 s), its output printed
+# after; then java-check, which finds it written (0.1 s) or installs a JRE and writes it.
 # mypy (one process, 21-37 CPU-s on a fresh clone) starts once it is installed, at the lowest
 # priority: beside the rest of the class archive's writing on a fresh clone, and beside the
 # tests, on what CPU they leave.
@@ -85,7 +93,7 @@ bench: $(STAMP) java-check
 # a class archive being written is finished and put in place by its own process.
 PARALLEL_NICE := 10
 ALONE_PYTEST = $(BIN)/pytest -q -p no:cacheprovider -m alone $(ALONE_TESTS)
-test: $(RUNTIME) tools
+test: $(SPARK) tools
 	@trap 'kill $$lone $$mypy 2>/dev/null; wait; exit 130' INT TERM; \
 	typed=$$(mktemp); alone=$$(mktemp); archived=$$(mktemp); archive=; \
 	if $(JAVA_HOME_OF) >/dev/null 2>&1; then \
