@@ -99,7 +99,8 @@ test: $(SPARK) tools
 	if $(JAVA_HOME_OF) >/dev/null 2>&1; then \
 	  echo "make: the class archive for Spark (beside the install; its output after it)"; \
 	  ( $(CLASS_ARCHIVE) ) >$$archived 2>&1 & archive=$$!; fi; \
-	$(MAKE) --no-print-directory $(STAMP) && $(BIN)/ruff check . || { wait; exit 1; }; \
+	$(MAKE) --no-print-directory $(STAMP) && $(BIN)/ruff check . || \
+	  { wait; rm -f $$typed $$alone $$archived; exit 1; }; \
 	echo "$(BIN)/mypy (beside the tests; its output after theirs)"; \
 	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
 	[ -z "$$archive" ] || { wait $$archive; cat $$archived; }; rm -f $$archived; \
