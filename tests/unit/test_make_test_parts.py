@@ -44,7 +44,6 @@ def test_a_range_outside_the_tests_ports_is_refused(
         run_ports()
 
 
-
 def test_sigterm_ends_a_pytest_run_as_ctrl_c_does(tmp_path: Path) -> None:
     """So that `make test`, interrupted, can end its background `alone` part and that part still
     stops its analysis service (pytest_unconfigure runs after an interrupt, not after a kill)."""
