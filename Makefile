@@ -68,6 +68,8 @@ tools:
 bench: $(STAMP) java-check
 	$(WITH_JAVA) $(BIN)/bench run $(WORKLOAD) $(if $(DRIVER),--driver $(DRIVER)) $(BENCH_ARGS)
 
+# The Debian tools (`make tools`: apt-get, about 40 s on a fresh machine) install beside the
+# venv, not before it; the tests start once both are there.
 # With Java already there, the class archive is written (one core for 37-50 s on a fresh clone)
 # while the rest of the venv installs (pip: under one core for about 45 s), its output printed
 # after; then java-check, which finds it written (0.1 s) or installs a JRE and writes it.
@@ -87,17 +89,21 @@ bench: $(STAMP) java-check
 # a class archive being written is finished and put in place by its own process.
 PARALLEL_NICE := 10
 ALONE_PYTEST = $(BIN)/pytest -q -p no:cacheprovider -m alone $(ALONE_TESTS)
-test: $(SPARK) tools
+test:
 	@trap 'kill $$lone $$mypy 2>/dev/null; wait; exit 130' INT TERM; \
-	typed=$$(mktemp); alone=$$(mktemp); archived=$$(mktemp); archive=; \
+	typed=$$(mktemp); alone=$$(mktemp); archived=$$(mktemp); tooled=$$(mktemp); archive=; \
+	echo "make tools (beside the install; its output after it)"; \
+	( $(MAKE) --no-print-directory tools ) >$$tooled 2>&1 & tools=$$!; \
+	$(MAKE) --no-print-directory $(SPARK) || { wait; rm -f $$typed $$alone $$archived $$tooled; exit 1; }; \
 	if $(JAVA_HOME_OF) >/dev/null 2>&1; then \
 	  echo "make: the class archive for Spark (beside the install; its output after it)"; \
 	  ( $(CLASS_ARCHIVE) ) >$$archived 2>&1 & archive=$$!; fi; \
 	$(MAKE) --no-print-directory $(STAMP) && $(BIN)/ruff check . || \
-	  { wait; rm -f $$typed $$alone $$archived; exit 1; }; \
+	  { wait; rm -f $$typed $$alone $$archived $$tooled; exit 1; }; \
 	echo "$(BIN)/mypy (beside the tests; its output after theirs)"; \
 	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
 	[ -z "$$archive" ] || { wait $$archive; cat $$archived; }; rm -f $$archived; \
+	wait $$tools; cat $$tooled; rm -f $$tooled; \
 	$(MAKE) --no-print-directory java-check || { kill $$mypy; wait $$mypy; exit 1; }; \
 	echo "$(ALONE_PYTEST) (beside the parallel part; its output after it)"; \
 	( $(WITH_JAVA) exec env FANOUT_TEST_PORTS=18000-19999 $(ALONE_PYTEST) ) >$$alone 2>&1 & lone=$$!; \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Debian tools the tests use, installed when missing and possible (root, or sudo without a
 # password, and apt-get); otherwise this says what is missing and the tests that need it skip,
-# each naming the package. `make test` runs it first (as `make tools`), and so does CI: one step.
+# each naming the package. `make test` runs it (as `make tools`) while it installs .venv, and so
+# does CI: one step.
 #   chromium           report tests in headless Chromium (tests/integration/test_report_browser.py)
 #   faketime           a worker with a skewed clock
 #   iproute2           network namespaces as separate hosts
