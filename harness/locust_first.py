@@ -6,13 +6,22 @@ them up each time in every installed distribution's entry points: 132 distributi
 venv, 0.25 of the 0.30 CPU-s of patch_all, in every coordinator and worker process (about 110
 of them in a `make test`). Here the look-up is done once, and the same plugins are called in the
 same order (gevent's own `gevent.plugins.monkey.will_patch_all` among them).
+
+Locust's `env` module imports its web UI (`locust.web`: Flask, its login and CORS plugins) at
+its top, which the harness never starts (its runners fire `init` with `web_ui=None`): 0.5 of the
+2.1 CPU-s a coordinator or worker took to import (docs/benchmarks.md, "make test"). Here
+`locust.web` is a stand-in whose `WebUI` imports the real module when one is made.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
+import types
 from collections.abc import Callable, Iterable
 from importlib import metadata
+from typing import Any
 
 import gevent.events
 
@@ -55,5 +64,38 @@ def notifier(plugins: dict[str, list[metadata.EntryPoint]]) -> Callable[[object]
 gevent.events.notify_and_call_entry_points = notifier(  # type: ignore[attr-defined]
     plugins_by_group(metadata.distributions())
 )
+
+WEB = "locust.web"
+
+
+def real_web() -> types.ModuleType:
+    """Locust's own `locust.web`, imported in place of the stand-in."""
+    if isinstance(sys.modules.get(WEB), WebStandIn):
+        del sys.modules[WEB]
+    module = importlib.import_module(WEB)
+    if "locust" in sys.modules:
+        sys.modules["locust"].web = module  # type: ignore[attr-defined]
+    return module
+
+
+class WebUI:
+    """What `locust.env` imports as `WebUI`: making one makes Locust's own."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        return real_web().WebUI(*args, **kwargs)
+
+
+class WebStandIn(types.ModuleType):
+    """`locust.web` until something asks it for more than `WebUI`."""
+
+    WebUI = WebUI
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # the import system's own questions (`__path__`: a package?)
+            raise AttributeError(name)
+        return getattr(real_web(), name)
+
+
+sys.modules.setdefault(WEB, WebStandIn(WEB))
 
 import locust  # noqa: E402, F401, I001 - the patching itself

@@ -101,3 +101,60 @@ def test_the_process_is_patched_with_the_looked_up_plugins() -> None:
     notify = getattr(gevent.events, "notify_and_call_entry_points")  # noqa: B009 - not in stubs
     assert notify.__module__ == "harness.locust_first"
     assert socket.socket is gevent.socket.socket
+
+
+WEB_PROBE = """
+import json, sys
+import harness.locust_first, harness.coordinator, harness.worker
+from locust.env import Environment
+before = sorted(m for m in sys.modules if m.split(".")[0] in ("flask", "flask_login", "flask_cors"))
+stand_in = type(sys.modules["locust.web"]).__name__
+ui = Environment().create_web_ui("127.0.0.1", 0, delayed_start=True)
+import locust, locust.web
+print(json.dumps({
+    "before": before,
+    "stand_in": stand_in,
+    "made": type(ui).__module__ + "." + type(ui).__qualname__,
+    "real": type(ui) is locust.web.WebUI and locust.web is sys.modules["locust.web"],
+    "flask_after": "flask" in sys.modules,
+}))
+"""
+
+
+def test_the_web_ui_is_imported_only_when_one_is_made() -> None:
+    """A fresh process, as `bench run` and `bench worker` are: Flask is not imported by the
+    coordinator's or the worker's imports, and a web UI made anyway is Locust's own."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-c", WEB_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "before": [],
+        "stand_in": "WebStandIn",
+        "made": "locust.web.WebUI",
+        "real": True,
+        "flask_after": True,
+    }
+
+
+def test_the_stand_in_hands_other_names_to_the_real_module() -> None:
+    import sys
+
+    import locust.env  # noqa: F401 - the stand-in, if this process's first import was the harness's
+
+    from harness.locust_first import WEB, WebStandIn
+
+    stand_in = WebStandIn(WEB)
+    assert not hasattr(stand_in, "__path__")  # not a package: `from .web import WebUI` stays light
+    assert stand_in.WebUI.__module__ == "harness.locust_first"
+    import locust.web
+
+    assert stand_in.logger is locust.web.logger  # a name only the real module has
+    assert sys.modules[WEB] is locust.web
