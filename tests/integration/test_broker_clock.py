@@ -1,9 +1,9 @@
 """The broker's clock in the clock-offset measurement (harness/broker_clock.py): a broker under
-libfaketime 3 s ahead, started by the test (so "on another host" as far as its clock goes),
+libfaketime 10 s ahead, started by the test (so "on another host" as far as its clock goes),
 has its offset measured, and the analysis takes it off the two stages that cross from the
 workers' clocks to the broker's.
 
-Uncorrected, `producing` would read about +3 s and `broadcasting` about -3 s.
+Uncorrected, `producing` would read about +10 s and `broadcasting` about -10 s.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ SAMPLER = PulsarDriver().broker_clock_sample
 
 pytestmark = pytest.mark.integration
 
-SKEW_S = 3
+# Far above any delivery's own latency: under `make test`'s load (17:49, load 11) the e2e P99
+# of this run reached 3.2 s, which a 3 s skew could not be told from.
+SKEW_S = 10
 HALF_SKEW_MS = SKEW_S * 1000 / 2
 
 
@@ -67,7 +69,7 @@ def _wait_tcp(port: int, proc: subprocess.Popen, log: Path) -> None:
 
 
 @pytest.mark.skipif(LIBFAKETIME is None, reason=MISSING)
-def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(tmp_path):
+def test_a_broker_whose_clock_is_10_s_ahead_is_measured_and_its_stages_corrected(tmp_path):
     port = free_port()
     admin_port = port + 1
     log = tmp_path / "broker.log"
@@ -154,7 +156,7 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
     assert all(int(r["producing_us"]) > half_skew_us for r in rows)
     assert all(int(r["broadcasting_us"]) < -half_skew_us for r in rows)
 
-    # ...and the analysis took it off: no stage negative, none near the 3 s (a loaded 2-core
+    # ...and the analysis took it off: no stage negative, none near the 10 s (a loaded 2-core
     # machine can make a loopback stage take hundreds of ms, never seconds here).
     with Analysis(ANALYSIS_MASTER, run_dir) as analysis:
         summary = json.loads(analysis.analyze(run_dir).read_text())
@@ -169,14 +171,14 @@ def test_a_broker_whose_clock_is_3_s_ahead_is_measured_and_its_stages_corrected(
     tail = stages["tail"]
     slack = clock["uncertainty_ms"] / tail["threshold_ms"]
     assert all(-slack <= share <= 1 + slack for share in tail["share"].values()), (tail, clock)
-    # The stage histograms are moved back too: producing loses its 3 s. Broadcasting came out
+    # The stage histograms are moved back too: producing loses its 10 s. Broadcasting came out
     # negative, which the worker's histogram clamped to its floor: those values are unknown
-    # (left out), not made up as 3 s.
+    # (left out), not made up as 10 s.
     latency = summary["latency"]
     assert 0 <= latency["stage.producing"]["p99"] < HALF_SKEW_MS, latency["stage.producing"]
     assert "stage.broadcasting" not in latency, latency.get("stage.broadcasting")
     # e2e, whose ends are both on the workers' clock, never had the skew in it: with it, its
-    # P99 would be over 3 s. (Under `pytest -n 6` on 2 cores it has itself reached 1.6 s.)
+    # P99 would be over 10 s. (Under `make test` on 2 cores it has itself reached 3.2 s.)
     e2e_p99 = summary["headline"]["e2e_p99_ms"]
     assert e2e_p99 is not None and e2e_p99 < SKEW_S * 1000
 
