@@ -76,6 +76,9 @@ bench: $(STAMP) java-check
 # mypy (one process, 21-37 CPU-s on a fresh clone) starts once it is installed, at the lowest
 # priority: beside the rest of the class archive's writing on a fresh clone, and beside the
 # tests, on what CPU they leave.
+# One collection first writes the compiled modules (pip installs with --no-compile; pytest
+# rewrites the test files) that the seven test processes would each compile at once: seven
+# collections took 67-78 CPU-s from a fresh clone, one then seven 28-36 (docs/benchmarks.md).
 # The `alone` part runs beside the parallel part, in one process at niceness 0 while the parallel
 # part runs at 10: the kernel gives the `alone` runs the cores whenever they wake, as a quiet
 # machine would. After the parallel part it kept the cores a quarter busy for 54 s (2026-11-29,
@@ -102,6 +105,8 @@ test:
 	  { wait; rm -f $$typed $$alone $$archived $$tooled; exit 1; }; \
 	echo "$(BIN)/mypy (beside the tests; its output after theirs)"; \
 	nice -n 19 $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
+	echo "$(BIN)/pytest --collect-only (Python's compiled modules, once for the seven test processes)"; \
+	$(BIN)/pytest --collect-only -q -p no:cacheprovider >/dev/null 2>&1; \
 	[ -z "$$archive" ] || { wait $$archive; cat $$archived; }; rm -f $$archived; \
 	wait $$tools; cat $$tooled; rm -f $$tooled; \
 	$(MAKE) --no-print-directory java-check || { kill $$mypy; wait $$mypy; exit 1; }; \
