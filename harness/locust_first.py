@@ -8,8 +8,8 @@ of them in a `make test`). Here the look-up is done once, and the same plugins a
 same order (gevent's own `gevent.plugins.monkey.will_patch_all` among them).
 
 Locust's `env` module imports its web UI (`locust.web`: Flask, its login and CORS plugins) at
-its top, which the harness never starts (its runners fire `init` with `web_ui=None`): 0.5 of the
-2.1 CPU-s a coordinator or worker took to import (docs/benchmarks.md, "make test"). Here
+its top, which the harness never starts (its runners fire `init` with `web_ui=None`): 0.3 of the
+1.24 CPU-s a coordinator's or worker's imports took (docs/benchmarks.md, "make test"). Here
 `locust.web` is a stand-in whose `WebUI` imports the real module when one is made.
 """
 
@@ -72,10 +72,7 @@ def real_web() -> types.ModuleType:
     """Locust's own `locust.web`, imported in place of the stand-in."""
     if isinstance(sys.modules.get(WEB), WebStandIn):
         del sys.modules[WEB]
-    module = importlib.import_module(WEB)
-    if "locust" in sys.modules:
-        sys.modules["locust"].web = module  # type: ignore[attr-defined]
-    return module
+    return importlib.import_module(WEB)  # which sets it on the package too
 
 
 class WebUI:
