@@ -239,19 +239,32 @@ def own_ports() -> range:
 
 
 def free_port() -> int:
-    """A free port of this worker's share, starting at a place of this process's own (a test
-    starting several servers gets different ones before any has bound)."""
+    """A free port of this worker's share, starting at a place of this process's own."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different free ports of this worker's share, each held bound until all are found:
+    two calls of free_port hand out the same port while neither is bound, and the port after
+    one may be anybody's (a broker's admin port at `free_port() + 1` was taken, 2026-11-29)."""
     ports = own_ports()
     start = (os.getpid() * 7) % len(ports)
-    for i in range(len(ports)):
-        port = ports[(start + i) % len(ports)]
-        with socket.socket() as s:
+    held: list[socket.socket] = []
+    try:
+        for i in range(len(ports)):
+            s = socket.socket()
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind(("127.0.0.1", ports[(start + i) % len(ports)]))
             except OSError:
+                s.close()
                 continue
-            return port
-    raise RuntimeError("no free port")
+            held.append(s)
+            if len(held) == count:
+                return [h.getsockname()[1] for h in held]
+    finally:
+        for h in held:
+            h.close()
+    raise RuntimeError(f"fewer than {count} free ports in {ports}")
 
 
 @dataclass
@@ -295,10 +308,10 @@ def start_broker(
     admin_port: int | None = None,
     extra: tuple[str, ...] = (),
 ) -> BrokerProcess:
-    port = port or free_port()
-    admin_port = admin_port or free_port()
-    while admin_port == port:
-        admin_port = free_port() + 1
+    if port is None or admin_port is None:
+        found = [p for p in free_ports(3) if p not in (port, admin_port)]
+        port = port or found.pop(0)
+        admin_port = admin_port or found.pop(0)
     log_path = data_dir.parent / f"broker-{port}.log"
     log = open(log_path, "ab")  # noqa: SIM115
     proc = subprocess.Popen(

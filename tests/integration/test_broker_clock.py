@@ -26,7 +26,7 @@ import pytest
 from drivers.pulsar.driver import PulsarDriver
 from harness.analysis import Analysis
 from harness.broker_clock import broker_clock_record
-from tests.conftest import ANALYSIS_MASTER, ROOT, BrokerProcess, free_port, start_broker
+from tests.conftest import ANALYSIS_MASTER, ROOT, BrokerProcess, free_ports, start_broker
 from tests.faketime import LIBFAKETIME, MISSING, clock_ahead
 
 SAMPLER = PulsarDriver().broker_clock_sample
@@ -70,8 +70,7 @@ def _wait_tcp(port: int, proc: subprocess.Popen, log: Path) -> None:
 
 @pytest.mark.skipif(LIBFAKETIME is None, reason=MISSING)
 def test_a_broker_whose_clock_is_10_s_ahead_is_measured_and_its_stages_corrected(tmp_path):
-    port = free_port()
-    admin_port = port + 1
+    port, admin_port = free_ports(2)
     log = tmp_path / "broker.log"
     with open(log, "wb") as out:
         broker = subprocess.Popen(

@@ -16,7 +16,7 @@ import jwt
 import pulsar
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_ports
 from tests.tls_certificates import tls_only_broker
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ def _certificate(directory: Path, name: str) -> tuple[Path, Path]:
 def tls_broker(tmp_path: Path):
     """The broker with TLS only: the binary protocol and the admin API, token required."""
     cert, key = _certificate(tmp_path, "broker")
-    tls_port, admin_tls_port = free_port(), free_port() + 1
+    tls_port, admin_tls_port = free_ports(2)
     log_path = tmp_path / "broker.log"
     with tls_only_broker(tmp_path / "data", log_path, cert, key, tls_port, admin_tls_port, SECRET):
         yield tls_port, admin_tls_port, cert, log_path

@@ -28,7 +28,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.live_metrics import METRICS
-from tests.conftest import ANALYSIS_MASTER, ROOT, eventually, free_port
+from tests.conftest import ANALYSIS_MASTER, ROOT, eventually, free_port, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -86,9 +86,7 @@ def _start_prometheus(tmp: Path, metrics_port: int) -> tuple[subprocess.Popen[by
             """
         )
     )
-    port = free_port()
-    while port == metrics_port:  # neither is bound yet: free_port can hand out one twice
-        port = free_port() + 1
+    port = next(p for p in free_ports(2) if p != metrics_port)  # neither is bound yet
     log = open(tmp / "prometheus.log", "ab")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(
         [

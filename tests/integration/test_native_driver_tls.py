@@ -28,7 +28,7 @@ from drivers.pulsar.settings import PulsarConfig
 from results_contract.hlog import decode, read_intervals
 from results_contract.metrics import E2E_KERNEL
 from results_contract.paths import HISTOGRAMS_FILE
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_ports
 from tests.tls_certificates import certificate_authority, server_certificate, tls_only_broker
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def _start(
     """The broker serving TLS only, with a certificate for `names` signed by `ca`; with
     `secret`, tokens signed with it are required."""
     cert, key = server_certificate(tmp_path, ca, names)
-    port, admin_port = free_port(), free_port() + 1
+    port, admin_port = free_ports(2)
     log = tmp_path / "broker.log"
     with tls_only_broker(tmp_path / "data", log, cert, key, port, admin_port, secret):
         yield TlsBroker(port, admin_port, ca[0], log)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PORTS, PORTS_ENV, ROOT, own_ports, run_ports
+from tests.conftest import PORTS, PORTS_ENV, ROOT, free_port, free_ports, own_ports, run_ports
 
 
 def test_without_a_range_a_run_takes_every_port(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,3 +73,19 @@ def test_sigterm_ends_a_pytest_run_as_ctrl_c_does(tmp_path: Path) -> None:
         run.kill()
     assert run.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "KeyboardInterrupt" in out and "signal 15" in out, out
+
+
+def test_free_ports_are_different_free_and_of_the_workers_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    monkeypatch.setenv(PORTS_ENV, "18000-19999")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    share = own_ports()
+    with socket.socket() as taken:
+        first = free_port()
+        taken.bind(("127.0.0.1", first))  # what free_port() gives is anybody's once bound
+        found = free_ports(3)
+    assert len(set(found)) == 3 and first not in found
+    assert all(port in share for port in found)
