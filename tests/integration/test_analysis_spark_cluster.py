@@ -16,7 +16,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ import pytest
 
 from spark_analysis.java_runtime import NoJavaError, choose_java
 from spark_analysis.session import local_driver_options
-from tests.conftest import own_ports
+from tests.conftest import free_ports
 from tests.integration.test_analysis_spark import build_run
 
 pytestmark = pytest.mark.integration
@@ -38,27 +37,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent
 APP_NAME = "fanout-bench-analysis"  # spark_analysis/session.py
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free ports below the ephemeral range, held together while picking."""
-    held: list[socket.socket] = []
-    try:
-        ports = own_ports()  # this worker's share, clear of the harness's ports
-        for port in range(ports.start + (os.getpid() * 13) % (len(ports) // 2), ports.stop):
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                s.close()
-                continue
-            held.append(s)
-            if len(held) == count:
-                return [h.getsockname()[1] for h in held]
-    finally:
-        for s in held:
-            s.close()
-    raise RuntimeError("no free ports")
 
 
 @dataclass
