@@ -3,11 +3,16 @@ own look-up per event would (in the `locust` test process: importing it patches)
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 from importlib import metadata
 from typing import Any
 
 import pytest
+
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.locust
 
@@ -124,12 +129,6 @@ print(json.dumps({
 def test_the_web_ui_is_imported_only_when_one_is_made() -> None:
     """A fresh process, as `bench run` and `bench worker` are: Flask is not imported by the
     coordinator's or the worker's imports, and a web UI made anyway is Locust's own."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
     done = subprocess.run(
         [sys.executable, "-c", WEB_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
@@ -145,8 +144,6 @@ def test_the_web_ui_is_imported_only_when_one_is_made() -> None:
 
 
 def test_the_stand_in_hands_other_names_to_the_real_module() -> None:
-    import sys
-
     import locust.env  # noqa: F401 - the stand-in, if this process's first import was the harness's
 
     from harness.locust_first import WEB, WebStandIn

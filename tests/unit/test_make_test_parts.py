@@ -4,6 +4,7 @@ for each, and an end as Ctrl-C's on SIGTERM."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,8 +79,6 @@ def test_sigterm_ends_a_pytest_run_as_ctrl_c_does(tmp_path: Path) -> None:
 def test_free_ports_are_different_free_and_of_the_workers_share(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import socket
-
     monkeypatch.setenv(PORTS_ENV, "18000-19999")
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     share = own_ports()
